@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/spf13/cobra"
+)
+
+// app holds the global flags shared by every subcommand. Values come from
+// flags, then LEDGER_* environment variables, then defaults.
+type app struct {
+	DB      string // path of the SQLite database
+	DataDir string // where the log's signing key lives; default: the database's directory
+	JSON    bool   // machine output
+	Server  string // base URL of a ledger server, for client commands
+	Token   string // bearer token for the server
+	Verbose bool
+
+	stdout io.Writer
+	stderr io.Writer
+	log    *slog.Logger
+}
+
+// subcommands registers constructors of subcommands; each command file adds
+// its own in init so that files stay independent.
+var subcommands []func(*app) *cobra.Command
+
+func register(f func(*app) *cobra.Command) { subcommands = append(subcommands, f) }
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func newRootCmd() *cobra.Command {
+	a := &app{stdout: os.Stdout, stderr: os.Stderr}
+	root := &cobra.Command{
+		Use:           "ledger",
+		Short:         "Evidence ledger for ML runtime release validation",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			lvl := slog.LevelInfo
+			if a.Verbose {
+				lvl = slog.LevelDebug
+			}
+			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.DB, "db", envOr("LEDGER_DB", "./var/ledger.db"), "SQLite database path (env LEDGER_DB)")
+	pf.StringVar(&a.DataDir, "data-dir", envOr("LEDGER_DATA_DIR", ""), "directory of the log signing key (env LEDGER_DATA_DIR; default: the database's directory)")
+	pf.BoolVar(&a.JSON, "json", false, "print machine-readable JSON")
+	pf.StringVar(&a.Server, "server", envOr("LEDGER_SERVER", ""), "ledger server base URL for client commands (env LEDGER_SERVER)")
+	pf.StringVar(&a.Token, "token", envOr("LEDGER_TOKEN", ""), "bearer token for the server (env LEDGER_TOKEN)")
+	pf.BoolVarP(&a.Verbose, "verbose", "v", false, "debug logging")
+	for _, f := range subcommands {
+		root.AddCommand(f(a))
+	}
+	return root
+}
+
+// dataDir returns the directory holding the signing key.
+func (a *app) dataDir() string {
+	if a.DataDir != "" {
+		return a.DataDir
+	}
+	return filepath.Dir(a.DB)
+}
+
+// openStore opens (creating and migrating) the local database.
+func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
+	if strings.TrimSpace(a.DB) == "" {
+		return nil, fmt.Errorf("--db is empty")
+	}
+	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), Logger: a.log})
+}
+
+// printJSON writes v as indented JSON to stdout.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// codeExit maps an application error to the documented exit code 2 with a
+// clear message.
+func errExit(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+var _ ledger.Store = (*sqlite.Store)(nil)

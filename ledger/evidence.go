@@ -1,0 +1,262 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Backend names where a lane ran.
+type Backend string
+
+// The backends. BackendExternal marks results that CI brings (JUnit, go test
+// -json, trajectories) rather than lanes this service ran itself.
+const (
+	BackendCPU      Backend = "cpu"
+	BackendCUDA     Backend = "cuda"
+	BackendMetal    Backend = "metal"
+	BackendExternal Backend = "external"
+)
+
+// Status is the verdict of one lane run.
+type Status string
+
+// The statuses. A run whose negative control was not caught is
+// StatusInconclusive, never StatusPassed.
+const (
+	StatusPassed       Status = "passed"
+	StatusFailed       Status = "failed"
+	StatusInconclusive Status = "inconclusive"
+	StatusError        Status = "error"
+)
+
+// Control is the outcome of a lane's negative control.
+type Control string
+
+// The control outcomes. ControlNone means the lane has no negative control.
+const (
+	ControlCaught    Control = "caught"
+	ControlNotCaught Control = "not_caught"
+	ControlNone      Control = "none"
+)
+
+// Subject is what a piece of evidence is about: a repository at an exact
+// source commit and tree, plus artifact pins (name -> "sha256:<64 hex>").
+// Dirty is true when the work tree that ran had uncommitted changes; gates
+// never count dirty evidence.
+type Subject struct {
+	Repository string            `json:"repository"`
+	Commit     string            `json:"commit"`
+	Tree       string            `json:"tree"`
+	Dirty      bool              `json:"dirty,omitempty"`
+	Artifacts  map[string]string `json:"artifacts,omitempty"`
+}
+
+// Device is the free-form identity of the hardware a lane ran on.
+type Device struct {
+	Model  string            `json:"model,omitempty"`
+	Driver string            `json:"driver,omitempty"`
+	Cores  int               `json:"cores,omitempty"`
+	Attrs  map[string]string `json:"attrs,omitempty"`
+}
+
+// RunnerBuild identifies the build of the program that ran the lane.
+type RunnerBuild struct {
+	Version string `json:"version,omitempty"`
+	Commit  string `json:"commit,omitempty"`
+}
+
+// CaseResult is the result of one case of a lane, kept in Details by the
+// runner; listed here so producers and the dashboard agree on the shape.
+type CaseResult struct {
+	ID       string `json:"id"`
+	Result   string `json:"result"` // "exact", "mismatch" or "error"
+	Expected string `json:"expected,omitempty"`
+	Got      string `json:"got,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+// Evidence is one append-only record of a lane run. Times are UTC with
+// nanosecond precision; Details is a JSON object (or absent).
+type Evidence struct {
+	Lane         string          `json:"lane"`
+	Subject      Subject         `json:"subject"`
+	Backend      Backend         `json:"backend"`
+	Device       Device          `json:"device"`
+	Runner       RunnerBuild     `json:"runner"`
+	CasesExact   int             `json:"cases_exact"`
+	CasesTotal   int             `json:"cases_total"`
+	FailingCases []string        `json:"failing_cases,omitempty"`
+	Control      Control         `json:"control"`
+	Status       Status          `json:"status"`
+	StartedAt    time.Time       `json:"started_at"`
+	FinishedAt   time.Time       `json:"finished_at"`
+	Details      json.RawMessage `json:"details,omitempty"`
+}
+
+var (
+	laneRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,95}/v[1-9][0-9]{0,5}$`)
+	objectIDRe = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
+	digestRe   = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	nameRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,254}$`)
+)
+
+// ValidLane reports whether s is a lane name of the form "name/vN".
+func ValidLane(s string) bool { return laneRe.MatchString(s) }
+
+// ValidObjectID reports whether s is a git object id: 40 (SHA-1) or 64
+// (SHA-256) lowercase hex digits.
+func ValidObjectID(s string) bool { return objectIDRe.MatchString(s) }
+
+// ValidDigest reports whether s is "sha256:" followed by 64 lowercase hex.
+func ValidDigest(s string) bool { return digestRe.MatchString(s) }
+
+// LaneName splits "name/vN" into its name; it returns s when there is no
+// version part.
+func LaneName(lane string) string {
+	if i := strings.LastIndex(lane, "/v"); i > 0 {
+		return lane[:i]
+	}
+	return lane
+}
+
+// Validate checks a Subject; prefix is prepended to field names in errors.
+func (s Subject) Validate(prefix string) error {
+	if strings.TrimSpace(s.Repository) == "" || len(s.Repository) > 512 {
+		return FieldError(prefix+"repository", "required, at most 512 characters")
+	}
+	if !ValidObjectID(s.Commit) {
+		return FieldError(prefix+"commit", "must be 40 or 64 lowercase hex digits, got %q", clip(s.Commit))
+	}
+	if !ValidObjectID(s.Tree) {
+		return FieldError(prefix+"tree", "must be 40 or 64 lowercase hex digits, got %q", clip(s.Tree))
+	}
+	if len(s.Commit) != len(s.Tree) {
+		return FieldError(prefix+"tree", "tree id and commit id must use the same hash (both 40 or both 64 hex)")
+	}
+	if len(s.Artifacts) > 256 {
+		return FieldError(prefix+"artifacts", "at most 256 artifacts")
+	}
+	for name, d := range s.Artifacts {
+		if !nameRe.MatchString(name) {
+			return FieldError(prefix+"artifacts", "artifact name %q is not a valid name", clip(name))
+		}
+		if !ValidDigest(d) {
+			return FieldError(prefix+"artifacts."+name, "digest must be sha256:<64 lowercase hex>, got %q", clip(d))
+		}
+	}
+	return nil
+}
+
+// Validate checks every field of e and the consistency between them:
+// 0 <= exact <= total, len(failing) <= total-exact when failing ids are
+// given, status passed implies exact == total and a control that is not
+// "not_caught", finished >= started. It returns a CodeInvalid *Error naming
+// the first bad field.
+func (e *Evidence) Validate() error {
+	if !ValidLane(e.Lane) {
+		return FieldError("lane", "must look like name/vN (lowercase), got %q", clip(e.Lane))
+	}
+	if err := e.Subject.Validate("subject."); err != nil {
+		return err
+	}
+	switch e.Backend {
+	case BackendCPU, BackendCUDA, BackendMetal, BackendExternal:
+	default:
+		return FieldError("backend", "must be one of cpu, cuda, metal, external, got %q", clip(string(e.Backend)))
+	}
+	if len(e.Device.Model) > 512 || len(e.Device.Driver) > 512 || e.Device.Cores < 0 || len(e.Device.Attrs) > 64 {
+		return FieldError("device", "model/driver at most 512 characters, cores >= 0, at most 64 attrs")
+	}
+	if e.CasesTotal < 0 || e.CasesExact < 0 {
+		return FieldError("cases_total", "counts must be >= 0")
+	}
+	if e.CasesExact > e.CasesTotal {
+		return FieldError("cases_exact", "cases_exact (%d) exceeds cases_total (%d)", e.CasesExact, e.CasesTotal)
+	}
+	if len(e.FailingCases) > e.CasesTotal-e.CasesExact {
+		return FieldError("failing_cases", "%d failing case ids but only %d cases were not exact", len(e.FailingCases), e.CasesTotal-e.CasesExact)
+	}
+	seen := make(map[string]bool, len(e.FailingCases))
+	for i, id := range e.FailingCases {
+		if id == "" || len(id) > 256 {
+			return FieldError(fmt.Sprintf("failing_cases[%d]", i), "case id must be 1..256 characters")
+		}
+		if seen[id] {
+			return FieldError(fmt.Sprintf("failing_cases[%d]", i), "duplicate case id %q", clip(id))
+		}
+		seen[id] = true
+	}
+	switch e.Control {
+	case ControlCaught, ControlNotCaught, ControlNone:
+	default:
+		return FieldError("control", "must be caught, not_caught or none, got %q", clip(string(e.Control)))
+	}
+	switch e.Status {
+	case StatusPassed:
+		if e.CasesExact != e.CasesTotal {
+			return FieldError("status", "passed requires cases_exact == cases_total (%d != %d)", e.CasesExact, e.CasesTotal)
+		}
+		if e.CasesTotal == 0 {
+			return FieldError("status", "passed requires at least one case")
+		}
+		if e.Control == ControlNotCaught {
+			return FieldError("status", "a run whose negative control was not caught is inconclusive, not passed")
+		}
+	case StatusFailed, StatusInconclusive, StatusError:
+	default:
+		return FieldError("status", "must be passed, failed, inconclusive or error, got %q", clip(string(e.Status)))
+	}
+	if e.StartedAt.IsZero() {
+		return FieldError("started_at", "required (RFC 3339)")
+	}
+	if e.FinishedAt.IsZero() {
+		return FieldError("finished_at", "required (RFC 3339)")
+	}
+	if e.FinishedAt.Before(e.StartedAt) {
+		return FieldError("finished_at", "is before started_at")
+	}
+	if len(e.Details) > 0 {
+		d := bytes.TrimSpace(e.Details)
+		if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
+			return FieldError("details", "must be a JSON object")
+		}
+	}
+	return nil
+}
+
+// Normalize puts e in canonical form in place: times in UTC, failing case
+// ids sorted, details compacted. Call before hashing.
+func (e *Evidence) Normalize() {
+	e.StartedAt = e.StartedAt.UTC()
+	e.FinishedAt = e.FinishedAt.UTC()
+	if len(e.FailingCases) == 0 {
+		e.FailingCases = nil
+	} else {
+		sort.Strings(e.FailingCases)
+	}
+	if len(e.Subject.Artifacts) == 0 {
+		e.Subject.Artifacts = nil
+	}
+	if len(e.Device.Attrs) == 0 {
+		e.Device.Attrs = nil
+	}
+	if len(e.Details) > 0 {
+		if c, err := CanonicalJSON(e.Details); err == nil {
+			e.Details = c
+		}
+	} else {
+		e.Details = nil
+	}
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

@@ -1,0 +1,96 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// DecodeStrict decodes one JSON value from data into v, rejecting unknown
+// fields and trailing data. Errors are CodeInvalid *Error values naming the
+// field where encoding/json reports one.
+func DecodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return FieldError("", "trailing data after the JSON value")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return FieldError("", "malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		return FieldError(te.Field, "wrong type: got JSON %s, want %s", te.Value, te.Type)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return FieldError("", "empty or truncated JSON")
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return FieldError(strings.Trim(f, `"`), "unknown field")
+	}
+	if strings.Contains(msg, "parsing time") {
+		return FieldError("", "bad time (want RFC 3339): %s", strings.TrimPrefix(msg, "json: "))
+	}
+	return FieldError("", "%s", strings.TrimPrefix(msg, "json: "))
+}
+
+// PrepareRecord validates body as a record of kind k and returns its
+// canonical bytes. Evidence and head verifications are decoded strictly,
+// validated and normalized; other kinds must be JSON objects and are
+// canonicalized (their producers, such as package gates, validate them).
+func PrepareRecord(k Kind, body []byte) ([]byte, error) {
+	switch k {
+	case KindEvidence:
+		var e Evidence
+		if err := DecodeStrict(body, &e); err != nil {
+			return nil, err
+		}
+		if err := e.Validate(); err != nil {
+			return nil, err
+		}
+		e.Normalize()
+		return CanonicalBody(&e)
+	case KindHead:
+		var h HeadVerification
+		if err := DecodeStrict(body, &h); err != nil {
+			return nil, err
+		}
+		if err := h.Validate(); err != nil {
+			return nil, err
+		}
+		h.VerifiedAt = h.VerifiedAt.UTC()
+		h.SignedAt = h.SignedAt.UTC()
+		return CanonicalBody(&h)
+	case KindRelease, KindWaiver, KindApproval:
+		b := bytes.TrimSpace(body)
+		if len(b) == 0 || b[0] != '{' {
+			return nil, FieldError("", "%s body must be a JSON object", k)
+		}
+		c, err := CanonicalJSON(b)
+		if err != nil {
+			return nil, FieldError("", "%s body: %v", k, err)
+		}
+		return c, nil
+	}
+	return nil, FieldError("kind", "unknown entry kind %q", clip(string(k)))
+}
+
+// ParseEvidence decodes canonical evidence bytes as stored in the log.
+func ParseEvidence(body []byte) (Evidence, error) {
+	var e Evidence
+	if err := json.Unmarshal(body, &e); err != nil {
+		return e, fmt.Errorf("parse evidence: %w", err)
+	}
+	return e, nil
+}

@@ -1,0 +1,470 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/transparency-dev/merkle/compact"
+)
+
+// MaxRecordsPerAppend caps one Append call.
+const MaxRecordsPerAppend = 10000
+
+type prepared struct {
+	kind ledger.Kind
+	body []byte
+	id   string
+	key  string
+	ev   *ledger.Evidence
+	head *ledger.HeadVerification
+}
+
+type appendReq struct {
+	ctx     context.Context
+	recs    []prepared
+	idemKey string
+	reqHash []byte
+	resp    chan appendResp
+}
+
+type appendResp struct {
+	entries  []ledger.Entry
+	existing []bool
+	size     uint64 // proofs are against this size
+	err      error
+}
+
+// Append implements ledger.Store. Each record is validated (see
+// ledger.PrepareRecord); with several records, error fields are prefixed by
+// the record's position ("[3].lane"). The call blocks until the batch that
+// carries it has committed (fsynced) or failed.
+func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string) (*ledger.AppendResult, error) {
+	if s.opts.ReadOnly {
+		return nil, ledger.Errorf(ledger.CodeInternal, "store opened read-only")
+	}
+	if len(recs) == 0 {
+		return nil, ledger.FieldError("", "no records to append")
+	}
+	if len(recs) > MaxRecordsPerAppend {
+		return nil, ledger.FieldError("", "at most %d records per append, got %d", MaxRecordsPerAppend, len(recs))
+	}
+	if len(idemKey) > 256 {
+		return nil, ledger.FieldError("Idempotency-Key", "at most 256 characters")
+	}
+	req := &appendReq{ctx: ctx, idemKey: idemKey, resp: make(chan appendResp, 1)}
+	h := sha256.New()
+	for i, r := range recs {
+		p, err := prepare(r)
+		if err != nil {
+			if len(recs) > 1 {
+				err = prefixField(err, fmt.Sprintf("[%d]", i))
+			}
+			return nil, err
+		}
+		req.recs = append(req.recs, p)
+		h.Write([]byte(p.id))
+	}
+	req.reqHash = h.Sum(nil)
+
+	select {
+	case s.reqs <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.done:
+		return nil, ledger.Errorf(ledger.CodeInternal, "store is closed")
+	}
+	var resp appendResp
+	select {
+	case resp = <-req.resp:
+	case <-s.done:
+		// The writer drains pending requests before it exits.
+		resp = <-req.resp
+	}
+	if resp.err != nil {
+		return nil, resp.err
+	}
+	return s.answer(ctx, resp)
+}
+
+// answer builds the AppendResult (proofs and checkpoint) outside the writer.
+func (s *Store) answer(ctx context.Context, resp appendResp) (*ledger.AppendResult, error) {
+	cp, err := s.CheckpointAt(ctx, resp.size)
+	if err != nil {
+		return nil, err
+	}
+	out := &ledger.AppendResult{Checkpoint: cp}
+	for i, e := range resp.entries {
+		p, err := inclusion(ctx, s.r, e.Index, resp.size)
+		if err != nil {
+			return nil, dbErr("inclusion proof", err)
+		}
+		out.Entries = append(out.Entries, ledger.AppendedEntry{Entry: e, Existing: resp.existing[i], Proof: p})
+	}
+	return out, nil
+}
+
+func prefixField(err error, prefix string) error {
+	var le *ledger.Error
+	if errors.As(err, &le) {
+		c := *le
+		if c.Field == "" {
+			c.Field = prefix
+		} else {
+			c.Field = prefix + "." + c.Field
+		}
+		return &c
+	}
+	return err
+}
+
+func prepare(r ledger.Record) (prepared, error) {
+	if !ledger.ValidKind(r.Kind) {
+		return prepared{}, ledger.FieldError("kind", "unknown entry kind %q", r.Kind)
+	}
+	body, err := ledger.PrepareRecord(r.Kind, r.Body)
+	if err != nil {
+		return prepared{}, err
+	}
+	p := prepared{kind: r.Kind, body: body, id: ledger.EntryID(r.Kind, body), key: ledger.EntryKey(r.Kind, body)}
+	switch r.Kind {
+	case ledger.KindEvidence:
+		e, err := ledger.ParseEvidence(body)
+		if err != nil {
+			return p, err
+		}
+		p.ev = &e
+	case ledger.KindHead:
+		var h ledger.HeadVerification
+		if err := json.Unmarshal(body, &h); err != nil {
+			return p, err
+		}
+		p.head = &h
+	}
+	return p, nil
+}
+
+// writer is the single goroutine that owns the writer connection.
+func (s *Store) writer() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.done:
+			for {
+				select {
+				case r := <-s.reqs:
+					s.commitBatch([]*appendReq{r})
+				default:
+					return
+				}
+			}
+		case r := <-s.reqs:
+			batch := []*appendReq{r}
+		drain:
+			for len(batch) < s.opts.MaxBatch {
+				select {
+				case r := <-s.reqs:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			s.commitBatch(batch)
+		}
+	}
+}
+
+// loadTree loads the compact range and latest checkpoint, checking that
+// they agree (size and root).
+func (s *Store) loadTree(ctx context.Context) error {
+	var n uint64
+	if err := s.w.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
+		return err
+	}
+	rng, err := rangeAt(ctx, s.w, n)
+	if err != nil {
+		return err
+	}
+	t := &treeState{rng: rng}
+	if n > 0 {
+		cp, err := s.checkpointAt(ctx, s.w, 0)
+		if err != nil {
+			return fmt.Errorf("latest checkpoint: %w", err)
+		}
+		if cp.Size != n || cp.Root != t.root() {
+			return fmt.Errorf("log state does not match the latest signed checkpoint (size %d vs %d leaves): run `ledger audit`", cp.Size, n)
+		}
+		t.latest = cp
+	}
+	s.tree = t
+	return nil
+}
+
+type stmts struct {
+	leaf, node, ev, art, head, idem *sql.Stmt
+}
+
+func (st *stmts) close() {
+	for _, s := range []*sql.Stmt{st.leaf, st.node, st.ev, st.art, st.head, st.idem} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+func prepareStmts(ctx context.Context, tx *sql.Tx) (*stmts, error) {
+	st := &stmts{}
+	var err error
+	p := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var s *sql.Stmt
+		s, err = tx.PrepareContext(ctx, q)
+		return s
+	}
+	st.leaf = p("INSERT INTO leaves(idx, id, kind, key, recorded_at, leaf, leaf_hash) VALUES (?,?,?,?,?,?,?)")
+	st.node = p("INSERT INTO tree_nodes(ord, hash) VALUES (?,?)")
+	st.ev = p("INSERT INTO evidence_index(idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?)")
+	st.art = p("INSERT INTO evidence_artifacts(idx, name, digest) VALUES (?,?,?)")
+	st.head = p("INSERT INTO heads_index(idx, repository, ref, commit_id, verdict, decision) VALUES (?,?,?,?,?,?)")
+	st.idem = p("INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)")
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// commitBatch appends a batch of requests in one IMMEDIATE transaction
+// with one signed checkpoint, answering every request.
+func (s *Store) commitBatch(batch []*appendReq) {
+	ctx := context.Background()
+	results := make([]appendResp, len(batch))
+	fail := func(err error) {
+		for i, r := range batch {
+			if results[i].err == nil {
+				results[i] = appendResp{err: err}
+			}
+			r.resp <- results[i]
+		}
+	}
+	if s.tree == nil {
+		if err := s.loadTree(ctx); err != nil {
+			fail(dbErr("load log", err))
+			return
+		}
+	}
+	now := s.opts.Now().UTC()
+	before := s.tree.clone()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		fail(dbErr("begin", err))
+		return
+	}
+	st, err := prepareStmts(ctx, tx)
+	if err != nil {
+		tx.Rollback()
+		fail(dbErr("prepare", err))
+		return
+	}
+	defer st.close()
+	type idem struct {
+		req *appendReq
+		i   int
+	}
+	var idems []idem
+	batchKeys := map[string][]byte{}
+	for i, r := range batch {
+		if r.ctx.Err() != nil {
+			results[i].err = r.ctx.Err()
+			continue
+		}
+		if r.idemKey != "" {
+			if h, ok := batchKeys[r.idemKey]; ok && !bytes.Equal(h, r.reqHash) {
+				results[i].err = ledger.Errorf(ledger.CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)
+				continue
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
+			results[i].err = dbErr("savepoint", err)
+			continue
+		}
+		saved := s.tree.clone()
+		res, replay, err := s.applyReq(ctx, tx, st, r, now)
+		if err != nil {
+			tx.ExecContext(ctx, "ROLLBACK TO req")
+			tx.ExecContext(ctx, "RELEASE req")
+			s.tree = saved
+			results[i].err = dbErr("append", err)
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
+			s.tree = before
+			tx.Rollback()
+			fail(dbErr("release savepoint", err))
+			return
+		}
+		results[i] = res
+		if r.idemKey != "" && !replay {
+			batchKeys[r.idemKey] = r.reqHash
+			idems = append(idems, idem{r, i})
+		}
+	}
+	size := s.tree.size()
+	for _, im := range idems {
+		ids := make([]string, len(results[im.i].entries))
+		for j, e := range results[im.i].entries {
+			ids[j] = e.ID
+		}
+		idsJSON, _ := json.Marshal(ids)
+		if _, err := st.idem.ExecContext(ctx, im.req.idemKey, im.req.reqHash, string(idsJSON), size, now.UnixNano()); err != nil && !strings.Contains(err.Error(), "UNIQUE") {
+			s.tree = before
+			tx.Rollback()
+			fail(dbErr("idempotency", err))
+			return
+		}
+	}
+	if size != before.size() {
+		root := s.tree.root()
+		text := checkpointText(s.origin, size, root)
+		signed, err := s.SignNote(text)
+		if err != nil {
+			s.tree = before
+			tx.Rollback()
+			fail(err)
+			return
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)", size, root[:], signed, now.UnixNano()); err != nil {
+			s.tree = before
+			tx.Rollback()
+			fail(dbErr("checkpoint", err))
+			return
+		}
+		s.tree.latest = ledger.Checkpoint{Origin: s.origin, Size: size, Root: root, Note: signed, CreatedAt: now}
+	}
+	if err := tx.Commit(); err != nil {
+		s.tree = nil // reload from disk on the next batch
+		fail(dbErr("commit", err))
+		return
+	}
+	for i, r := range batch {
+		if results[i].err == nil && results[i].size == 0 {
+			results[i].size = size
+		}
+		r.resp <- results[i]
+	}
+}
+
+// applyReq appends one request's records inside the open transaction.
+// replay is true when the answer comes from a stored idempotency key.
+func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendReq, now time.Time) (appendResp, bool, error) {
+	var res appendResp
+	if r.idemKey != "" {
+		var hash []byte
+		var idsJSON string
+		var size uint64
+		err := tx.QueryRowContext(ctx, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ?", r.idemKey).Scan(&hash, &idsJSON, &size)
+		if err == nil {
+			if !bytes.Equal(hash, r.reqHash) {
+				return res, false, ledger.Errorf(ledger.CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)
+			}
+			var ids []string
+			if err := json.Unmarshal([]byte(idsJSON), &ids); err != nil {
+				return res, false, err
+			}
+			for _, id := range ids {
+				e, err := entryByID(ctx, tx, id)
+				if err != nil {
+					return res, false, err
+				}
+				res.entries = append(res.entries, e)
+				res.existing = append(res.existing, true)
+			}
+			res.size = size
+			return res, true, nil
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return res, false, err
+		}
+	}
+	for _, p := range r.recs {
+		e, err := entryByID(ctx, tx, p.id)
+		if err == nil {
+			res.entries = append(res.entries, e)
+			res.existing = append(res.existing, true)
+			continue
+		}
+		if ledger.ErrorCode(err) != ledger.CodeNotFound {
+			return res, false, err
+		}
+		e, err = s.insert(ctx, st, p, now)
+		if err != nil {
+			return res, false, err
+		}
+		res.entries = append(res.entries, e)
+		res.existing = append(res.existing, false)
+	}
+	return res, false, nil
+}
+
+func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time) (ledger.Entry, error) {
+	idx := s.tree.size()
+	raw, err := ledger.EncodeLeaf(ledger.Leaf{V: 1, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
+	if err != nil {
+		return ledger.Entry{}, err
+	}
+	lh := ledger.LeafHash(raw)
+	if _, err := st.leaf.ExecContext(ctx, idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:]); err != nil {
+		return ledger.Entry{}, err
+	}
+	var verr error
+	if err := s.tree.rng.Append(lh[:], func(id compact.NodeID, h []byte) {
+		if verr == nil {
+			_, verr = st.node.ExecContext(ctx, nodeOrd(id), h)
+		}
+	}); err != nil {
+		return ledger.Entry{}, err
+	}
+	if verr != nil {
+		return ledger.Entry{}, verr
+	}
+	if err := insertProjection(ctx, st, idx, p, now); err != nil {
+		return ledger.Entry{}, err
+	}
+	return ledger.Entry{Index: idx, ID: p.id, Kind: p.kind, RecordedAt: now, LeafHash: lh, Body: p.body, Raw: raw}, nil
+}
+
+func insertProjection(ctx context.Context, st *stmts, idx uint64, p prepared, now time.Time) error {
+	switch {
+	case p.ev != nil:
+		e := p.ev
+		if _, err := st.ev.ExecContext(ctx, idx, e.Lane, string(e.Backend), string(e.Status), string(e.Control), e.Subject.Repository, e.Subject.Commit, e.Subject.Tree, boolInt(e.Subject.Dirty), now.UnixNano()); err != nil {
+			return err
+		}
+		for name, d := range e.Subject.Artifacts {
+			if _, err := st.art.ExecContext(ctx, idx, name, d); err != nil {
+				return err
+			}
+		}
+	case p.head != nil:
+		h := p.head
+		if _, err := st.head.ExecContext(ctx, idx, h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,380 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
+)
+
+const leafCols = "l.idx, l.id, l.kind, l.recorded_at, l.leaf, l.leaf_hash"
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEntry(sc scanner) (ledger.Entry, error) {
+	var e ledger.Entry
+	var kind string
+	var rec int64
+	var lh []byte
+	if err := sc.Scan(&e.Index, &e.ID, &kind, &rec, &e.Raw, &lh); err != nil {
+		return e, err
+	}
+	e.Kind = ledger.Kind(kind)
+	e.RecordedAt = time.Unix(0, rec).UTC()
+	copy(e.LeafHash[:], lh)
+	var l ledger.Leaf
+	if err := json.Unmarshal(e.Raw, &l); err != nil {
+		return e, errors.New("stored leaf is not valid JSON: run ledger audit")
+	}
+	e.Body = l.Body
+	return e, nil
+}
+
+func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) {
+	e, err := scanEntry(q.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, ledger.NotFound("entry %q not found", id)
+	}
+	return e, err
+}
+
+// Entry implements ledger.Store.
+func (s *Store) Entry(ctx context.Context, id string) (ledger.Entry, error) {
+	e, err := entryByID(ctx, s.r, id)
+	return e, dbErr("entry", err)
+}
+
+// EntryAt implements ledger.Store.
+func (s *Store) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
+	e, err := scanEntry(s.r.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx = ?", index))
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, ledger.NotFound("no entry at index %d", index)
+	}
+	return e, dbErr("entry", err)
+}
+
+func limitOf(n int) int {
+	switch {
+	case n <= 0:
+		return 50
+	case n > 1000:
+		return 1000
+	}
+	return n
+}
+
+func parseCursor(c string) (int64, error) {
+	if c == "" {
+		return -1, nil
+	}
+	v, err := strconv.ParseInt(c, 10, 64)
+	if err != nil || v < 0 {
+		return 0, ledger.FieldError("cursor", "malformed cursor %q", c)
+	}
+	return v, nil
+}
+
+// prefixRange returns bounds matching every string with prefix p whose
+// continuation is lowercase hex: [p, p+"g").
+func prefixRange(col, p string) (string, []any) {
+	return col + " >= ? AND " + col + " < ?", []any{p, p + "g"}
+}
+
+func hexPrefix(field, p string) error {
+	if len(p) < 4 {
+		return ledger.FieldError(field, "prefix must have at least 4 characters")
+	}
+	return nil
+}
+
+// Evidence implements ledger.Store.
+func (s *Store) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger.EvidenceEntry, string, error) {
+	where := []string{"1=1"}
+	var args []any
+	if f.Lane != "" {
+		where, args = append(where, "e.lane = ?"), append(args, f.Lane)
+	}
+	if f.Backend != "" {
+		where, args = append(where, "e.backend = ?"), append(args, string(f.Backend))
+	}
+	if f.Status != "" {
+		where, args = append(where, "e.status = ?"), append(args, string(f.Status))
+	}
+	if f.Repository != "" {
+		where, args = append(where, "e.repository = ?"), append(args, f.Repository)
+	}
+	if f.Commit != "" {
+		if err := hexPrefix("commit", f.Commit); err != nil {
+			return nil, "", err
+		}
+		if ledger.ValidObjectID(f.Commit) {
+			where, args = append(where, "e.commit_id = ?"), append(args, f.Commit)
+		} else {
+			w, a := prefixRange("e.commit_id", f.Commit)
+			where, args = append(where, w), append(args, a...)
+		}
+	}
+	if f.ArtifactDigest != "" {
+		d := f.ArtifactDigest
+		if !strings.HasPrefix(d, "sha256:") {
+			d = "sha256:" + d
+		}
+		if err := hexPrefix("artifact", strings.TrimPrefix(d, "sha256:")); err != nil {
+			return nil, "", err
+		}
+		w, a := prefixRange("a.digest", d)
+		where = append(where, "e.idx IN (SELECT a.idx FROM evidence_artifacts a WHERE "+w+")")
+		args = append(args, a...)
+	}
+	if !f.Since.IsZero() {
+		where, args = append(where, "e.recorded_at >= ?"), append(args, f.Since.UnixNano())
+	}
+	cur, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if cur >= 0 {
+		where, args = append(where, "e.idx < ?"), append(args, cur)
+	}
+	lim := limitOf(f.Limit)
+	args = append(args, lim+1)
+	rows, err := s.r.QueryContext(ctx, "SELECT "+leafCols+" FROM evidence_index e JOIN leaves l ON l.idx = e.idx WHERE "+strings.Join(where, " AND ")+" ORDER BY e.idx DESC LIMIT ?", args...)
+	if err != nil {
+		return nil, "", dbErr("list evidence", err)
+	}
+	defer rows.Close()
+	var out []ledger.EvidenceEntry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, "", dbErr("list evidence", err)
+		}
+		ev, err := ledger.ParseEvidence(e.Body)
+		if err != nil {
+			return nil, "", dbErr("list evidence", err)
+		}
+		out = append(out, ledger.EvidenceEntry{Entry: e, Evidence: ev})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", dbErr("list evidence", err)
+	}
+	next := ""
+	if len(out) > lim {
+		out = out[:lim]
+		next = strconv.FormatUint(out[lim-1].Index, 10)
+	}
+	return out, next, nil
+}
+
+// Entries implements ledger.Store.
+func (s *Store) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Entry, string, error) {
+	where := []string{"l.kind = ?"}
+	args := []any{string(f.Kind)}
+	if f.Key != "" {
+		where, args = append(where, "l.key = ?"), append(args, f.Key)
+	}
+	cur, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if cur >= 0 {
+		where, args = append(where, "l.idx < ?"), append(args, cur)
+	}
+	lim := limitOf(f.Limit)
+	args = append(args, lim+1)
+	rows, err := s.r.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE "+strings.Join(where, " AND ")+" ORDER BY l.idx DESC LIMIT ?", args...)
+	if err != nil {
+		return nil, "", dbErr("list entries", err)
+	}
+	defer rows.Close()
+	var out []ledger.Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, "", dbErr("list entries", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", dbErr("list entries", err)
+	}
+	next := ""
+	if len(out) > lim {
+		out = out[:lim]
+		next = strconv.FormatUint(out[lim-1].Index, 10)
+	}
+	return out, next, nil
+}
+
+// Heads implements ledger.Store.
+func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEntry, string, error) {
+	where := []string{"1=1"}
+	var args []any
+	if f.Repository != "" {
+		where, args = append(where, "h.repository = ?"), append(args, f.Repository)
+	}
+	if f.Commit != "" {
+		if err := hexPrefix("commit", f.Commit); err != nil {
+			return nil, "", err
+		}
+		w, a := prefixRange("h.commit_id", f.Commit)
+		where, args = append(where, w), append(args, a...)
+	}
+	if f.Verdict != "" {
+		where, args = append(where, "h.verdict = ?"), append(args, string(f.Verdict))
+	}
+	cur, err := parseCursor(f.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if cur >= 0 {
+		where, args = append(where, "h.idx < ?"), append(args, cur)
+	}
+	lim := limitOf(f.Limit)
+	args = append(args, lim+1)
+	rows, err := s.r.QueryContext(ctx, "SELECT "+leafCols+" FROM heads_index h JOIN leaves l ON l.idx = h.idx WHERE "+strings.Join(where, " AND ")+" ORDER BY h.idx DESC LIMIT ?", args...)
+	if err != nil {
+		return nil, "", dbErr("list heads", err)
+	}
+	defer rows.Close()
+	var out []ledger.HeadEntry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, "", dbErr("list heads", err)
+		}
+		var h ledger.HeadVerification
+		if err := json.Unmarshal(e.Body, &h); err != nil {
+			return nil, "", dbErr("list heads", err)
+		}
+		out = append(out, ledger.HeadEntry{Entry: e, Head: h})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", dbErr("list heads", err)
+	}
+	next := ""
+	if len(out) > lim {
+		out = out[:lim]
+		next = strconv.FormatUint(out[lim-1].Index, 10)
+	}
+	return out, next, nil
+}
+
+// Checkpoint implements ledger.Store: the latest signed checkpoint. An empty
+// log has a zero-size checkpoint with the empty root, signed on the fly.
+func (s *Store) Checkpoint(ctx context.Context) (ledger.Checkpoint, error) {
+	return s.CheckpointAt(ctx, 0)
+}
+
+// CheckpointAt implements ledger.Store; size 0 means the latest.
+func (s *Store) CheckpointAt(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
+	cp, err := s.checkpointAt(ctx, s.r, size)
+	if err != nil && size == 0 && ledger.ErrorCode(err) == ledger.CodeNotFound {
+		var root ledger.Hash
+		copy(root[:], rfc6962.DefaultHasher.EmptyRoot())
+		signed, err := s.SignNote(checkpointText(s.origin, 0, root))
+		if err != nil {
+			return cp, err
+		}
+		return ledger.Checkpoint{Origin: s.origin, Size: 0, Root: root, Note: signed, CreatedAt: s.opts.Now().UTC()}, nil
+	}
+	return cp, err
+}
+
+func (s *Store) checkpointAt(ctx context.Context, q queryer, size uint64) (ledger.Checkpoint, error) {
+	var row *sql.Row
+	if size == 0 {
+		row = q.QueryRowContext(ctx, "SELECT size, root, note, created_at FROM checkpoints ORDER BY size DESC LIMIT 1")
+	} else {
+		row = q.QueryRowContext(ctx, "SELECT size, root, note, created_at FROM checkpoints WHERE size = ?", size)
+	}
+	var cp ledger.Checkpoint
+	var root []byte
+	var created int64
+	if err := row.Scan(&cp.Size, &root, &cp.Note, &created); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			if size == 0 {
+				return cp, ledger.NotFound("the log is empty")
+			}
+			return cp, ledger.NotFound("no checkpoint of size %d", size)
+		}
+		return cp, dbErr("checkpoint", err)
+	}
+	copy(cp.Root[:], root)
+	cp.Origin = s.origin
+	cp.CreatedAt = time.Unix(0, created).UTC()
+	return cp, nil
+}
+
+func (s *Store) currentSize(ctx context.Context) (uint64, error) {
+	var n uint64
+	err := s.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(size), 0) FROM checkpoints").Scan(&n)
+	return n, dbErr("size", err)
+}
+
+// InclusionProof implements ledger.Store; size 0 means the latest
+// checkpoint's size.
+func (s *Store) InclusionProof(ctx context.Context, index, size uint64) (ledger.InclusionProof, error) {
+	cur, err := s.currentSize(ctx)
+	if err != nil {
+		return ledger.InclusionProof{}, err
+	}
+	if size == 0 {
+		size = cur
+	}
+	if size > cur {
+		return ledger.InclusionProof{}, ledger.FieldError("size", "tree size %d is beyond the latest checkpoint (%d)", size, cur)
+	}
+	if index >= size {
+		return ledger.InclusionProof{}, ledger.FieldError("size", "leaf %d is not in a tree of size %d", index, size)
+	}
+	p, err := inclusion(ctx, s.r, index, size)
+	return p, dbErr("inclusion proof", err)
+}
+
+// ConsistencyProof implements ledger.Store.
+func (s *Store) ConsistencyProof(ctx context.Context, from, to uint64) (ledger.ConsistencyProof, error) {
+	out := ledger.ConsistencyProof{From: from, To: to}
+	cur, err := s.currentSize(ctx)
+	if err != nil {
+		return out, err
+	}
+	if to == 0 {
+		to, out.To = cur, cur
+	}
+	if to > cur {
+		return out, ledger.FieldError("to", "tree size %d is beyond the latest checkpoint (%d)", to, cur)
+	}
+	if from > to {
+		return out, ledger.FieldError("from", "from (%d) must not exceed to (%d)", from, to)
+	}
+	nodes, err := proof.Consistency(from, to)
+	if err != nil {
+		return out, ledger.FieldError("from", "%v", err)
+	}
+	hs, err := fetchNodes(ctx, s.r, nodes.IDs)
+	if err != nil {
+		return out, dbErr("consistency proof", err)
+	}
+	if hs, err = nodes.Rehash(hs, rfc6962.DefaultHasher.HashChildren); err != nil {
+		return out, dbErr("consistency proof", err)
+	}
+	out.Hashes = make([]ledger.Hash, len(hs))
+	for i, h := range hs {
+		copy(out.Hashes[i][:], h)
+	}
+	if out.FromRoot, err = rootAt(ctx, s.r, from); err != nil {
+		return out, dbErr("consistency proof", err)
+	}
+	if out.ToRoot, err = rootAt(ctx, s.r, to); err != nil {
+		return out, dbErr("consistency proof", err)
+	}
+	return out, nil
+}

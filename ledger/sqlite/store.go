@@ -1,0 +1,348 @@
+// Package sqlite implements ledger.Store on SQLite through modernc.org/sqlite
+// (pure Go, no cgo).
+//
+// Layout: one writer connection (transactions BEGIN IMMEDIATE) fed by a
+// single group-commit goroutine, and a pool of read-only connections. The
+// database runs in WAL mode with synchronous=FULL, so a transaction that
+// COMMIT returned for has been fsynced to the WAL and survives a crash or
+// kill -9 of the process (https://www.sqlite.org/pragma.html#pragma_synchronous,
+// "FULL ... ensures that an operating system crash or power failure will not
+// corrupt the database" and in WAL mode every commit is synced). An append is
+// acknowledged only after its COMMIT returns.
+//
+// Concurrent appends are batched: the writer goroutine drains all waiting
+// requests into one IMMEDIATE transaction (each in its own SAVEPOINT, so one
+// request's failure does not touch the others) and commits them with one
+// fsync; each batch gets one signed checkpoint. Readers never block on the
+// writer (WAL), and writers never see "database is locked" because there is
+// exactly one writer connection and busy_timeout is set in the DSN.
+package sqlite
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/migrations"
+	"github.com/pressly/goose/v3"
+	"golang.org/x/mod/sumdb/note"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Options configures Open.
+type Options struct {
+	// Path of the database file; its directory is created (0700) if missing.
+	Path string
+	// KeyDir holds the log's signing key (ledger.key, mode 0600) and its
+	// verifier key (ledger.pub). Default: the database's directory. The key is
+	// generated on first open.
+	KeyDir string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; default time.Now. Tests pin it.
+	Now func() time.Time
+	// MaxBatch caps how many append requests share one transaction
+	// (default 256).
+	MaxBatch int
+	// ReadOnly opens without starting the writer or migrating (used by audit
+	// of a database that must not change). Appends fail.
+	ReadOnly bool
+}
+
+// Store is the SQLite ledger.Store. It is safe for concurrent use.
+type Store struct {
+	w, r   *sql.DB
+	opts   Options
+	log    *slog.Logger
+	signer note.Signer
+	vkey   string
+	origin string
+
+	reqs      chan *appendReq
+	closeOnce sync.Once
+	done      chan struct{}
+	wg        sync.WaitGroup
+
+	mu    sync.Mutex // guards tree (owned by the writer goroutine; read for size)
+	tree  *treeState
+	ready error // non-nil when the tree could not be loaded
+}
+
+func dsn(path string, readonly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	if readonly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// Open opens the database at opts.Path, creating it and applying migrations
+// when needed, loads or generates the signing key, and starts the writer.
+// Errors name what failed (directory, key file, migration).
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Path == "" {
+		return nil, errors.New("open store: empty database path")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.KeyDir == "" {
+		opts.KeyDir = filepath.Dir(opts.Path)
+	}
+	if opts.ReadOnly {
+		if _, err := os.Stat(opts.Path); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	} else if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
+		return nil, fmt.Errorf("open store: create directory: %w", err)
+	}
+	s := &Store{opts: opts, log: opts.Logger, done: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
+	var err error
+	if s.w, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetConnMaxLifetime(0)
+	if s.r, err = sql.Open("sqlite", dsn(opts.Path, true)); err != nil {
+		s.w.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s.r.SetMaxOpenConns(max(4, 2*runtime.NumCPU()))
+	if !opts.ReadOnly {
+		if err := Migrate(ctx, s.w); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if err := s.loadKey(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		s.wg.Add(1)
+		go s.writer()
+	}
+	return s, nil
+}
+
+// Migrate applies all pending migrations to db. Applying twice is a no-op.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	_, err := MigrateTo(ctx, db, 0)
+	return err
+}
+
+// MigrateTo applies migrations up to version (0: all) and returns the
+// resulting version.
+func MigrateTo(ctx context.Context, db *sql.DB, version int64) (int64, error) {
+	p, err := newProvider(db)
+	if err != nil {
+		return 0, err
+	}
+	if version == 0 {
+		if _, err := p.Up(ctx); err != nil {
+			return 0, fmt.Errorf("migrate: %w", err)
+		}
+	} else if _, err := p.UpTo(ctx, version); err != nil {
+		return 0, fmt.Errorf("migrate: %w", err)
+	}
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrate: read version: %w", err)
+	}
+	return v, nil
+}
+
+// MigrationStatus returns the current and the newest available versions.
+func MigrationStatus(ctx context.Context, db *sql.DB) (current, latest int64, err error) {
+	p, err := newProvider(db)
+	if err != nil {
+		return 0, 0, err
+	}
+	if current, err = p.GetDBVersion(ctx); err != nil {
+		return 0, 0, err
+	}
+	srcs := p.ListSources()
+	if len(srcs) > 0 {
+		latest = srcs[len(srcs)-1].Version
+	}
+	return current, latest, nil
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations.FS, ".")
+	if err != nil {
+		return nil, err
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return p, nil
+}
+
+// DB returns the writer database handle, for tools (migrate, backup) that
+// need raw access. Do not write through it while the store is in use.
+func (s *Store) DB() *sql.DB { return s.w }
+
+const keyFile, pubFile = "ledger.key", "ledger.pub"
+
+// loadKey reads the signing key or generates one (mode 0600).
+func (s *Store) loadKey() error {
+	kp := filepath.Join(s.opts.KeyDir, keyFile)
+	b, err := os.ReadFile(kp)
+	if errors.Is(err, fs.ErrNotExist) && !s.opts.ReadOnly {
+		if err := os.MkdirAll(s.opts.KeyDir, 0o700); err != nil {
+			return fmt.Errorf("create key directory: %w", err)
+		}
+		var rnd [4]byte
+		rand.Read(rnd[:])
+		host, _ := os.Hostname()
+		host = strings.Map(func(r rune) rune {
+			if r == '+' || r == ' ' || r == '\n' || r < 0x21 || r > 0x7e {
+				return '-'
+			}
+			return r
+		}, host)
+		if host == "" {
+			host = "localhost"
+		}
+		name := fmt.Sprintf("ledger.%s.%x", host, rnd)
+		skey, vkey, err := note.GenerateKey(rand.Reader, name)
+		if err != nil {
+			return fmt.Errorf("generate signing key: %w", err)
+		}
+		f, err := os.OpenFile(kp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("write signing key: %w", err)
+		}
+		if _, err := f.WriteString(skey + "\n"); err != nil {
+			f.Close()
+			return fmt.Errorf("write signing key: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("write signing key: %w", err)
+		}
+		f.Close()
+		if err := os.WriteFile(filepath.Join(s.opts.KeyDir, pubFile), []byte(vkey+"\n"), 0o644); err != nil {
+			return fmt.Errorf("write verifier key: %w", err)
+		}
+		b = []byte(skey)
+	} else if err != nil {
+		return fmt.Errorf("read signing key %s: %w", kp, err)
+	}
+	if st, err := os.Stat(kp); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("signing key %s has mode %v: must not be readable by group or others (chmod 600)", kp, st.Mode().Perm())
+	}
+	skey := strings.TrimSpace(string(b))
+	signer, err := note.NewSigner(skey)
+	if err != nil {
+		return fmt.Errorf("parse signing key %s: %w", kp, err)
+	}
+	s.signer = signer
+	s.origin = signer.Name()
+	vkey, err := verifierFromSigner(skey)
+	if err != nil {
+		return err
+	}
+	s.vkey = vkey
+	return nil
+}
+
+// verifierFromSigner derives the verifier key "name+hash+base64(alg||pub)"
+// from a signer key "PRIVATE+KEY+name+hash+base64(alg||priv)".
+func verifierFromSigner(skey string) (string, error) {
+	parts := strings.SplitN(skey, "+", 5)
+	if len(parts) != 5 {
+		return "", errors.New("derive verifier key: malformed signer key")
+	}
+	raw, err := base64.StdEncoding.DecodeString(parts[4])
+	if err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 1 {
+		return "", errors.New("derive verifier key: not an Ed25519 signer key")
+	}
+	pub := ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey)
+	vk, err := note.NewEd25519VerifierKey(parts[2], pub)
+	if err != nil {
+		return "", fmt.Errorf("derive verifier key: %w", err)
+	}
+	return vk, nil
+}
+
+// VerifierKey returns the signed-note verifier key of the checkpoints.
+func (s *Store) VerifierKey() string { return s.vkey }
+
+// Origin returns the log origin (the first line of every checkpoint).
+func (s *Store) Origin() string { return s.origin }
+
+// SignNote signs text (which must end in a newline) as a signed note with
+// the log's key.
+func (s *Store) SignNote(text string) (string, error) {
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	b, err := note.Sign(&note.Note{Text: text}, s.signer)
+	if err != nil {
+		return "", fmt.Errorf("sign note: %w", err)
+	}
+	return string(b), nil
+}
+
+// Close stops the writer after pending appends and closes the database.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.wg.Wait()
+	})
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// dbErr translates database errors into application errors, in one place.
+func dbErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *ledger.Error
+	if errors.As(err, &le) {
+		return err
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return ledger.NotFound("%s: not found", op)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
+}

@@ -1,0 +1,183 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
+	"golang.org/x/mod/sumdb/note"
+)
+
+func openTest(t testing.TB) (*Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	s, err := Open(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+// SampleEvidence returns a valid evidence record that differs by n.
+func sampleEvidence(n int) ledger.Evidence {
+	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
+	return ledger.Evidence{
+		Lane: "qmv-bias-sum/v1",
+		Subject: ledger.Subject{
+			Repository: "github.com/ml-explore/mlx",
+			Commit:     fmt.Sprintf("%040x", n+1),
+			Tree:       fmt.Sprintf("%040x", n+1000000),
+			Artifacts:  map[string]string{"libmlx.so": fmt.Sprintf("sha256:%064x", n)},
+		},
+		Backend: ledger.BackendCPU, Device: ledger.Device{Model: "test", Cores: 2},
+		CasesExact: 216, CasesTotal: 216, Control: ledger.ControlCaught, Status: ledger.StatusPassed,
+		StartedAt: start, FinishedAt: start.Add(time.Second),
+		Details: json.RawMessage(`{"n":` + fmt.Sprint(n) + `}`),
+	}
+}
+
+func evRecord(t testing.TB, e ledger.Evidence) ledger.Record {
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.Record{Kind: ledger.KindEvidence, Body: b}
+}
+
+func TestAppendProveAudit(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	v, err := note.NewVerifier(s.VerifierKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *ledger.AppendResult
+	for i := 0; i < 37; i++ {
+		res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := res.Entries[0]
+		if e.Index != uint64(i) || e.Existing {
+			t.Fatalf("append %d: index %d existing %v", i, e.Index, e.Existing)
+		}
+		if _, err := note.Open([]byte(res.Checkpoint.Note), note.VerifierList(v)); err != nil {
+			t.Fatalf("checkpoint does not verify: %v", err)
+		}
+		hs := make([][]byte, len(e.Proof.Hashes))
+		for j := range hs {
+			hs[j] = e.Proof.Hashes[j][:]
+		}
+		if err := proof.VerifyInclusion(rfc6962.DefaultHasher, e.Index, res.Checkpoint.Size, e.LeafHash[:], hs, res.Checkpoint.Root[:]); err != nil {
+			t.Fatalf("inclusion proof %d: %v", i, err)
+		}
+		last = res
+	}
+	// Inclusion against every earlier size, consistency between sizes.
+	for size := uint64(1); size <= 37; size++ {
+		for idx := uint64(0); idx < size; idx += 5 {
+			p, err := s.InclusionProof(ctx, idx, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs := make([][]byte, len(p.Hashes))
+			for j := range hs {
+				hs[j] = p.Hashes[j][:]
+			}
+			cp, err := s.CheckpointAt(ctx, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := proof.VerifyInclusion(rfc6962.DefaultHasher, idx, size, p.LeafHash[:], hs, cp.Root[:]); err != nil {
+				t.Fatalf("inclusion %d@%d: %v", idx, size, err)
+			}
+		}
+		c, err := s.ConsistencyProof(ctx, size, 37)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := make([][]byte, len(c.Hashes))
+		for j := range hs {
+			hs[j] = c.Hashes[j][:]
+		}
+		if err := proof.VerifyConsistency(rfc6962.DefaultHasher, size, 37, hs, c.FromRoot[:], last.Checkpoint.Root[:]); err != nil {
+			t.Fatalf("consistency %d->37: %v", size, err)
+		}
+	}
+	rep, err := s.Audit(ctx)
+	if err != nil || !rep.OK || rep.Leaves != 37 {
+		t.Fatalf("audit: %+v %v", rep, err)
+	}
+	// Identical resubmission appends nothing.
+	res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(3))}, "")
+	if err != nil || !res.Entries[0].Existing || res.Entries[0].Index != 3 {
+		t.Fatalf("resubmission: %+v %v", res, err)
+	}
+	// Idempotency key with a different body conflicts.
+	if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(100))}, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(100))}, "k1")
+	if err != nil || !res.Entries[0].Existing {
+		t.Fatalf("idempotent replay: %v", err)
+	}
+	if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(101))}, "k1"); ledger.ErrorCode(err) != ledger.CodeConflict {
+		t.Fatalf("want conflict, got %v", err)
+	}
+	cp, _ := s.Checkpoint(ctx)
+	if cp.Size != 38 {
+		t.Fatalf("size %d, want 38", cp.Size)
+	}
+}
+
+func TestBatchAtomic(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	bad := sampleEvidence(2)
+	bad.CasesExact = 300
+	_, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(1)), evRecord(t, bad)}, "")
+	le, ok := err.(*ledger.Error)
+	if !ok || le.Code != ledger.CodeInvalid || le.Field != "[1].cases_exact" {
+		t.Fatalf("want invalid [1].cases_exact, got %#v", err)
+	}
+	cp, _ := s.Checkpoint(ctx)
+	if cp.Size != 0 {
+		t.Fatalf("something was appended: size %d", cp.Size)
+	}
+}
+
+func TestConcurrentAppends(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32*20)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(g*1000+i))}, ""); err != nil {
+					errs <- err
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rep, err := s.Audit(ctx)
+	if err != nil || !rep.OK || rep.Leaves != 640 {
+		t.Fatalf("audit %+v %v", rep, err)
+	}
+}

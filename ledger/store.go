@@ -1,0 +1,154 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Record is one fact to append: its kind and canonical JSON body (see
+// CanonicalBody). The store derives the entry id and index columns from it.
+type Record struct {
+	Kind Kind
+	Body json.RawMessage
+}
+
+// AppendedEntry is one entry of an AppendResult. Existing is true when an
+// identical record was already in the log: nothing was appended for it and
+// Entry is the original.
+type AppendedEntry struct {
+	Entry
+	Existing bool           `json:"existing"`
+	Proof    InclusionProof `json:"inclusion_proof"`
+}
+
+// AppendResult answers an Append: one AppendedEntry per input record, in
+// order, and the signed checkpoint the proofs are against.
+type AppendResult struct {
+	Entries    []AppendedEntry `json:"entries"`
+	Checkpoint Checkpoint      `json:"checkpoint"`
+}
+
+// EvidenceEntry is an evidence record with its log entry.
+type EvidenceEntry struct {
+	Entry
+	Evidence Evidence `json:"evidence"`
+}
+
+// HeadEntry is a head verification with its log entry.
+type HeadEntry struct {
+	Entry
+	Head HeadVerification `json:"head"`
+}
+
+// EvidenceFilter selects evidence. Empty fields do not filter. Commit and
+// ArtifactDigest match as prefixes (at least 4 characters); Cursor is the
+// opaque Next value of a previous page; Limit defaults to 50, at most 1000.
+// Results are newest first (descending log index).
+type EvidenceFilter struct {
+	Lane           string
+	Backend        Backend
+	Status         Status
+	Repository     string
+	Commit         string
+	ArtifactDigest string
+	Since          time.Time // recorded at or after
+	Cursor         string
+	Limit          int
+}
+
+// EntryFilter selects log entries of one kind by key. Key is the kind's
+// index key (see EntryKey): the release version for releases, waivers and
+// approvals, the repository for heads, the lane for evidence.
+type EntryFilter struct {
+	Kind   Kind
+	Key    string
+	Cursor string
+	Limit  int
+}
+
+// HeadFilter selects head verifications (newest first).
+type HeadFilter struct {
+	Repository string
+	Commit     string // exact or prefix (>= 4)
+	Verdict    Verdict
+	Cursor     string
+	Limit      int
+}
+
+// Scope is a token's permission. admin implies record and read; record
+// implies read.
+type Scope string
+
+// The scopes.
+const (
+	ScopeRead   Scope = "read"
+	ScopeRecord Scope = "record"
+	ScopeAdmin  Scope = "admin"
+)
+
+// Allows reports whether a token of scope s may act with need.
+func (s Scope) Allows(need Scope) bool {
+	rank := map[Scope]int{ScopeRead: 1, ScopeRecord: 2, ScopeAdmin: 3}
+	return rank[s] >= rank[need] && rank[need] > 0
+}
+
+// Token is a stored API token. The secret is shown once at creation and
+// stored only as its SHA-256 hash. Roles name the manual gates' roles the
+// holder may approve for (e.g. "release-manager").
+type Token struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Scope     Scope      `json:"scope"`
+	Roles     []string   `json:"roles,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// AuditReport is the result of a full audit of the log.
+type AuditReport struct {
+	OK          bool   `json:"ok"`
+	Leaves      uint64 `json:"leaves"`
+	Checkpoints int    `json:"checkpoints"`
+	Root        Hash   `json:"root"`
+	// FirstBadIndex is the first leaf index found inconsistent (-1 when OK
+	// or when the problem is not tied to one leaf).
+	FirstBadIndex int64  `json:"first_bad_index"`
+	Problem       string `json:"problem,omitempty"`
+}
+
+// Store is the evidence ledger's persistence: an append-only Merkle log of
+// entries with signed checkpoints, plus indexes to query them, plus tokens.
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// Append validates and appends recs atomically (all or none) and signs a
+	// checkpoint covering them. Records identical to ones already logged are
+	// not appended again. A non-empty idemKey that was seen before returns the
+	// original result (CodeConflict when the records differ).
+	Append(ctx context.Context, recs []Record, idemKey string) (*AppendResult, error)
+	Entry(ctx context.Context, id string) (Entry, error)
+	EntryAt(ctx context.Context, index uint64) (Entry, error)
+	Entries(ctx context.Context, f EntryFilter) (entries []Entry, next string, err error)
+	Evidence(ctx context.Context, f EvidenceFilter) (entries []EvidenceEntry, next string, err error)
+	Heads(ctx context.Context, f HeadFilter) (entries []HeadEntry, next string, err error)
+
+	Checkpoint(ctx context.Context) (Checkpoint, error)
+	CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error)
+	InclusionProof(ctx context.Context, index, size uint64) (InclusionProof, error)
+	ConsistencyProof(ctx context.Context, from, to uint64) (ConsistencyProof, error)
+	// VerifierKey returns the signed-note verifier key of the checkpoints.
+	VerifierKey() string
+	// Sign signs text (a readiness verdict, say) with the log key as a
+	// signed note.
+	SignNote(text string) (string, error)
+	Audit(ctx context.Context) (AuditReport, error)
+
+	CreateToken(ctx context.Context, name string, scope Scope, roles []string) (secret string, t Token, err error)
+	Tokens(ctx context.Context) ([]Token, error)
+	RevokeToken(ctx context.Context, idOrName string) error
+	// Authenticate returns the live token whose secret is given, or a
+	// CodeUnauthorized error.
+	Authenticate(ctx context.Context, secret string) (Token, error)
+
+	Close() error
+}
