@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(newAuditCmd)
+	register(newMigrateCmd)
+	register(newTokenCmd)
+	register(newBackupCmd)
+}
+
+// runAudit audits the database at path (keys in keyDir) without changing it.
+func runAudit(ctx context.Context, path, keyDir string) (ledger.AuditReport, error) {
+	if _, err := os.Stat(path); err != nil {
+		return ledger.AuditReport{}, fmt.Errorf("database %s: %w", path, err)
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, KeyDir: keyDir, ReadOnly: true})
+	if err != nil {
+		return ledger.AuditReport{}, err
+	}
+	defer st.Close()
+	return st.Audit(ctx)
+}
+
+func newAuditCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "audit",
+		Short: "Recompute every leaf hash and the Merkle tree from the database and check every signed checkpoint",
+		Long: `Audit the log in --db: recompute every leaf hash and tree node from the stored
+bytes, check the query projections, and verify every stored checkpoint's
+signature and root. Any edit, deletion, reordering or insertion done behind the
+service's back is reported with the first bad leaf index.
+
+Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := runAudit(cmd.Context(), a.DB, a.dataDir())
+			if err != nil {
+				return errExit(2, "audit: %v", err)
+			}
+			if a.JSON {
+				a.printJSON(rep)
+			} else if rep.OK {
+				fmt.Fprintf(a.stdout, "audit passed: %d leaves, %d signed checkpoints, root %s\n", rep.Leaves, rep.Checkpoints, rep.Root)
+			} else {
+				fmt.Fprintf(a.stdout, "audit FAILED at index %d: %s\n", rep.FirstBadIndex, rep.Problem)
+			}
+			if !rep.OK {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+}
+
+func newMigrateCmd(a *app) *cobra.Command {
+	var status bool
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create the database if needed and apply pending migrations (a no-op when up to date)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if status {
+				st, err := sqlite.Open(cmd.Context(), sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), ReadOnly: true})
+				if err != nil {
+					return errExit(2, "migrate: %v", err)
+				}
+				defer st.Close()
+				cur, latest, err := sqlite.MigrationStatus(cmd.Context(), st.DB())
+				if err != nil {
+					return errExit(2, "migrate: %v", err)
+				}
+				fmt.Fprintf(a.stdout, "schema version %d, newest %d\n", cur, latest)
+				return nil
+			}
+			st, err := a.openStore(cmd.Context())
+			if err != nil {
+				return errExit(2, "migrate: %v", err)
+			}
+			defer st.Close()
+			cur, latest, err := sqlite.MigrationStatus(cmd.Context(), st.DB())
+			if err != nil {
+				return errExit(2, "migrate: %v", err)
+			}
+			fmt.Fprintf(a.stdout, "database %s at schema version %d (newest %d)\n", a.DB, cur, latest)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&status, "status", false, "only show the schema version")
+	return cmd
+}
+
+func newTokenCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke API tokens (stored only as hashes)"}
+	var scope, name string
+	var roles []string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a token; the secret is printed once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.openStore(cmd.Context())
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			defer st.Close()
+			secret, t, err := st.CreateToken(cmd.Context(), name, ledger.Scope(scope), roles)
+			if err != nil {
+				return errExit(2, "token create: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"token": t, "secret": secret})
+			}
+			fmt.Fprintln(a.stdout, secret)
+			fmt.Fprintf(a.stderr, "created token %s (%s, scope %s); the secret above is shown only once\n", t.Name, t.ID, t.Scope)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&scope, "scope", "record", "read, record or admin")
+	create.Flags().StringVar(&name, "name", "", "unique token name (required)")
+	create.Flags().StringSliceVar(&roles, "role", nil, "role for manual gates (repeatable)")
+	create.MarkFlagRequired("name")
+	list := &cobra.Command{
+		Use: "list", Short: "List tokens (never their secrets)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.openStore(cmd.Context())
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			defer st.Close()
+			ts, err := st.Tokens(cmd.Context())
+			if err != nil {
+				return errExit(2, "token list: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(ts)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tSCOPE\tROLES\tCREATED\tREVOKED")
+			for _, t := range ts {
+				rev := "-"
+				if t.RevokedAt != nil {
+					rev = t.RevokedAt.Format("2006-01-02T15:04:05Z")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, strings.Join(t.Roles, ","), t.CreatedAt.Format("2006-01-02T15:04:05Z"), rev)
+			}
+			return tw.Flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use: "revoke ID|NAME", Short: "Revoke a token", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.openStore(cmd.Context())
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			defer st.Close()
+			if err := st.RevokeToken(cmd.Context(), args[0]); err != nil {
+				return errExit(2, "token revoke: %v", err)
+			}
+			fmt.Fprintf(a.stdout, "revoked %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func newBackupCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "backup DEST",
+		Short: "Write a consistent online copy of the database (VACUUM INTO) and audit the copy",
+		Long: `Write a consistent copy of --db to DEST while the service may keep running
+(SQLite's VACUUM INTO reads one snapshot), copy the verifier and signing keys
+beside it, then audit the copy. Restore by stopping the service and putting
+the copy (and its key files) in place of the database.
+
+Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dest := args[0]
+			if _, err := os.Stat(dest); err == nil {
+				return errExit(2, "backup: %s already exists", dest)
+			}
+			if _, err := os.Stat(a.DB); err != nil {
+				return errExit(2, "backup: database %s: %v", a.DB, err)
+			}
+			st, err := a.openStore(cmd.Context())
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			if _, err := st.DB().ExecContext(cmd.Context(), "VACUUM INTO ?", dest); err != nil {
+				st.Close()
+				return errExit(2, "backup: %v", err)
+			}
+			st.Close()
+			keyDir := filepath.Dir(dest)
+			for _, f := range []string{"ledger.key", "ledger.pub"} {
+				src := filepath.Join(a.dataDir(), f)
+				dst := filepath.Join(keyDir, f)
+				if filepath.Clean(src) == filepath.Clean(dst) {
+					continue
+				}
+				if _, err := os.Stat(dst); err == nil {
+					continue
+				}
+				b, err := os.ReadFile(src)
+				if err != nil {
+					return errExit(2, "backup: copy key: %v", err)
+				}
+				mode := os.FileMode(0o644)
+				if f == "ledger.key" {
+					mode = 0o600
+				}
+				if err := os.WriteFile(dst, b, mode); err != nil {
+					return errExit(2, "backup: copy key: %v", err)
+				}
+			}
+			rep, err := runAudit(cmd.Context(), dest, keyDir)
+			if err != nil {
+				return errExit(2, "backup: audit copy: %v", err)
+			}
+			if !rep.OK {
+				fmt.Fprintf(a.stdout, "backup written to %s but its audit FAILED at index %d: %s\n", dest, rep.FirstBadIndex, rep.Problem)
+				return &exitError{code: 1}
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"dest": dest, "audit": rep})
+			}
+			fmt.Fprintf(a.stdout, "backup written to %s: %d leaves, audit passed (root %s)\n", dest, rep.Leaves, rep.Root)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/web"
+	"github.com/spf13/cobra"
+)
+
+// ServeConfig configures `ledger serve`. Fields come from flags, then
+// LEDGER_* environment variables, then the defaults of defaultServeConfig.
+type ServeConfig struct {
+	DB       string // LEDGER_DB
+	KeyDir   string // LEDGER_DATA_DIR
+	Addr     string // LEDGER_ADDR
+	MaxBody  int64  // LEDGER_MAX_BODY (bytes)
+	ReadAuth bool   // LEDGER_READ_AUTH
+	// Ready, when non-nil, receives the bound address once listening.
+	Ready func(addr net.Addr)
+	Log   *slog.Logger
+}
+
+func defaultServeConfig() ServeConfig {
+	c := ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20}
+	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			c.MaxBody = n
+		}
+	}
+	if v := os.Getenv("LEDGER_READ_AUTH"); v != "" {
+		c.ReadAuth, _ = strconv.ParseBool(v)
+	}
+	return c
+}
+
+// Validate reports the first bad setting.
+func (c ServeConfig) Validate() error {
+	if c.DB == "" {
+		return errors.New("--db is required")
+	}
+	if c.Addr == "" {
+		return errors.New("--addr is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("--addr %q: %v", c.Addr, err)
+	}
+	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
+		return fmt.Errorf("--max-body %d: must be between 1 KiB and 1 GiB", c.MaxBody)
+	}
+	return nil
+}
+
+// RunServe opens (creating and migrating) the database, serves the API and
+// dashboard until ctx ends, then shuts down gracefully.
+func RunServe(ctx context.Context, c ServeConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: c.DB, KeyDir: c.KeyDir, Logger: c.Log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := web.New(web.Config{Store: st, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Addr, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, WriteTimeout: 120 * time.Second, IdleTimeout: 120 * time.Second}
+	c.Log.Info("ledger serving", "url", "http://"+ln.Addr().String()+"/", "db", c.DB, "verifier_key", st.VerifierKey())
+	if c.Ready != nil {
+		c.Ready(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		c := defaultServeConfig()
+		cmd := &cobra.Command{
+			Use:   "serve",
+			Short: "Serve the HTTP API and the reviewer dashboard (creates and migrates the database on first start)",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c.DB, c.KeyDir, c.Log = a.DB, a.dataDir(), a.log
+				if c.Ready == nil {
+					c.Ready = func(addr net.Addr) { fmt.Fprintf(a.stdout, "ledger: serving on http://%s/\n", addr) }
+				}
+				if err := RunServe(cmd.Context(), c); err != nil {
+					return errExit(2, "serve: %v", err)
+				}
+				return nil
+			},
+		}
+		cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
+		cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
+		cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
+		return cmd
+	})
+}

@@ -1,0 +1,77 @@
+package gates
+
+import (
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// State is a gate's computed state.
+type State string
+
+// The gate states. A gate is never set by hand: it is open until matching
+// evidence exists, passed when it does, failed when matching evidence shows
+// a failure, waived when an applicable waiver covers it.
+const (
+	StatePassed State = "passed"
+	StateFailed State = "failed"
+	StateOpen   State = "open"
+	StateWaived State = "waived"
+)
+
+// EvidenceRef points at a log entry that satisfies (or fails) a gate.
+type EvidenceRef struct {
+	ID      string         `json:"id"`
+	Index   uint64         `json:"index"`
+	Lane    string         `json:"lane,omitempty"`
+	Backend ledger.Backend `json:"backend,omitempty"`
+	Status  ledger.Status  `json:"status,omitempty"`
+	Summary string         `json:"summary,omitempty"` // e.g. "216/216 exact, control caught"
+}
+
+// BaselineRef is evidence for the same lane that does not count for this
+// release, with the reason (older artifact, other commit, dirty tree, other
+// backend, control not caught).
+type BaselineRef struct {
+	EvidenceRef
+	Reason string `json:"reason"`
+}
+
+// WaiverInfo is an applicable (or recently lapsed) waiver shown with a gate.
+type WaiverInfo struct {
+	ID        string    `json:"id"`
+	Gate      string    `json:"gate"`
+	Reason    string    `json:"reason"`
+	Author    string    `json:"author"`
+	Expires   time.Time `json:"expires"`
+	Applies   bool      `json:"applies"`
+	WhyNot    string    `json:"why_not,omitempty"` // "expired", "pins changed"
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// GateResult is one gate's evaluated state with its reason, the evidence
+// that satisfies it and what is missing.
+type GateResult struct {
+	ID         string        `json:"id"`
+	Kind       string        `json:"kind"`
+	Title      string        `json:"title,omitempty"`
+	State      State         `json:"state"`
+	Reason     string        `json:"reason"`
+	Satisfying []EvidenceRef `json:"satisfying,omitempty"`
+	Missing    []string      `json:"missing,omitempty"`
+	Baseline   []BaselineRef `json:"baseline,omitempty"`
+	Waivers    []WaiverInfo  `json:"waivers,omitempty"`
+	// Divergence is set by trajectory gates: the first divergent zero-based
+	// index and both tokens.
+	Divergence *Divergence `json:"divergence,omitempty"`
+}
+
+// Divergence describes where two trajectories first differ.
+type Divergence struct {
+	Trajectory string `json:"trajectory"`
+	A          string `json:"a"` // mode/backend label of the first sequence
+	B          string `json:"b"`
+	Index      int    `json:"index"` // zero-based; -1 when lengths differ only
+	TokenA     *int64 `json:"token_a,omitempty"`
+	TokenB     *int64 `json:"token_b,omitempty"`
+}

@@ -1,0 +1,223 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-chi/chi/v5"
+)
+
+func init() {
+	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
+		r.With(s.require(ledger.ScopeRecord)).Post("/evidence", s.handlePostEvidence)
+		r.With(s.require(ledger.ScopeRead)).Get("/evidence", s.handleListEvidence)
+		r.With(s.require(ledger.ScopeRead)).Get("/evidence/{id}", s.handleGetEvidence)
+		r.With(s.require(ledger.ScopeRead)).Get("/evidence/{id}/proof", s.handleEvidenceProof)
+	})
+}
+
+// EvidenceJSON is the API representation of one evidence entry.
+type EvidenceJSON struct {
+	ID         string          `json:"id"`
+	Index      uint64          `json:"index"`
+	RecordedAt time.Time       `json:"recorded_at"`
+	LeafHash   ledger.Hash     `json:"leaf_hash"`
+	Evidence   ledger.Evidence `json:"evidence"`
+	// Leaf is the exact canonical bytes that were hashed (a JSON text),
+	// present on single-entry responses.
+	Leaf string `json:"leaf,omitempty"`
+}
+
+func evidenceJSON(e ledger.EvidenceEntry, withLeaf bool) EvidenceJSON {
+	out := EvidenceJSON{ID: e.ID, Index: e.Index, RecordedAt: e.RecordedAt, LeafHash: e.LeafHash, Evidence: e.Evidence}
+	if withLeaf {
+		out.Leaf = string(e.Raw)
+	}
+	return out
+}
+
+// AppendedJSON is one appended (or already present) entry in a POST answer.
+type AppendedJSON struct {
+	ID             string                `json:"id"`
+	Index          uint64                `json:"index"`
+	LeafHash       ledger.Hash           `json:"leaf_hash"`
+	Existing       bool                  `json:"existing"`
+	InclusionProof ledger.InclusionProof `json:"inclusion_proof"`
+}
+
+// appendAnswer writes the answer of an append: 201 when anything new was
+// appended, 200 when every record was already present (replay).
+func (s *Server) appendAnswer(w http.ResponseWriter, res *ledger.AppendResult, single bool) {
+	status := http.StatusOK
+	entries := make([]AppendedJSON, len(res.Entries))
+	for i, e := range res.Entries {
+		entries[i] = AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}
+		if !e.Existing {
+			status = http.StatusCreated
+			s.metrics.appended.WithLabelValues(string(e.Kind)).Inc()
+		}
+	}
+	s.metrics.logSize.Set(float64(res.Checkpoint.Size))
+	if single {
+		s.writeJSON(w, status, struct {
+			AppendedJSON
+			Checkpoint ledger.Checkpoint `json:"checkpoint"`
+		}{entries[0], res.Checkpoint})
+		return
+	}
+	s.writeJSON(w, status, map[string]any{"entries": entries, "checkpoint": res.Checkpoint})
+}
+
+// handlePostEvidence appends one evidence object or an array of them,
+// atomically. Idempotency-Key replays return the original result.
+func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
+	if err := requireJSON(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	trimmed := bytes.TrimSpace(body)
+	var raws []json.RawMessage
+	single := true
+	switch {
+	case len(trimmed) == 0:
+		s.writeError(w, r, ledger.FieldError("", "empty body: send an evidence object or an array of them"))
+		return
+	case trimmed[0] == '[':
+		single = false
+		if err := ledger.DecodeStrict(trimmed, &raws); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if len(raws) == 0 {
+			s.writeError(w, r, ledger.FieldError("", "empty array: nothing to record"))
+			return
+		}
+	case trimmed[0] == '{':
+		raws = []json.RawMessage{trimmed}
+	default:
+		s.writeError(w, r, ledger.FieldError("", "body must be a JSON object or array"))
+		return
+	}
+	recs := make([]ledger.Record, len(raws))
+	for i, raw := range raws {
+		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
+	}
+	res, err := s.store.Append(r.Context(), recs, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.appendAnswer(w, res, single)
+}
+
+// parseEvidenceFilter reads the list filters from the query string.
+func parseEvidenceFilter(r *http.Request) (ledger.EvidenceFilter, error) {
+	q := r.URL.Query()
+	f := ledger.EvidenceFilter{
+		Lane: q.Get("lane"), Backend: ledger.Backend(q.Get("backend")), Status: ledger.Status(q.Get("status")),
+		Repository: q.Get("repository"), Commit: q.Get("commit"), ArtifactDigest: q.Get("artifact"), Cursor: q.Get("cursor"),
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return f, ledger.FieldError("limit", "must be an integer in 1..1000")
+		}
+		f.Limit = n
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return f, ledger.FieldError("since", "must be an RFC 3339 time such as 2026-11-29T00:00:00Z")
+		}
+		f.Since = t
+	}
+	switch f.Backend {
+	case "", ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal:
+	default:
+		return f, ledger.FieldError("backend", "must be cpu, cuda, metal or external")
+	}
+	switch f.Status {
+	case "", ledger.StatusPassed, ledger.StatusFailed, ledger.StatusInconclusive, ledger.StatusError:
+	default:
+		return f, ledger.FieldError("status", "must be passed, failed, inconclusive or error")
+	}
+	return f, nil
+}
+
+func (s *Server) handleListEvidence(w http.ResponseWriter, r *http.Request) {
+	f, err := parseEvidenceFilter(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, next, err := s.store.Evidence(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]EvidenceJSON, len(list))
+	for i, e := range list {
+		out[i] = evidenceJSON(e, false)
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"evidence": out, "next_cursor": next})
+}
+
+// evidenceByID loads one evidence entry, 404 when absent or not evidence.
+func (s *Server) evidenceByID(r *http.Request, id string) (ledger.EvidenceEntry, error) {
+	e, err := s.store.Entry(r.Context(), id)
+	if err != nil {
+		return ledger.EvidenceEntry{}, err
+	}
+	if e.Kind != ledger.KindEvidence {
+		return ledger.EvidenceEntry{}, ledger.NotFound("entry %q is a %s entry, not evidence", id, e.Kind)
+	}
+	ev, err := ledger.ParseEvidence(e.Body)
+	if err != nil {
+		return ledger.EvidenceEntry{}, err
+	}
+	return ledger.EvidenceEntry{Entry: e, Evidence: ev}, nil
+}
+
+func (s *Server) handleGetEvidence(w http.ResponseWriter, r *http.Request) {
+	e, err := s.evidenceByID(r, chi.URLParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, evidenceJSON(e, true))
+}
+
+func (s *Server) handleEvidenceProof(w http.ResponseWriter, r *http.Request) {
+	e, err := s.store.Entry(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var size uint64
+	if v := r.URL.Query().Get("size"); v != "" {
+		size, err = strconv.ParseUint(v, 10, 64)
+		if err != nil || size == 0 {
+			s.writeError(w, r, ledger.FieldError("size", "must be a positive integer tree size"))
+			return
+		}
+	}
+	p, err := s.store.InclusionProof(r.Context(), e.Index, size)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := map[string]any{"proof": p}
+	if cp, err := s.store.CheckpointAt(r.Context(), p.TreeSize); err == nil {
+		out["checkpoint"] = cp
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}

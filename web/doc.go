@@ -1,0 +1,5 @@
+// Package web serves the evidence ledger over HTTP: the /api/v1 JSON API
+// for CI and tools, and the server-rendered reviewer dashboard, on one chi
+// router. Handlers are methods on *Server, one file per resource; errors
+// map to HTTP statuses through the single table in errors.go.
+package web

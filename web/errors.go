@@ -1,0 +1,50 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// statusOf is the one table mapping application error codes to HTTP
+// statuses.
+var statusOf = map[ledger.Code]int{
+	ledger.CodeInvalid:      http.StatusBadRequest,
+	ledger.CodeNotFound:     http.StatusNotFound,
+	ledger.CodeConflict:     http.StatusConflict,
+	ledger.CodeUnauthorized: http.StatusUnauthorized,
+	ledger.CodeForbidden:    http.StatusForbidden,
+	ledger.CodeTooLarge:     http.StatusRequestEntityTooLarge,
+	ledger.CodeUnsupported:  http.StatusUnsupportedMediaType,
+	ledger.CodePrecondition: http.StatusConflict,
+	ledger.CodeInternal:     http.StatusInternalServerError,
+}
+
+// APIError is the JSON body of every API error.
+type APIError struct {
+	Code    ledger.Code `json:"code"`
+	Message string      `json:"message"`
+	Field   string      `json:"field,omitempty"`
+}
+
+// errorBody returns the status and body for err. Internal errors are logged
+// by the caller and shown as "internal error".
+func errorBody(err error) (int, APIError) {
+	var le *ledger.Error
+	if errors.As(err, &le) {
+		st, ok := statusOf[le.Code]
+		if !ok {
+			st = http.StatusInternalServerError
+		}
+		if st == http.StatusInternalServerError {
+			return st, APIError{Code: ledger.CodeInternal, Message: "internal error"}
+		}
+		return st, APIError{Code: le.Code, Message: le.Error(), Field: le.Field}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return http.StatusRequestEntityTooLarge, APIError{Code: ledger.CodeTooLarge, Message: "request body is larger than the limit"}
+	}
+	return http.StatusInternalServerError, APIError{Code: ledger.CodeInternal, Message: "internal error"}
+}
