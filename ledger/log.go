@@ -54,7 +54,8 @@ func (h *Hash) UnmarshalText(b []byte) error {
 // of that encoding are what the log hashes (RFC 6962 leaf hash:
 // SHA-256(0x00 || bytes)).
 type Leaf struct {
-	V          int             `json:"v"` // leaf format version, 1
+	V          int             `json:"v"`     // leaf format version, 1
+	Index      uint64          `json:"index"` // the leaf's own position: a reordered row cannot pass as another
 	Kind       Kind            `json:"kind"`
 	ID         string          `json:"id"`
 	RecordedAt time.Time       `json:"recorded_at"`

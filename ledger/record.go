@@ -52,26 +52,11 @@ func jsonError(err error) error {
 func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	switch k {
 	case KindEvidence:
-		var e Evidence
-		if err := DecodeStrict(body, &e); err != nil {
-			return nil, err
-		}
-		if err := e.Validate(); err != nil {
-			return nil, err
-		}
-		e.Normalize()
-		return CanonicalBody(&e)
+		_, b, err := PrepareEvidence(body)
+		return b, err
 	case KindHead:
-		var h HeadVerification
-		if err := DecodeStrict(body, &h); err != nil {
-			return nil, err
-		}
-		if err := h.Validate(); err != nil {
-			return nil, err
-		}
-		h.VerifiedAt = h.VerifiedAt.UTC()
-		h.SignedAt = h.SignedAt.UTC()
-		return CanonicalBody(&h)
+		_, b, err := PrepareHead(body)
+		return b, err
 	case KindRelease, KindWaiver, KindApproval:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {
@@ -84,6 +69,48 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 		return c, nil
 	}
 	return nil, FieldError("kind", "unknown entry kind %q", clip(string(k)))
+}
+
+// PrepareEvidence decodes body strictly, validates and normalizes it, and
+// returns the record with its canonical bytes: the encoding/json encoding
+// of the Evidence struct (fields in declaration order, map keys sorted,
+// no HTML escaping), with Details canonicalized by CanonicalJSON.
+func PrepareEvidence(body []byte) (Evidence, []byte, error) {
+	var e Evidence
+	if err := DecodeStrict(body, &e); err != nil {
+		return e, nil, err
+	}
+	if err := e.Validate(); err != nil {
+		return e, nil, err
+	}
+	e.Normalize()
+	b, err := marshalNoEscape(&e)
+	return e, b, err
+}
+
+// PrepareHead is PrepareEvidence for head verification records.
+func PrepareHead(body []byte) (HeadVerification, []byte, error) {
+	var h HeadVerification
+	if err := DecodeStrict(body, &h); err != nil {
+		return h, nil, err
+	}
+	if err := h.Validate(); err != nil {
+		return h, nil, err
+	}
+	h.VerifiedAt = h.VerifiedAt.UTC()
+	h.SignedAt = h.SignedAt.UTC()
+	b, err := marshalNoEscape(&h)
+	return h, b, err
+}
+
+func marshalNoEscape(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // ParseEvidence decodes canonical evidence bytes as stored in the log.

@@ -13,7 +13,8 @@ CREATE TABLE leaves (
 CREATE INDEX leaves_kind_key ON leaves(kind, key, idx);
 CREATE INDEX leaves_kind_idx ON leaves(kind, idx);
 
--- Every Merkle tree node of a perfect subtree, level 0 (leaves) included.
+-- Every Merkle tree node of a perfect subtree above the leaves (level >= 1;
+-- level 0 is leaves.leaf_hash).
 -- ord = (end_exclusive_leaf << 6) | level: the order in which an appending
 -- compact range completes nodes, so an audit can stream them.
 CREATE TABLE tree_nodes (

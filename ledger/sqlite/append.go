@@ -101,12 +101,16 @@ func (s *Store) answer(ctx context.Context, resp appendResp) (*ledger.AppendResu
 		return nil, err
 	}
 	out := &ledger.AppendResult{Checkpoint: cp}
+	idx := make([]uint64, len(resp.entries))
 	for i, e := range resp.entries {
-		p, err := inclusion(ctx, s.r, e.Index, resp.size)
-		if err != nil {
-			return nil, dbErr("inclusion proof", err)
-		}
-		out.Entries = append(out.Entries, ledger.AppendedEntry{Entry: e, Existing: resp.existing[i], Proof: p})
+		idx[i] = e.Index
+	}
+	proofs, err := inclusionMany(ctx, s.r, idx, resp.size, cp.Root)
+	if err != nil {
+		return nil, dbErr("inclusion proof", err)
+	}
+	for i, e := range resp.entries {
+		out.Entries = append(out.Entries, ledger.AppendedEntry{Entry: e, Existing: resp.existing[i], Proof: proofs[i]})
 	}
 	return out, nil
 }
@@ -129,25 +133,27 @@ func prepare(r ledger.Record) (prepared, error) {
 	if !ledger.ValidKind(r.Kind) {
 		return prepared{}, ledger.FieldError("kind", "unknown entry kind %q", r.Kind)
 	}
-	body, err := ledger.PrepareRecord(r.Kind, r.Body)
-	if err != nil {
-		return prepared{}, err
-	}
-	p := prepared{kind: r.Kind, body: body, id: ledger.EntryID(r.Kind, body), key: ledger.EntryKey(r.Kind, body)}
+	p := prepared{kind: r.Kind}
+	var err error
 	switch r.Kind {
 	case ledger.KindEvidence:
-		e, err := ledger.ParseEvidence(body)
-		if err != nil {
-			return p, err
-		}
-		p.ev = &e
+		var e ledger.Evidence
+		e, p.body, err = ledger.PrepareEvidence(r.Body)
+		p.ev, p.key = &e, e.Lane
 	case ledger.KindHead:
 		var h ledger.HeadVerification
-		if err := json.Unmarshal(body, &h); err != nil {
-			return p, err
+		h, p.body, err = ledger.PrepareHead(r.Body)
+		p.head, p.key = &h, h.Repository
+	default:
+		p.body, err = ledger.PrepareRecord(r.Kind, r.Body)
+		if err == nil {
+			p.key = ledger.EntryKey(r.Kind, p.body)
 		}
-		p.head = &h
 	}
+	if err != nil {
+		return p, err
+	}
+	p.id = ledger.EntryID(r.Kind, p.body)
 	return p, nil
 }
 
@@ -208,11 +214,11 @@ func (s *Store) loadTree(ctx context.Context) error {
 }
 
 type stmts struct {
-	leaf, node, ev, art, head, idem *sql.Stmt
+	leaf, node, ev, art, head, idem, byID *sql.Stmt
 }
 
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.leaf, st.node, st.ev, st.art, st.head, st.idem} {
+	for _, s := range []*sql.Stmt{st.leaf, st.node, st.ev, st.art, st.head, st.idem, st.byID} {
 		if s != nil {
 			s.Close()
 		}
@@ -235,6 +241,7 @@ func prepareStmts(ctx context.Context, tx *sql.Tx) (*stmts, error) {
 	st.ev = p("INSERT INTO evidence_index(idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?)")
 	st.art = p("INSERT INTO evidence_artifacts(idx, name, digest) VALUES (?,?,?)")
 	st.head = p("INSERT INTO heads_index(idx, repository, ref, commit_id, verdict, decision) VALUES (?,?,?,?,?,?)")
+	st.byID = p("SELECT idx FROM leaves WHERE id = ?")
 	st.idem = p("INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)")
 	if err != nil {
 		st.close()
@@ -395,16 +402,21 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		}
 	}
 	for _, p := range r.recs {
-		e, err := entryByID(ctx, tx, p.id)
+		var idx int64
+		err := st.byID.QueryRowContext(ctx, p.id).Scan(&idx)
 		if err == nil {
+			e, err := entryByID(ctx, tx, p.id)
+			if err != nil {
+				return res, false, err
+			}
 			res.entries = append(res.entries, e)
 			res.existing = append(res.existing, true)
 			continue
 		}
-		if ledger.ErrorCode(err) != ledger.CodeNotFound {
+		if !errors.Is(err, sql.ErrNoRows) {
 			return res, false, err
 		}
-		e, err = s.insert(ctx, st, p, now)
+		e, err := s.insert(ctx, st, p, now)
 		if err != nil {
 			return res, false, err
 		}
@@ -416,7 +428,7 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 
 func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time) (ledger.Entry, error) {
 	idx := s.tree.size()
-	raw, err := ledger.EncodeLeaf(ledger.Leaf{V: 1, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
+	raw, err := ledger.EncodeLeaf(ledger.Leaf{V: 1, Index: idx, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
 	if err != nil {
 		return ledger.Entry{}, err
 	}
@@ -426,7 +438,7 @@ func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time
 	}
 	var verr error
 	if err := s.tree.rng.Append(lh[:], func(id compact.NodeID, h []byte) {
-		if verr == nil {
+		if verr == nil && id.Level > 0 {
 			_, verr = st.node.ExecContext(ctx, nodeOrd(id), h)
 		}
 	}); err != nil {

@@ -108,11 +108,14 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	var artifacts int64
 	var nodeProblem string
 	var nodeBad int64 = -1
+	var verified uint64
 	visit := func(id compact.NodeID, h []byte) {
-		if nodeProblem != "" {
+		if nodeProblem != "" || id.Level == 0 {
 			return
 		}
-		first := int64(id.Index << id.Level)
+		// Leaves below the last checkpoint whose root matched are proven
+		// good, so the culprit lies at or after max(first, verified).
+		first := max(int64(id.Index<<id.Level), int64(verified))
 		if !nodeRows.Next() {
 			nodeProblem, nodeBad = fmt.Sprintf("tree node (level %d, index %d) is missing", id.Level, id.Index), first
 			return
@@ -161,6 +164,9 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 		if err != nil {
 			return bad(int64(idx), "leaf %d: %v", idx, err)
 		}
+		if l.Index != idx {
+			return bad(int64(idx), "leaf %d: the stored bytes say index %d (rows were reordered or copied)", idx, l.Index)
+		}
 		if l.ID != id || string(l.Kind) != kind || l.RecordedAt.UnixNano() != rec || ledger.EntryID(l.Kind, l.Body) != id || ledger.EntryKey(l.Kind, l.Body) != key {
 			return bad(int64(idx), "leaf %d: id, kind, key or time columns do not match the leaf bytes", idx)
 		}
@@ -186,6 +192,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 				}
 				return bad(int64(from), "root over leaves [0, %d) does not match the signed checkpoint: a leaf in [%d, %d) was changed", expect, from, expect)
 			}
+			verified = expect
 			cpi++
 		}
 	}

@@ -57,32 +57,90 @@ type queryer interface {
 	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 }
 
+// fetchOrds loads the hashes of the given node keys into got, in chunks of
+// at most 500 placeholders (sizes are rounded up to a few fixed shapes so
+// SQLite's statement cache is reused).
+func fetchOrds(ctx context.Context, q queryer, ords []int64, got map[int64][]byte) error {
+	// Level-0 nodes are the leaf hashes, kept in the leaves table.
+	var inner []int64
+	var leaves []int64
+	for _, o := range ords {
+		if o&63 == 0 {
+			leaves = append(leaves, o)
+		} else {
+			inner = append(inner, o)
+		}
+	}
+	if err := fetchIn(ctx, q, "SELECT ord, hash FROM tree_nodes WHERE ord IN ", inner, nil, got); err != nil {
+		return err
+	}
+	// leaf idx = (ord >> 6) - 1
+	return fetchIn(ctx, q, "SELECT idx, leaf_hash FROM leaves WHERE idx IN ", leaves, func(o int64) int64 { return (o >> 6) - 1 }, got)
+}
+
+// fetchIn runs q+"(?,...)" over keys (mapped by conv when non-nil) and
+// stores each answer under its original key.
+func fetchIn(ctx context.Context, q queryer, query string, ords []int64, conv func(int64) int64, got map[int64][]byte) error {
+	back := map[int64]int64{}
+	if conv != nil {
+		for _, o := range ords {
+			back[conv(o)] = o
+		}
+	}
+	for len(ords) > 0 {
+		n := min(len(ords), 500)
+		chunk := ords[:n]
+		ords = ords[n:]
+		size := 8
+		for size < n {
+			size *= 4
+		}
+		size = min(size, 512)
+		ph := strings.TrimSuffix(strings.Repeat("?,", size), ",")
+		args := make([]any, size)
+		for i := range args {
+			v := chunk[min(i, n-1)]
+			if conv != nil {
+				v = conv(v)
+			}
+			args[i] = v
+		}
+		rows, err := q.QueryContext(ctx, query+"("+ph+")", args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var ord int64
+			var h []byte
+			if err := rows.Scan(&ord, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			if conv != nil {
+				ord = back[ord]
+			}
+			got[ord] = h
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // fetchNodes returns the hashes of the given perfect-subtree nodes.
 func fetchNodes(ctx context.Context, q queryer, ids []compact.NodeID) ([][]byte, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ph := make([]string, len(ids))
-	args := make([]any, len(ids))
+	ords := make([]int64, len(ids))
 	for i, id := range ids {
-		ph[i] = "?"
-		args[i] = nodeOrd(id)
+		ords[i] = nodeOrd(id)
 	}
-	rows, err := q.QueryContext(ctx, "SELECT ord, hash FROM tree_nodes WHERE ord IN ("+strings.Join(ph, ",")+")", args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	got := make(map[int64][]byte, len(ids))
-	for rows.Next() {
-		var ord int64
-		var h []byte
-		if err := rows.Scan(&ord, &h); err != nil {
-			return nil, err
-		}
-		got[ord] = h
-	}
-	if err := rows.Err(); err != nil {
+	if err := fetchOrds(ctx, q, ords, got); err != nil {
 		return nil, err
 	}
 	out := make([][]byte, len(ids))
@@ -176,4 +234,56 @@ func inclusion(ctx context.Context, q queryer, index, size uint64) (ledger.Inclu
 		return p, err
 	}
 	return p, nil
+}
+
+// inclusionMany builds inclusion proofs for several leaves in one tree of
+// the given size and root, fetching the union of the needed nodes at once.
+func inclusionMany(ctx context.Context, q queryer, idx []uint64, size uint64, root ledger.Hash) ([]ledger.InclusionProof, error) {
+	plans := make([]proof.Nodes, len(idx))
+	var ords []int64
+	seen := map[int64]bool{}
+	add := func(id compact.NodeID) {
+		o := nodeOrd(id)
+		if !seen[o] {
+			seen[o] = true
+			ords = append(ords, o)
+		}
+	}
+	for i, ix := range idx {
+		n, err := proof.Inclusion(ix, size)
+		if err != nil {
+			return nil, err
+		}
+		plans[i] = n
+		for _, id := range n.IDs {
+			add(id)
+		}
+		add(compact.NewNodeID(0, ix))
+	}
+	got := make(map[int64][]byte, len(ords))
+	if err := fetchOrds(ctx, q, ords, got); err != nil {
+		return nil, err
+	}
+	out := make([]ledger.InclusionProof, len(idx))
+	for i, ix := range idx {
+		hs := make([][]byte, len(plans[i].IDs))
+		for j, id := range plans[i].IDs {
+			h, ok := got[nodeOrd(id)]
+			if !ok {
+				return nil, fmt.Errorf("tree node (level %d, index %d) is missing: run ledger audit", id.Level, id.Index)
+			}
+			hs[j] = h
+		}
+		hs, err := plans[i].Rehash(hs, rfc6962.DefaultHasher.HashChildren)
+		if err != nil {
+			return nil, err
+		}
+		p := ledger.InclusionProof{Index: ix, TreeSize: size, Root: root, Hashes: make([]ledger.Hash, len(hs))}
+		copy(p.LeafHash[:], got[nodeOrd(compact.NewNodeID(0, ix))])
+		for j, h := range hs {
+			copy(p.Hashes[j][:], h)
+		}
+		out[i] = p
+	}
+	return out, nil
 }
