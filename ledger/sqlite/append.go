@@ -189,18 +189,20 @@ func (s *Store) writer() {
 
 // loadTree loads the compact range and latest checkpoint, checking that
 // they agree (size and root).
-func (s *Store) loadTree(ctx context.Context) error {
+func (s *Store) loadTree(ctx context.Context) error { return s.loadTreeFrom(ctx, s.w) }
+
+func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 	var n uint64
-	if err := s.w.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
 		return err
 	}
-	rng, err := rangeAt(ctx, s.w, n)
+	rng, err := rangeAt(ctx, q, n)
 	if err != nil {
 		return err
 	}
 	t := &treeState{rng: rng}
 	if n > 0 {
-		cp, err := s.checkpointAt(ctx, s.w, 0)
+		cp, err := s.checkpointAt(ctx, q, 0)
 		if err != nil {
 			return fmt.Errorf("latest checkpoint: %w", err)
 		}
@@ -275,6 +277,25 @@ func (s *Store) commitBatch(batch []*appendReq) {
 	if err != nil {
 		fail(dbErr("begin", err))
 		return
+	}
+	// Another process (a CLI `ledger record --db` beside a running server)
+	// may have appended since this writer last looked: under the write lock,
+	// reload the tree when the stored size differs from ours.
+	var stored uint64
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&stored); err != nil {
+		tx.Rollback()
+		fail(dbErr("size", err))
+		return
+	}
+	if stored != s.tree.size() {
+		s.log.Info("log grew outside this process; reloading the tree", "ours", s.tree.size(), "stored", stored)
+		if err := s.loadTreeFrom(ctx, tx); err != nil {
+			tx.Rollback()
+			s.tree = nil
+			fail(dbErr("reload log", err))
+			return
+		}
+		before = s.tree.clone()
 	}
 	st, err := prepareStmts(ctx, tx)
 	if err != nil {

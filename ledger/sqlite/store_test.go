@@ -181,3 +181,32 @@ func TestConcurrentAppends(t *testing.T) {
 		t.Fatalf("audit %+v %v", rep, err)
 	}
 }
+
+// Two stores (two processes) appending to one database: each sees the
+// other's leaves and the log stays consistent.
+func TestTwoWritersOneDatabase(t *testing.T) {
+	ctx := context.Background()
+	a, path := openTest(t)
+	b, err := Open(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := 0; i < 10; i++ {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, "")
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		if res.Entries[0].Index != uint64(i) {
+			t.Fatalf("append %d got index %d", i, res.Entries[0].Index)
+		}
+	}
+	rep, err := a.Audit(ctx)
+	if err != nil || !rep.OK || rep.Leaves != 10 {
+		t.Fatalf("audit %+v %v", rep, err)
+	}
+}
