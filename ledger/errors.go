@@ -11,15 +11,15 @@ type Code string
 
 // The error codes.
 const (
-	CodeInvalid      Code = "invalid"       // bad input: HTTP 400
-	CodeNotFound     Code = "not_found"     // HTTP 404
-	CodeConflict     Code = "conflict"      // HTTP 409
-	CodeUnauthorized Code = "unauthorized"  // no or bad credentials: HTTP 401
-	CodeForbidden    Code = "forbidden"     // credentials lack the scope: HTTP 403
-	CodeTooLarge     Code = "too_large"     // body over the cap: HTTP 413
-	CodeUnsupported  Code = "unsupported"   // unsupported media or format: HTTP 415
-	CodeInternal     Code = "internal"      // HTTP 500, shown as "internal error"
-	CodePrecondition Code = "precondition"  // a state requirement not met (e.g. approve an unready release): HTTP 409
+	CodeInvalid      Code = "invalid"      // bad input: HTTP 400
+	CodeNotFound     Code = "not_found"    // HTTP 404
+	CodeConflict     Code = "conflict"     // HTTP 409
+	CodeUnauthorized Code = "unauthorized" // no or bad credentials: HTTP 401
+	CodeForbidden    Code = "forbidden"    // credentials lack the scope: HTTP 403
+	CodeTooLarge     Code = "too_large"    // body over the cap: HTTP 413
+	CodeUnsupported  Code = "unsupported"  // unsupported media or format: HTTP 415
+	CodeInternal     Code = "internal"     // HTTP 500, shown as "internal error"
+	CodePrecondition Code = "precondition" // a state requirement not met (e.g. approve an unready release): HTTP 409
 )
 
 // Error is the one application error type. Field names the offending input

@@ -33,23 +33,23 @@ const (
 
 // HeadVerification is the ledger record of one signed-head check.
 type HeadVerification struct {
-	Repository  string    `json:"repository"`
-	Ref         string    `json:"ref,omitempty"`
-	Object      string    `json:"object"`           // the verified object id (commit, or tag for a signed tag)
-	ObjectType  string    `json:"object_type"`      // "commit" or "tag"
-	Commit      string    `json:"commit"`           // the commit the head points at
-	Tree        string    `json:"tree,omitempty"`   // that commit's tree
-	Scheme      string    `json:"scheme,omitempty"` // "openpgp", "ssh", "x509" or "" when unsigned
-	Signer      string    `json:"signer,omitempty"` // uid, SSH principal, or certificate SAN
-	Issuer      string    `json:"issuer,omitempty"` // OIDC issuer or CA for x509
-	Key         string    `json:"key,omitempty"`    // key fingerprint
-	Verdict     Verdict   `json:"verdict"`
-	GitLetter   string    `json:"git_letter,omitempty"`
-	Decision    Decision  `json:"decision"`
-	Reason      string    `json:"reason,omitempty"` // why, in words
-	Policy      string    `json:"policy,omitempty"` // sha256 digest of the policy file used
-	VerifiedAt  time.Time `json:"verified_at"`
-	SignedAt    time.Time `json:"signed_at,omitempty"`
+	Repository string    `json:"repository"`
+	Ref        string    `json:"ref,omitempty"`
+	Object     string    `json:"object"`           // the verified object id (commit, or tag for a signed tag)
+	ObjectType string    `json:"object_type"`      // "commit" or "tag"
+	Commit     string    `json:"commit"`           // the commit the head points at
+	Tree       string    `json:"tree,omitempty"`   // that commit's tree
+	Scheme     string    `json:"scheme,omitempty"` // "openpgp", "ssh", "x509" or "" when unsigned
+	Signer     string    `json:"signer,omitempty"` // uid, SSH principal, or certificate SAN
+	Issuer     string    `json:"issuer,omitempty"` // OIDC issuer or CA for x509
+	Key        string    `json:"key,omitempty"`    // key fingerprint
+	Verdict    Verdict   `json:"verdict"`
+	GitLetter  string    `json:"git_letter,omitempty"`
+	Decision   Decision  `json:"decision"`
+	Reason     string    `json:"reason,omitempty"` // why, in words
+	Policy     string    `json:"policy,omitempty"` // sha256 digest of the policy file used
+	VerifiedAt time.Time `json:"verified_at"`
+	SignedAt   time.Time `json:"signed_at,omitempty"`
 }
 
 // Validate checks the record's required fields.

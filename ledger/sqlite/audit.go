@@ -136,13 +136,13 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	}
 	for leafRows.Next() {
 		var (
-			idx                                                  uint64
-			id, kind, key                                        string
-			rec                                                  int64
-			raw, lh                                              []byte
-			eLane, eBackend, eStatus, eControl, eRepo, eC, eT    sql.NullString
-			eDirty, eRec                                         sql.NullInt64
-			hRepo, hRef, hCommit, hVerdict, hDecision            sql.NullString
+			idx                                               uint64
+			id, kind, key                                     string
+			rec                                               int64
+			raw, lh                                           []byte
+			eLane, eBackend, eStatus, eControl, eRepo, eC, eT sql.NullString
+			eDirty, eRec                                      sql.NullInt64
+			hRepo, hRef, hCommit, hVerdict, hDecision         sql.NullString
 		)
 		if err := leafRows.Scan(&idx, &id, &kind, &key, &rec, &raw, &lh, &eLane, &eBackend, &eStatus, &eControl, &eRepo, &eC, &eT, &eDirty, &eRec, &hRepo, &hRef, &hCommit, &hVerdict, &hDecision); err != nil {
 			return rep, dbErr("audit", err)
