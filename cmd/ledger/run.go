@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runner"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	_ "github.com/evidence-ledger/ledger/backends/cpu" // registers backend "cpu"
+)
+
+// runConfig holds the flags of `ledger run`.
+type runConfig struct {
+	Backend    string
+	Lanes      []string
+	RepoPath   string
+	Repository string
+	Commit     string
+	Tree       string
+	Dirty      string // "", "true" or "false"
+	NoRecord   bool
+	List       bool
+}
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		var c runConfig
+		cmd := &cobra.Command{
+			Use:   "run",
+			Short: "Run hardware validation lanes and record one evidence record per lane",
+			Long: `Run runs validation lanes (WORKLOADS.md) on a backend, decides each from its
+independent reference and negative control, prints a summary table and records
+one evidence record per lane run: into the local database (--db), or to a
+server (--server URL --token T, POST /api/v1/evidence).
+
+The subject (source commit, tree, dirty flag) comes from the binary's build
+info, else from git in --repo-path; --commit/--tree/--repository override it.
+
+Exit status: 0 when every lane passed, 1 when any lane failed, was
+inconclusive or errored, 2 on usage or recording errors.`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return a.runLanes(cmd.Context(), c) },
+		}
+		f := cmd.Flags()
+		f.StringVar(&c.Backend, "backend", "cpu", "backend to run on (registered: "+strings.Join(runner.BackendNames(), ", ")+")")
+		f.StringArrayVar(&c.Lanes, "lane", nil, "lane to run (name or name/vN; repeatable; default: all)")
+		f.StringVar(&c.RepoPath, "repo-path", ".", "checkout of the source, used for git when the binary lacks build info")
+		f.StringVar(&c.Repository, "repository", "", "repository of the subject (default: git remote origin, else the module path)")
+		f.StringVar(&c.Commit, "commit", "", "source commit id (overrides build info)")
+		f.StringVar(&c.Tree, "tree", "", "tree id of the source commit (default: from git)")
+		f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
+		f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
+		f.BoolVar(&c.List, "list", false, "list the lanes and exit")
+		return cmd
+	})
+}
+
+func (a *app) runLanes(ctx context.Context, c runConfig) error {
+	if c.List {
+		for _, l := range runner.Lanes() {
+			fmt.Fprintf(a.stdout, "%-24s %s\n", l.Name(), l.Summary())
+		}
+		return nil
+	}
+	if a.Server != "" && a.Token == "" && !c.NoRecord {
+		return errExit(2, "--server needs --token (or LEDGER_TOKEN)")
+	}
+	for _, name := range c.Lanes {
+		if _, err := runner.LookupLane(name); err != nil {
+			return errExit(2, "%v", err)
+		}
+	}
+	so := runner.SubjectOptions{RepoPath: c.RepoPath, Repository: c.Repository, Commit: c.Commit, Tree: c.Tree}
+	switch c.Dirty {
+	case "":
+	case "true", "false":
+		d := c.Dirty == "true"
+		so.Dirty = &d
+	default:
+		return errExit(2, "--dirty must be true or false, got %q", c.Dirty)
+	}
+	subj, err := runner.ResolveSubject(ctx, so)
+	if err != nil {
+		return errExit(2, "subject: %v", err)
+	}
+	if subj.Dirty {
+		a.log.Warn("the work tree is dirty: this evidence will not count for gates", "commit", subj.Commit)
+	}
+	b, err := runner.OpenBackend(c.Backend)
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	defer b.Close()
+
+	prog := a.newProgress()
+	runs, err := runner.Run(ctx, b, runner.Options{Lanes: c.Lanes, Subject: subj, Runner: runner.BuildRunner(), Progress: prog.update})
+	prog.done()
+	if err != nil {
+		return errExit(2, "run: %v", err)
+	}
+	evs := make([]ledger.Evidence, len(runs))
+	for i, r := range runs {
+		evs[i] = r.Evidence
+	}
+	var recorded any
+	if !c.NoRecord {
+		if recorded, err = a.recordEvidence(ctx, evs); err != nil {
+			return errExit(2, "record: %v", err)
+		}
+	}
+	if a.JSON {
+		if err := a.printJSON(map[string]any{"evidence": evs, "recorded": recorded}); err != nil {
+			return err
+		}
+	} else {
+		printRunTable(a.stdout, runs)
+		if !c.NoRecord {
+			where := a.DB
+			if a.Server != "" {
+				where = a.Server
+			}
+			fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), where)
+		}
+	}
+	for _, r := range runs {
+		if r.Evidence.Status != ledger.StatusPassed {
+			return errExit(1, "")
+		}
+	}
+	return nil
+}
+
+// recordEvidence appends the records locally or posts them to the server.
+func (a *app) recordEvidence(ctx context.Context, evs []ledger.Evidence) (any, error) {
+	if a.Server != "" {
+		body, err := json.Marshal(evs)
+		if err != nil {
+			return nil, err
+		}
+		var out json.RawMessage
+		if _, err := a.call(ctx, "POST", "/api/v1/evidence", body, "application/json", nil, &out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	recs := make([]ledger.Record, len(evs))
+	for i := range evs {
+		body, err := ledger.CanonicalBody(&evs[i])
+		if err != nil {
+			return nil, err
+		}
+		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: body}
+	}
+	res, err := st.Append(ctx, recs, "")
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func printRunTable(w io.Writer, runs []runner.LaneRun) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LANE\tCASES\tCONTROL\tSTATUS\tTIME")
+	for _, r := range runs {
+		ev := r.Evidence
+		fmt.Fprintf(tw, "%s\t%d/%d\t%s\t%s\t%s\n", r.Lane, ev.CasesExact, ev.CasesTotal, ev.Control, ev.Status, r.Wall.Round(time.Millisecond))
+	}
+	_ = tw.Flush()
+	for _, r := range runs {
+		if r.Err != nil {
+			fmt.Fprintf(w, "%s: error: %v\n", r.Lane, r.Err)
+		} else if n := len(r.Evidence.FailingCases); n > 0 {
+			fmt.Fprintf(w, "%s: %d failing cases, first %s\n", r.Lane, n, r.Evidence.FailingCases[0])
+		}
+	}
+}
+
+// progress shows lane progress: a progress bar on a terminal, plain lines
+// (one per lane, when it finishes) otherwise.
+type progress struct {
+	w    io.Writer
+	tty  bool
+	lane string
+	bar  *progressbar.ProgressBar
+}
+
+func (a *app) newProgress() *progress {
+	p := &progress{w: a.stderr}
+	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !a.JSON {
+		p.tty = true
+	}
+	return p
+}
+
+func (p *progress) update(lane string, done, total int) {
+	if lane != p.lane {
+		p.finishLane()
+		p.lane = lane
+		if p.tty {
+			p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.w), progressbar.OptionSetDescription(fmt.Sprintf("%-22s", lane)),
+				progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(50*time.Millisecond),
+				progressbar.OptionClearOnFinish())
+		} else {
+			fmt.Fprintf(p.w, "running %s (%d units)\n", lane, total)
+		}
+	}
+	if p.bar != nil {
+		_ = p.bar.Set(done)
+	}
+}
+
+func (p *progress) finishLane() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		p.bar = nil
+	}
+}
+
+func (p *progress) done() { p.finishLane() }

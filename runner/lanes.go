@@ -1,0 +1,8 @@
+package runner
+
+func init() {
+	RegisterLane(NewQMVLane())
+	RegisterLane(NewQMVPathsLane())
+	RegisterLane(NewSnapshotLane())
+	RegisterLane(NewFootprintLane())
+}
