@@ -1,0 +1,71 @@
+package web
+
+import (
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+	"gopkg.in/yaml.v3"
+)
+
+// TestOpenAPIMatchesRouter: every /api/v1 route of the router is described
+// in web/openapi.yaml and every described operation is routed.
+func TestOpenAPIMatchesRouter(t *testing.T) {
+	e := newAPIEnv(t, Config{})
+	var doc struct {
+		OpenAPI string                            `yaml:"openapi"`
+		Paths   map[string]map[string]interface{} `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi version %q", doc.OpenAPI)
+	}
+	described := map[string]bool{}
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			if m == "parameters" {
+				continue
+			}
+			described[strings.ToUpper(m)+" "+p] = true
+		}
+	}
+	routed := map[string]bool{}
+	srv, _ := New(Config{Store: e.store})
+	err := chi.Walk(srv.Router(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if rest, ok := strings.CutPrefix(route, "/api/v1"); ok && rest != "/*" {
+			rest = strings.TrimSuffix(rest, "/")
+			if strings.HasSuffix(rest, "/*") {
+				rest = strings.TrimSuffix(rest, "*") + "{path}"
+			}
+			routed[method+" "+rest] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing, stale []string
+	for r := range routed {
+		if !described[r] {
+			missing = append(missing, r)
+		}
+	}
+	for d := range described {
+		if !routed[d] {
+			stale = append(stale, d)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(stale)
+	if len(missing) > 0 || len(stale) > 0 {
+		t.Fatalf("openapi.yaml out of date:\n routed but not described: %v\n described but not routed: %v", missing, stale)
+	}
+	code, body := e.do(t, "GET", "/api/v1/openapi.yaml", "", nil)
+	if code != 200 || !strings.Contains(string(body), "openapi:") {
+		t.Fatalf("served openapi: %d", code)
+	}
+}
