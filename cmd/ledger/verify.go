@@ -1,0 +1,309 @@
+package main
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/verify"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/spf13/cobra"
+)
+
+// materialFlags are the verification material of verify commit|tag.
+type materialFlags struct {
+	keyrings       []string
+	trusted        []string
+	allowedSigners string
+	trustedRoot    string
+	caPool         string
+	now            string
+}
+
+func (m *materialFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringArrayVar(&m.keyrings, "keyring", nil, "OpenPGP public keyring file, armoured or binary (repeatable)")
+	f.StringArrayVar(&m.trusted, "trust", nil, "trusted OpenPGP primary-key fingerprint (repeatable); others read U")
+	f.StringVar(&m.allowedSigners, "allowed-signers", "", "SSH allowed-signers file (git's gpg.ssh.allowedSignersFile format)")
+	f.StringVar(&m.trustedRoot, "trusted-root", "", "Sigstore trusted_root.json for gitsign (X.509) signatures")
+	f.StringVar(&m.caPool, "ca-pool", "", "PEM CA certificates for S/MIME signatures")
+	f.StringVar(&m.now, "now", "", "verification time, RFC 3339 (default: now); OpenPGP expiry and revocation are judged at it")
+}
+
+func parseNow(s string) (time.Time, error) {
+	if s == "" {
+		return time.Now(), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--now %q: want RFC 3339 (2026-11-29T00:00:00Z)", s)
+	}
+	return t, nil
+}
+
+func (m *materialFlags) options() (*verify.Options, error) {
+	now, err := parseNow(m.now)
+	if err != nil {
+		return nil, err
+	}
+	o := &verify.Options{Now: now, TrustedFingerprints: m.trusted}
+	for _, k := range m.keyrings {
+		var el openpgp.EntityList
+		if el, err = verify.LoadKeyring(k); err != nil {
+			return nil, fmt.Errorf("keyring %s: %w", k, err)
+		}
+		o.Keyring = append(o.Keyring, el...)
+	}
+	if m.allowedSigners != "" {
+		if o.AllowedSigners, err = verify.LoadAllowedSigners(m.allowedSigners); err != nil {
+			return nil, err
+		}
+	}
+	if m.trustedRoot != "" {
+		var tr *root.TrustedRoot
+		if tr, err = verify.LoadTrustedRoot(m.trustedRoot); err != nil {
+			return nil, err
+		}
+		o.TrustedRoot = tr
+	}
+	if m.caPool != "" {
+		var p *x509.CertPool
+		if p, err = verify.LoadCAPool(m.caPool); err != nil {
+			return nil, err
+		}
+		o.CAPool = p
+	}
+	return o, nil
+}
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "verify",
+			Short: "Verify signed heads, commits and tags, and tree equivalence",
+			Long: `Verify git signatures (OpenPGP, SSH, X.509/gitsign) on raw object bytes and
+compare a signed head's tree with the reviewed source.
+
+Exit codes: 0 verified (trusted / letter G / equivalent), 1 verified but not
+good or not trusted or not equivalent, 2 bad input or any error.`,
+		}
+		cmd.AddCommand(verifyHeadCmd(a), verifyObjectCmd(a, "commit"), verifyObjectCmd(a, "tag"), verifyTreeCmd(a))
+		return cmd
+	})
+}
+
+func verifyHeadCmd(a *app) *cobra.Command {
+	var repoPath, ref, repoName, policyPath, now string
+	var record bool
+	cmd := &cobra.Command{
+		Use:   "head",
+		Short: "Verify the signature on a repository head and apply the trust policy",
+		Long: `Verify the commit (or annotated tag) a ref points at, as git hashed it, and
+decide trust with the policy file (see the verify package's Policy for its
+YAML). --record appends the result to the local ledger (--db) as a head record.
+
+Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := parseNow(now)
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			var pol *verify.Policy
+			if policyPath != "" {
+				if pol, err = verify.LoadPolicy(policyPath); err != nil {
+					return errExit(2, "policy: %v", err)
+				}
+			}
+			hv, err := verify.VerifyHead(cmd.Context(), verify.VerifyHeadOptions{RepoPath: repoPath, Repository: repoName, Ref: ref, Policy: pol, Now: t})
+			if err != nil {
+				return errExit(2, "verify head: %v", err)
+			}
+			var entryID string
+			if record {
+				st, err := a.openStore(cmd.Context())
+				if err != nil {
+					return errExit(2, "open ledger: %v", err)
+				}
+				defer st.Close()
+				body, err := ledger.CanonicalBody(hv)
+				if err != nil {
+					return errExit(2, "record head: %v", err)
+				}
+				res, err := st.Append(cmd.Context(), []ledger.Record{{Kind: ledger.KindHead, Body: body}}, "")
+				if err != nil {
+					return errExit(2, "record head: %v", err)
+				}
+				if len(res.Entries) > 0 {
+					entryID = res.Entries[0].ID
+				}
+			}
+			if a.JSON {
+				out := struct {
+					ledger.HeadVerification
+					Entry string `json:"entry,omitempty"`
+				}{hv, entryID}
+				if err := a.printJSON(out); err != nil {
+					return errExit(2, "%v", err)
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "%s %s %s %s %s\n  scheme=%s signer=%q key=%s verdict=%s decision=%s\n  %s\n",
+					hv.GitLetter, hv.Repository, hv.Ref, hv.ObjectType, hv.Object, hv.Scheme, hv.Signer, hv.Key, hv.Verdict, hv.Decision, hv.Reason)
+				if entryID != "" {
+					fmt.Fprintf(a.stdout, "  recorded as %s\n", entryID)
+				}
+			}
+			if hv.Decision != ledger.DecisionTrusted {
+				return errExit(1, "")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&repoPath, "repo", ".", "path of the git repository")
+	f.StringVar(&ref, "ref", "HEAD", "ref to verify (refs/heads/main, a branch or tag name, HEAD, or an object id)")
+	f.StringVar(&repoName, "repository", "", "repository name for the record and policy matching (default: origin URL, else the path)")
+	f.StringVar(&policyPath, "policy", "", "trust policy YAML file")
+	f.StringVar(&now, "now", "", "verification time, RFC 3339 (default: now)")
+	f.BoolVar(&record, "record", false, "append the verification to the local ledger (--db)")
+	return cmd
+}
+
+func verifyObjectCmd(a *app, typ string) *cobra.Command {
+	var m materialFlags
+	var repoPath string
+	cmd := &cobra.Command{
+		Use:   typ + " OBJECT...",
+		Short: "Verify the signature of " + typ + " objects, printing git's %G? letter",
+		Long: `Each OBJECT is a file holding the raw object bytes (as git cat-file ` + typ + `
+prints them; a file named <id>.` + typ + ` is checked against that id) or a
+revision in --repo. Prints one line per object: letter, id, scheme, signer,
+key and the reason, or a JSON array with --json.
+
+Exit codes: 0 every object G, 1 some object not G, 2 error.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			base, err := m.options()
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			var results []verify.Result
+			allGood := true
+			for _, arg := range args {
+				opts := *base
+				raw, err := os.ReadFile(arg)
+				objType := typ
+				if err == nil {
+					name := arg[strings.LastIndexAny(arg, `/\`)+1:]
+					if id, ok := strings.CutSuffix(name, "."+typ); ok && len(id) == 40 {
+						opts.ExpectedID = id
+					}
+				} else if errors.Is(err, os.ErrNotExist) {
+					if raw, objType, err = verify.ReadObject(repoPath, arg); err != nil {
+						return errExit(2, "%s: %v", arg, err)
+					}
+					if objType != typ {
+						return errExit(2, "%s is a %s, not a %s", arg, objType, typ)
+					}
+				} else {
+					return errExit(2, "%s: %v", arg, err)
+				}
+				r, verr := verify.VerifyObject(raw, objType, &opts)
+				if verr != nil {
+					allGood = false
+				}
+				results = append(results, r)
+			}
+			if a.JSON {
+				if err := a.printJSON(results); err != nil {
+					return errExit(2, "%v", err)
+				}
+			} else {
+				for _, r := range results {
+					fmt.Fprintf(a.stdout, "%s %s %s signer=%q key=%s", r.Letter, r.Object, orDash(r.Scheme), r.Signer, orDash(r.Key))
+					if r.Reason != "" {
+						fmt.Fprintf(a.stdout, " (%s)", r.Reason)
+					}
+					fmt.Fprintln(a.stdout)
+				}
+			}
+			if !allGood {
+				return errExit(1, "")
+			}
+			return nil
+		},
+	}
+	m.add(cmd)
+	cmd.Flags().StringVar(&repoPath, "repo", ".", "repository for OBJECT arguments that are revisions")
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func verifyTreeCmd(a *app) *cobra.Command {
+	var repoPath, head, reviewed string
+	var pins []string
+	cmd := &cobra.Command{
+		Use:   "tree",
+		Short: "Check that the head's tree equals the reviewed tree apart from pin paths",
+		Long: `Compare the trees of --head and --reviewed. Every difference (added,
+removed, modified, mode, type, submodule, renamed) is listed with whether it
+lies in a --pins glob (path.Match; "dir/**" or a directory covers its
+contents). Mode 100664 counts as 100644; submodules compare by pinned commit.
+
+Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if head == "" || reviewed == "" {
+				return errExit(2, "--head and --reviewed are required")
+			}
+			rep, err := verify.TreeEquivalence(repoPath, head, reviewed, pins)
+			if err != nil {
+				return errExit(2, "verify tree: %v", err)
+			}
+			if a.JSON {
+				if err := a.printJSON(rep); err != nil {
+					return errExit(2, "%v", err)
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "head %s (tree %s)\nreviewed %s (tree %s)\n", rep.Head, rep.HeadTree, rep.Reviewed, rep.ReviewedTree)
+				for _, d := range rep.Differences {
+					where := "in pins"
+					if !d.InPins {
+						where = "OUTSIDE pins"
+					}
+					p := d.Path
+					if d.OldPath != "" {
+						p = d.OldPath + " -> " + d.Path
+					}
+					fmt.Fprintf(a.stdout, "  %-9s %s [%s]\n", d.Kind, p, where)
+				}
+				verdict := "equivalent"
+				if !rep.Equivalent {
+					verdict = fmt.Sprintf("NOT equivalent: %d difference(s) outside the pins", rep.OutsidePins)
+				}
+				fmt.Fprintln(a.stdout, verdict)
+			}
+			if !rep.Equivalent {
+				return errExit(1, "")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&repoPath, "repo", ".", "path of the git repository")
+	f.StringVar(&head, "head", "", "the signed head revision")
+	f.StringVar(&reviewed, "reviewed", "", "the reviewed source revision")
+	f.StringArrayVar(&pins, "pins", nil, "dependency-pin path glob (repeatable)")
+	return cmd
+}

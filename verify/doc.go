@@ -1,0 +1,23 @@
+// Package verify checks signed git heads: OpenPGP, SSH and X.509 (CMS,
+// Sigstore gitsign and S/MIME) signatures on commits, tags and mergetag
+// headers, a YAML trust policy per repository and ref, and tree
+// equivalence between a signed head and the reviewed source.
+//
+// Verification works on raw object bytes as git hashed them: the object id
+// is recomputed, the signed payload is derived the way git derives it, and
+// ambiguous objects (duplicated singleton headers) are refused. Each check
+// yields a cryptographic verdict and git's %G? letter (Result), and, with a
+// policy, a separate trust decision (ledger.HeadVerification). Failures
+// wrap one sentinel error (ErrUnsigned, ErrUnknownKey, ErrUnknownCA,
+// ErrBadSignature, ErrExpired, ErrRevoked, ErrUntrusted, ErrMalformed,
+// ErrUnsupportedObjectFormat, ErrNoPolicy) inside an *Error that names the
+// object and key.
+//
+// Outside facts: git's letters and payload rules follow git 2.39
+// (gpg-interface.c, commit.c); the allowed-signers format follows
+// ssh-keygen(1) of OpenSSH 9.x; Sigstore trust follows the protobuf-specs
+// TrustedRoot read by sigstore-go.
+//
+// The package keeps no global state; all functions are safe for concurrent
+// use.
+package verify

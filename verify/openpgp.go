@@ -1,0 +1,180 @@
+package verify
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// LoadKeyring reads OpenPGP public keys from a file, armoured or binary
+// (a gpg --export keyring). Several files may be concatenated by the caller
+// with append.
+func LoadKeyring(path string) (openpgp.EntityList, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read keyring: %w", err)
+	}
+	return ParseKeyring(b)
+}
+
+// ParseKeyring parses armoured or binary OpenPGP public keys.
+func ParseKeyring(b []byte) (openpgp.EntityList, error) {
+	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("-----BEGIN PGP")) {
+		el, err := openpgp.ReadKeyRing(bytes.NewReader(b))
+		if err != nil {
+			return nil, wrapErr(ErrMalformed, err, "parse keyring")
+		}
+		return el, nil
+	}
+	// Armoured files may hold several blocks one after another (GitHub's
+	// web-flow.gpg does); read them all.
+	var el openpgp.EntityList
+	r := bytes.NewReader(b)
+	for {
+		blk, err := armor.Decode(r)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, wrapErr(ErrMalformed, err, "parse keyring armour")
+		}
+		if blk.Type != openpgp.PublicKeyType && blk.Type != openpgp.PrivateKeyType {
+			return nil, newErr(ErrMalformed, "keyring armour type %q is not a key block", blk.Type)
+		}
+		part, err := openpgp.ReadKeyRing(blk.Body)
+		if err != nil {
+			return nil, wrapErr(ErrMalformed, err, "parse keyring")
+		}
+		el = append(el, part...)
+	}
+	if len(el) == 0 {
+		return nil, newErr(ErrMalformed, "keyring holds no keys")
+	}
+	return el, nil
+}
+
+func fpr(b []byte) string { return strings.ToUpper(hex.EncodeToString(b)) }
+
+// verifyOpenPGP checks a detached OpenPGP signature over o.Payload and maps
+// the outcome to gpg's status as git reads it (gpg-interface.c,
+// parse_gpg_output): GOODSIG G/U by ownertrust, EXPKEYSIG Y, EXPSIG X,
+// REVKEYSIG R, ERRSIG (no public key) E, BADSIG B.
+func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
+	fail := func(v ledger.Verdict, letter string, e *Error) *Error {
+		r.Verdict, r.Letter = v, letter
+		return e
+	}
+	blk, err := armor.Decode(bytes.NewReader(o.Signature))
+	if err != nil {
+		return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, err, "openpgp armour"))
+	}
+	body, err := io.ReadAll(blk.Body)
+	if err != nil {
+		return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, err, "openpgp armour"))
+	}
+	if blk.Type != openpgp.SignatureType {
+		return fail(ledger.VerdictError, "E", newErr(ErrMalformed, "armour type %q is not a detached signature", blk.Type))
+	}
+	p, err := packet.NewReader(bytes.NewReader(body)).Next()
+	if err != nil {
+		return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, err, "openpgp signature packet"))
+	}
+	sig, ok := p.(*packet.Signature)
+	if !ok {
+		return fail(ledger.VerdictError, "E", newErr(ErrMalformed, "first packet is not a signature"))
+	}
+	r.SignedAt = sig.CreationTime.UTC()
+	if sig.IssuerFingerprint != nil {
+		r.Key = fpr(sig.IssuerFingerprint)
+	} else if sig.IssuerKeyId != nil {
+		r.Key = fmt.Sprintf("%016X", *sig.IssuerKeyId)
+	}
+	if sig.IssuerKeyId == nil || len(opts.Keyring.KeysById(*sig.IssuerKeyId)) == 0 {
+		// Without the key, the signature's two-byte digest prefix (RFC 4880
+		// 5.2.3/5.2.4 "left 16 bits of the signed hash value") still tells
+		// an altered payload apart: gpg would report ERRSIG (E) here, but
+		// a mismatch proves the signature is bad whoever made it.
+		if hashTagMismatch(sig, o.Payload) {
+			return fail(ledger.VerdictBad, "B", newErr(ErrBadSignature, "digest prefix does not match the payload (signing key not in keyring)"))
+		}
+		return fail(ledger.VerdictUnknownKey, "E", newErr(ErrUnknownKey, "no public key for the signature"))
+	}
+	now := opts.now()
+	cfg := &packet.Config{Time: func() time.Time { return now }}
+	_, ent, verr := openpgp.VerifyDetachedSignature(opts.Keyring, bytes.NewReader(o.Payload), bytes.NewReader(body), cfg)
+	if ent == nil {
+		if errors.Is(verr, pgperrors.ErrUnknownIssuer) {
+			// The key exists but not with signing capability.
+			return fail(ledger.VerdictUnknownKey, "E", wrapErr(ErrUnknownKey, verr, "no signing key for the signature"))
+		}
+		var se pgperrors.StructuralError
+		var ue pgperrors.UnsupportedError
+		if errors.As(verr, &se) || errors.As(verr, &ue) {
+			return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, verr, "openpgp signature"))
+		}
+		return fail(ledger.VerdictBad, "B", wrapErr(ErrBadSignature, verr, "openpgp"))
+	}
+	// The crypto check passed; identify the signer.
+	r.PrimaryKey = fpr(ent.PrimaryKey.Fingerprint)
+	if r.Key == "" || len(r.Key) == 16 {
+		for _, k := range opts.Keyring.KeysById(*sig.IssuerKeyId) {
+			if k.Entity == ent {
+				r.Key = fpr(k.PublicKey.Fingerprint)
+			}
+		}
+	}
+	if r.PrimaryKey == r.Key {
+		r.PrimaryKey = ""
+	}
+	if id := ent.PrimaryIdentity(); id != nil {
+		r.Signer = id.Name
+	}
+	switch {
+	case verr == nil:
+	case errors.Is(verr, pgperrors.ErrKeyRevoked):
+		return fail(ledger.VerdictRevoked, "R", wrapErr(ErrRevoked, verr, "good signature by a revoked key"))
+	case errors.Is(verr, pgperrors.ErrKeyExpired):
+		return fail(ledger.VerdictExpiredKey, "Y", wrapErr(ErrExpired, verr, "good signature by a key expired at %s", now.UTC().Format(time.RFC3339)))
+	case errors.Is(verr, pgperrors.ErrSignatureExpired):
+		return fail(ledger.VerdictExpiredSignature, "X", wrapErr(ErrExpired, verr, "good but expired signature"))
+	default:
+		return fail(ledger.VerdictBad, "B", wrapErr(ErrBadSignature, verr, "openpgp"))
+	}
+	r.Verdict = ledger.VerdictGood
+	primary := fpr(ent.PrimaryKey.Fingerprint)
+	for _, t := range opts.TrustedFingerprints {
+		if n := normFpr(t); n == primary || n == r.Key {
+			r.Letter = "G"
+			return nil
+		}
+	}
+	r.Letter = "U"
+	return newErr(ErrUntrusted, "good signature, key not in the trusted set")
+}
+
+// hashTagMismatch reports whether a v4 signature's hash tag disagrees with
+// the digest of payload and the signature's hashed trailer.
+func hashTagMismatch(sig *packet.Signature, payload []byte) bool {
+	if sig.Version != 4 || len(sig.HashSuffix) == 0 {
+		return false
+	}
+	h, err := sig.PrepareVerify()
+	if err != nil {
+		return false
+	}
+	h.Write(payload)
+	h.Write(sig.HashSuffix)
+	d := h.Sum(nil)
+	return d[0] != sig.HashTag[0] || d[1] != sig.HashTag[1]
+}

@@ -1,0 +1,322 @@
+package verify
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	"gopkg.in/yaml.v3"
+)
+
+// Policy is a trust policy: an ordered list of rules, the first rule whose
+// repository and ref patterns match a head decides. It is read-only after
+// LoadPolicy and safe for concurrent use.
+//
+// The YAML shape (unknown keys are errors; file paths are relative to the
+// policy file):
+//
+//	version: 1
+//	rules:
+//	  - repositories: ["github.com/acme/*"]      # path.Match patterns
+//	    refs: ["refs/heads/main", "refs/tags/v*"]
+//	    schemes: [openpgp, ssh, x509]            # acceptable schemes
+//	    openpgp:
+//	      keyrings: [keys/release.asc]           # public keys (armoured or binary)
+//	      fingerprints: [5DE3E050...]            # trusted primary keys; empty: every keyring key
+//	    ssh:
+//	      allowed_signers: allowed_signers       # git's gpg.ssh.allowedSignersFile format
+//	      principals: ["release-*"]              # optional principal patterns
+//	    x509:
+//	      trusted_root: trusted_root.json        # Sigstore trusted root (gitsign)
+//	      ca_pool: smime-ca.pem                  # PEM roots for S/MIME
+//	      identities:                            # required when x509 is accepted
+//	        - san: "*@acme.example"              # path.Match pattern on the SAN
+//	          issuer: https://accounts.google.com  # exact OIDC issuer (or CA DN for S/MIME)
+type Policy struct {
+	Version int          `yaml:"version"`
+	Rules   []PolicyRule `yaml:"rules"`
+	// Digest is "sha256:<hex>" of the policy file bytes (set by ParsePolicy).
+	Digest string `yaml:"-"`
+}
+
+// PolicyRule is one rule of a Policy.
+type PolicyRule struct {
+	Repositories []string      `yaml:"repositories"`
+	Refs         []string      `yaml:"refs"`
+	Schemes      []string      `yaml:"schemes"`
+	OpenPGP      *OpenPGPTrust `yaml:"openpgp"`
+	SSH          *SSHTrust     `yaml:"ssh"`
+	X509         *X509Trust    `yaml:"x509"`
+
+	keyring        openpgp.EntityList
+	allowedSigners *AllowedSigners
+	trustedRoot    root.TrustedMaterial
+	caPool         *x509.CertPool
+}
+
+// OpenPGPTrust names trusted OpenPGP keys.
+type OpenPGPTrust struct {
+	Keyrings     []string `yaml:"keyrings"`
+	Fingerprints []string `yaml:"fingerprints"`
+}
+
+// SSHTrust names the allowed-signers file and optional principal patterns.
+type SSHTrust struct {
+	AllowedSigners string   `yaml:"allowed_signers"`
+	Principals     []string `yaml:"principals"`
+}
+
+// X509Trust names trust anchors and the identities trusted under them.
+type X509Trust struct {
+	TrustedRoot string         `yaml:"trusted_root"`
+	CAPool      string         `yaml:"ca_pool"`
+	Identities  []X509Identity `yaml:"identities"`
+}
+
+// X509Identity is a certificate identity: SAN pattern and exact issuer.
+type X509Identity struct {
+	SAN    string `yaml:"san"`
+	Issuer string `yaml:"issuer"`
+}
+
+var knownSchemes = map[string]bool{"openpgp": true, "ssh": true, "x509": true}
+
+// ParsePolicy decodes and validates a policy document without reading the
+// files it names (LoadPolicy does). Errors wrap ErrMalformed and name the
+// offending rule and field.
+func ParsePolicy(data []byte) (*Policy, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var p Policy
+	if err := dec.Decode(&p); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, newErr(ErrMalformed, "policy is empty")
+		}
+		return nil, wrapErr(ErrMalformed, err, "policy yaml")
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, newErr(ErrMalformed, "policy holds more than one YAML document")
+	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	p.Digest = "sha256:" + hex.EncodeToString(sum[:])
+	return &p, nil
+}
+
+func (p *Policy) validate() error {
+	if p.Version != 1 {
+		return newErr(ErrMalformed, "policy version %d, want 1", p.Version)
+	}
+	if len(p.Rules) == 0 {
+		return newErr(ErrMalformed, "policy has no rules")
+	}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		bad := func(f string, a ...any) error {
+			return newErr(ErrMalformed, "rules[%d]: %s", i, fmt.Sprintf(f, a...))
+		}
+		if len(r.Repositories) == 0 || len(r.Refs) == 0 {
+			return bad("repositories and refs are required")
+		}
+		for _, pat := range append(append([]string{}, r.Repositories...), r.Refs...) {
+			if _, err := path.Match(pat, ""); err != nil || pat == "" {
+				return bad("bad pattern %q", pat)
+			}
+		}
+		if len(r.Schemes) == 0 {
+			return bad("schemes is required")
+		}
+		for _, s := range r.Schemes {
+			if !knownSchemes[s] {
+				return bad("unknown scheme %q (want openpgp, ssh or x509)", s)
+			}
+		}
+		if r.accepts("openpgp") && (r.OpenPGP == nil || len(r.OpenPGP.Keyrings) == 0) {
+			return bad("openpgp accepted but openpgp.keyrings is empty")
+		}
+		if r.OpenPGP != nil {
+			for _, f := range r.OpenPGP.Fingerprints {
+				n := normFpr(f)
+				if _, err := hex.DecodeString(n); err != nil || (len(n) != 40 && len(n) != 64) {
+					return bad("openpgp fingerprint %q is not 40 or 64 hex digits", f)
+				}
+			}
+		}
+		if r.accepts("ssh") && (r.SSH == nil || r.SSH.AllowedSigners == "") {
+			return bad("ssh accepted but ssh.allowed_signers is empty")
+		}
+		if r.accepts("x509") {
+			if r.X509 == nil || (r.X509.TrustedRoot == "" && r.X509.CAPool == "") {
+				return bad("x509 accepted but neither x509.trusted_root nor x509.ca_pool is set")
+			}
+			if len(r.X509.Identities) == 0 {
+				return bad("x509 accepted but x509.identities is empty")
+			}
+			for j, id := range r.X509.Identities {
+				if _, err := path.Match(id.SAN, ""); err != nil || id.SAN == "" || id.Issuer == "" {
+					return bad("x509.identities[%d] needs a valid san pattern and an issuer", j)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// LoadPolicy reads a policy file and the key material it names (paths
+// relative to the file's directory). Errors wrap ErrMalformed for bad
+// documents and material, or are file-system errors.
+func LoadPolicy(file string) (*Policy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	p, err := ParsePolicy(data)
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Dir(file)
+	rel := func(f string) string {
+		if filepath.IsAbs(f) {
+			return f
+		}
+		return filepath.Join(base, f)
+	}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if r.OpenPGP != nil {
+			for _, k := range r.OpenPGP.Keyrings {
+				el, err := LoadKeyring(rel(k))
+				if err != nil {
+					return nil, fmt.Errorf("rules[%d] openpgp keyring %s: %w", i, k, err)
+				}
+				r.keyring = append(r.keyring, el...)
+			}
+		}
+		if r.SSH != nil && r.SSH.AllowedSigners != "" {
+			if r.allowedSigners, err = LoadAllowedSigners(rel(r.SSH.AllowedSigners)); err != nil {
+				return nil, fmt.Errorf("rules[%d]: %w", i, err)
+			}
+		}
+		if r.X509 != nil {
+			if r.X509.TrustedRoot != "" {
+				tr, err := LoadTrustedRoot(rel(r.X509.TrustedRoot))
+				if err != nil {
+					return nil, fmt.Errorf("rules[%d]: %w", i, err)
+				}
+				r.trustedRoot = tr
+			}
+			if r.X509.CAPool != "" {
+				if r.caPool, err = LoadCAPool(rel(r.X509.CAPool)); err != nil {
+					return nil, fmt.Errorf("rules[%d]: %w", i, err)
+				}
+			}
+		}
+	}
+	return p, nil
+}
+
+// Match returns the first rule covering repository and ref, or nil.
+func (p *Policy) Match(repository, ref string) *PolicyRule {
+	if p == nil {
+		return nil
+	}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if matchAny(repository, r.Repositories) && matchAny(ref, r.Refs) {
+			return r
+		}
+	}
+	return nil
+}
+
+func matchAny(s string, pats []string) bool {
+	for _, p := range pats {
+		if p == "*" || p == "**" {
+			return true
+		}
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *PolicyRule) accepts(scheme string) bool {
+	for _, s := range r.Schemes {
+		if s == scheme {
+			return true
+		}
+	}
+	return false
+}
+
+// Options returns the verification material of the rule (loaded by
+// LoadPolicy). With no fingerprints listed, every keyring key is trusted.
+func (r *PolicyRule) Options() *Options {
+	o := &Options{Keyring: r.keyring, AllowedSigners: r.allowedSigners, TrustedRoot: r.trustedRoot, CAPool: r.caPool}
+	if r.OpenPGP != nil && len(r.OpenPGP.Fingerprints) > 0 {
+		o.TrustedFingerprints = r.OpenPGP.Fingerprints
+	} else {
+		for _, e := range r.keyring {
+			o.TrustedFingerprints = append(o.TrustedFingerprints, fpr(e.PrimaryKey.Fingerprint))
+		}
+	}
+	return o
+}
+
+// Decide applies the rule to a verification result: trusted only when the
+// scheme is accepted, the letter is G (a trusted OpenPGP key, an SSH key in
+// the allowed signers at the signer time, an X.509 chain verified at the
+// signing time), every mergetag verified, and the signer matches the
+// rule's principals or X.509 identities. The error explains an untrusted
+// decision (wrapping ErrUntrusted, or the verification's own sentinel).
+func (r *PolicyRule) Decide(res Result) (ledger.Decision, error) {
+	untrusted := func(kind error, f string, a ...any) (ledger.Decision, error) {
+		return ledger.DecisionUntrusted, &Error{Object: res.Object, Key: res.Key, Scheme: res.Scheme, Kind: kind, Detail: fmt.Sprintf(f, a...)}
+	}
+	if res.Scheme == "" {
+		return untrusted(ErrUnsigned, "head is not signed")
+	}
+	if !r.accepts(res.Scheme) {
+		return untrusted(ErrUntrusted, "scheme %s not accepted by the policy (accepts %s)", res.Scheme, strings.Join(r.Schemes, ", "))
+	}
+	if res.Err != nil {
+		return ledger.DecisionUntrusted, res.Err
+	}
+	switch res.Scheme {
+	case "ssh":
+		if r.SSH != nil && len(r.SSH.Principals) > 0 {
+			ok := false
+			for _, p := range strings.Split(res.Signer, ",") {
+				if matchAny(p, r.SSH.Principals) {
+					ok = true
+				}
+			}
+			if !ok {
+				return untrusted(ErrUntrusted, "ssh principal %q not among the policy's principals", res.Signer)
+			}
+		}
+	case "x509":
+		for _, id := range r.X509.Identities {
+			if ok, _ := path.Match(id.SAN, res.Signer); ok && id.Issuer == res.Issuer {
+				return ledger.DecisionTrusted, nil
+			}
+		}
+		return untrusted(ErrUntrusted, "certificate identity %s (issuer %s) not among the policy's identities", res.Signer, res.Issuer)
+	}
+	return ledger.DecisionTrusted, nil
+}
