@@ -22,6 +22,12 @@ func init() {
 //go:embed qmv.go
 var srcQMV []byte
 
+//go:embed qmv_amd64.go
+var srcQMVAMD64 []byte
+
+//go:embed qmv_amd64.s
+var srcQMVAsm []byte
+
 //go:embed mem_unix.go
 var srcMem []byte
 
@@ -143,7 +149,7 @@ func (b *Backend) Live() (bytes, buffers int64) { return b.liveBytes.Load(), b.l
 
 // Sources returns the kernel and raw-memory source files.
 func (b *Backend) Sources() map[string][]byte {
-	return map[string][]byte{"qmv.go": srcQMV, "mem_unix.go": srcMem}
+	return map[string][]byte{"qmv.go": srcQMV, "qmv_amd64.go": srcQMVAMD64, "qmv_amd64.s": srcQMVAsm, "mem_unix.go": srcMem}
 }
 
 // Close frees every outstanding raw allocation.
