@@ -1,0 +1,252 @@
+package web
+
+import (
+	"bytes"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-chi/chi/v5"
+)
+
+// Release routes. Writes: PUT a definition (admin), waivers (admin),
+// sign-offs of manual gates (record scope and the gate's role) and the final
+// approval (admin, plus the release's approval_role when set; 409 with the
+// blocking gates unless ready). A sign-off satisfies one manual gate; the
+// approval is the decision on the whole release and is a separate record.
+func init() {
+	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
+		r.With(s.require(ledger.ScopeRead)).Get("/releases", s.handleListReleases)
+		r.With(s.require(ledger.ScopeAdmin)).Put("/releases/{version}", s.handlePutRelease)
+		r.With(s.require(ledger.ScopeRead)).Get("/releases/{version}", s.handleGetRelease)
+		r.With(s.require(ledger.ScopeRead)).Get("/releases/{version}/readiness", s.handleReadiness)
+		r.With(s.require(ledger.ScopeAdmin)).Post("/releases/{version}/waivers", s.handlePostWaiver)
+		r.With(s.require(ledger.ScopeRecord)).Post("/releases/{version}/signoffs", s.handlePostSignoff)
+		r.With(s.require(ledger.ScopeAdmin)).Post("/releases/{version}/approvals", s.handlePostApproval)
+	})
+}
+
+// ReleaseJSON is the API representation of a release definition.
+type ReleaseJSON struct {
+	Release    *gates.Release `json:"release"`
+	ID         string         `json:"id"`
+	Index      uint64         `json:"index"`
+	RecordedAt time.Time      `json:"recorded_at"`
+	PinsDigest string         `json:"pins_digest"`
+}
+
+func (s *Server) handleListReleases(w http.ResponseWriter, r *http.Request) {
+	rs, err := gates.ListReleases(r.Context(), s.store)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]ReleaseJSON, 0, len(rs))
+	for _, rel := range rs {
+		out = append(out, ReleaseJSON{Release: rel, ID: rel.EntryID, Index: rel.EntryIndex, PinsDigest: rel.PinsDigest()})
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"releases": out})
+}
+
+// handlePutRelease records a (re)definition. The body is the release YAML
+// (application/yaml, text/yaml) or the same as JSON; its version must equal
+// the path's.
+func (s *Server) handlePutRelease(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		switch {
+		case err != nil:
+			s.writeError(w, r, ledger.Errorf(ledger.CodeUnsupported, "bad Content-Type %q", ct))
+			return
+		case mt == "application/yaml", mt == "text/yaml", mt == "application/x-yaml", mt == "application/json":
+		default:
+			s.writeError(w, r, ledger.Errorf(ledger.CodeUnsupported, "Content-Type %q is not supported: send application/yaml or application/json", mt))
+			return
+		}
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rel, err := gates.ParseRelease(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if v := chi.URLParam(r, "version"); rel.Version != v {
+		s.writeError(w, r, ledger.FieldError("version", "body defines %q but the path names %q", rel.Version, v))
+		return
+	}
+	if t, ok := TokenFrom(r.Context()); ok {
+		rel.DefinedBy = t.Name
+	}
+	rel.DefinedAt = s.cfg.Now().UTC()
+	e, err := gates.Apply(r.Context(), s.store, rel)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.metrics.appended.WithLabelValues(string(ledger.KindRelease)).Inc()
+	s.writeJSON(w, http.StatusCreated, ReleaseJSON{Release: rel, ID: e.ID, Index: e.Index, RecordedAt: e.RecordedAt, PinsDigest: rel.PinsDigest()})
+}
+
+func (s *Server) handleGetRelease(w http.ResponseWriter, r *http.Request) {
+	version := chi.URLParam(r, "version")
+	rel, e, err := gates.LoadRelease(r.Context(), s.store, version)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	aps, sos, err := gates.Approvals(r.Context(), s.store, version)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		ReleaseJSON
+		Approvals []gates.Approval `json:"approvals"`
+		Signoffs  []gates.Signoff  `json:"signoffs"`
+	}{ReleaseJSON{Release: rel, ID: e.ID, Index: e.Index, RecordedAt: e.RecordedAt, PinsDigest: rel.PinsDigest()}, nonNilSlice(aps), nonNilSlice(sos)})
+}
+
+func nonNilSlice[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// handleReadiness answers a gates.SignedVerdict: the readiness at the
+// latest checkpoint and its signed note.
+func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
+	rel, _, err := gates.LoadRelease(r.Context(), s.store, chi.URLParam(r, "version"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rd, err := gates.Evaluate(r.Context(), s.store, rel, gates.EvalOptions{Now: s.cfg.Now()})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sv, err := gates.Sign(rd, s.store)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, sv)
+}
+
+func actorOf(r *http.Request) (gates.Actor, error) {
+	t, ok := TokenFrom(r.Context())
+	if !ok {
+		return gates.Actor{}, ledger.Errorf(ledger.CodeUnauthorized, "this request needs a bearer token")
+	}
+	return gates.Actor{Name: t.Name, Roles: t.Roles}, nil
+}
+
+// WaiverRequest is the body of POST /releases/{version}/waivers; the
+// author is the token's name.
+type WaiverRequest struct {
+	Gate    string    `json:"gate"`
+	Reason  string    `json:"reason"`
+	Expires time.Time `json:"expires"` // RFC 3339
+}
+
+func (s *Server) handlePostWaiver(w http.ResponseWriter, r *http.Request) {
+	var req WaiverRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	wv, e, err := gates.RecordWaiver(r.Context(), s.store, chi.URLParam(r, "version"), req.Gate, req.Reason, req.Expires, who, s.cfg.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.metrics.appended.WithLabelValues(string(ledger.KindWaiver)).Inc()
+	s.writeJSON(w, http.StatusCreated, map[string]any{"id": e.ID, "index": e.Index, "waiver": wv})
+}
+
+// SignoffRequest is the body of POST /releases/{version}/signoffs: a
+// sign-off of one manual gate by a token holding its role.
+type SignoffRequest struct {
+	Gate string `json:"gate"`
+	Note string `json:"note,omitempty"`
+}
+
+func (s *Server) handlePostSignoff(w http.ResponseWriter, r *http.Request) {
+	var req SignoffRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	so, e, err := gates.RecordSignoff(r.Context(), s.store, chi.URLParam(r, "version"), req.Gate, req.Note, who, s.cfg.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.metrics.appended.WithLabelValues(string(ledger.KindApproval)).Inc()
+	s.writeJSON(w, http.StatusCreated, map[string]any{"id": e.ID, "index": e.Index, "signoff": so})
+}
+
+// ApprovalRequest is the body of POST /releases/{version}/approvals.
+type ApprovalRequest struct {
+	Note string `json:"note,omitempty"`
+}
+
+// handlePostApproval records the final approval when the release is ready;
+// otherwise 409 with code "precondition", the blocking gates in the message
+// and the signed verdict under "readiness".
+func (s *Server) handlePostApproval(w http.ResponseWriter, r *http.Request) {
+	var req ApprovalRequest
+	if err := requireJSON(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 { // an empty body approves without a note
+		if err := ledger.DecodeStrict(body, &req); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ap, e, sv, err := gates.RecordApproval(r.Context(), s.store, chi.URLParam(r, "version"), req.Note, who, s.cfg.Now())
+	if err != nil {
+		if ledger.ErrorCode(err) == ledger.CodePrecondition && sv != nil {
+			_, body := errorBody(err)
+			s.writeJSON(w, http.StatusConflict, struct {
+				APIError
+				Blockers  []string             `json:"blockers"`
+				Readiness *gates.SignedVerdict `json:"readiness"`
+			}{body, sv.Readiness.Blockers(), sv})
+			return
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	s.metrics.appended.WithLabelValues(string(ledger.KindApproval)).Inc()
+	s.writeJSON(w, http.StatusCreated, map[string]any{"id": e.ID, "index": e.Index, "approval": ap, "readiness": sv})
+}

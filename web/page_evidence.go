@@ -1,0 +1,281 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-chi/chi/v5"
+)
+
+func init() {
+	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
+		r.Get("/evidence", s.pageAuth(s.pageEvidenceList))
+		r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))
+	})
+}
+
+// pager is the data of the "Newest / Older" navigation of a list page.
+type pager struct {
+	Cursor, Next      string
+	FirstURL, NextURL string
+}
+
+// newPager builds the pagination links of path with the query q (its
+// "cursor" replaced).
+func newPager(path string, q url.Values, cursor, next string) pager {
+	p := pager{Cursor: cursor, Next: next}
+	q2 := url.Values{}
+	for k, v := range q {
+		if k != "cursor" && len(v) > 0 && v[0] != "" {
+			q2[k] = v[:1]
+		}
+	}
+	p.FirstURL = path
+	if e := q2.Encode(); e != "" {
+		p.FirstURL += "?" + e
+	}
+	if next != "" {
+		q2.Set("cursor", next)
+		p.NextURL = path + "?" + q2.Encode()
+	}
+	return p
+}
+
+// evidenceFilterForm is the filter form's values as typed.
+type evidenceFilterForm struct {
+	Lane, Backend, Status, Repository, Commit, Artifact string
+}
+
+type evidenceListPage struct {
+	pageBase
+	F        evidenceFilterForm
+	Filtered bool
+	Rows     []ledger.EvidenceEntry
+	Pager    pager
+	Problem  string // a filter the store rejected, in words
+}
+
+// Backends and Statuses are the select options of the filter forms.
+func (evidenceListPage) Backends() []ledger.Backend {
+	return []ledger.Backend{ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal}
+}
+
+func (evidenceListPage) Statuses() []ledger.Status {
+	return []ledger.Status{ledger.StatusPassed, ledger.StatusFailed, ledger.StatusInconclusive, ledger.StatusError}
+}
+
+// pageEvidenceList is GET /evidence: the newest evidence, filtered by the
+// query (lane, backend, status, repository, commit prefix, artifact digest
+// prefix), paginated by cursor. Bad filters answer 400 with the form and the
+// problem shown.
+func (s *Server) pageEvidenceList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	form := evidenceFilterForm{
+		Lane: strings.TrimSpace(q.Get("lane")), Backend: q.Get("backend"), Status: q.Get("status"),
+		Repository: strings.TrimSpace(q.Get("repository")), Commit: strings.TrimSpace(q.Get("commit")), Artifact: strings.TrimSpace(q.Get("artifact")),
+	}
+	// Normalise the typed values the API expects: trimmed, lower-case hex.
+	q.Set("lane", form.Lane)
+	q.Set("repository", form.Repository)
+	form.Commit = strings.ToLower(form.Commit)
+	form.Artifact = strings.ToLower(form.Artifact)
+	q.Set("commit", form.Commit)
+	q.Set("artifact", form.Artifact)
+	r2 := r.Clone(r.Context())
+	r2.URL.RawQuery = q.Encode()
+	data := evidenceListPage{pageBase: pageBase{Title: "Evidence", Nav: "evidence", JSON: "/api/v1/evidence?" + cleanQuery(q).Encode()}, F: form}
+	data.JSON = strings.TrimSuffix(data.JSON, "?")
+	data.Filtered = form != (evidenceFilterForm{})
+	f, err := parseEvidenceFilter(r2)
+	if err == nil {
+		data.Rows, data.Pager.Next, err = s.store.Evidence(r.Context(), f)
+	}
+	if err != nil {
+		if ledger.ErrorCode(err) != ledger.CodeInvalid {
+			s.renderError(w, r, err)
+			return
+		}
+		data.Problem = err.Error()
+		s.render(w, r, http.StatusBadRequest, "evidence-list", data)
+		return
+	}
+	data.Pager = newPager("/evidence", q, f.Cursor, data.Pager.Next)
+	s.render(w, r, http.StatusOK, "evidence-list", data)
+}
+
+func cleanQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		if len(v) > 0 && v[0] != "" {
+			out.Set(k, v[0])
+		}
+	}
+	return out
+}
+
+// caseRow is one row of an evidence page's case table.
+type caseRow struct {
+	ID, Result, Expected, Got, Note string
+	Failing                         bool
+}
+
+// evidencePage is the data of /evidence/{id}.
+type evidencePage struct {
+	pageBase
+	E           ledger.EvidenceEntry
+	Artifacts   []kv
+	DeviceAttrs []kv
+	Cases       []caseRow
+	CasesFailed int
+	// FailingNoRow are failing case ids the details' case table lacks.
+	FailingNoRow   []string
+	ControlSummary string
+	DetailsJSON    string
+	Proof          *ledger.InclusionProof
+	Checkpoint     ledger.Checkpoint
+	ProofErr       string
+	Leaf           string
+	CLI            string
+	Trajectory     *trajectoryData
+	VerifierKey    string
+}
+
+// pageEvidence is GET /evidence/{id}: pins, device, runner build, cases
+// (failing first), control outcome, details and the inclusion proof
+// against the current checkpoint.
+func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	e, err := s.evidenceByID(r, id)
+	if err != nil {
+		s.renderError(w, r, err)
+		return
+	}
+	ev := e.Evidence
+	data := evidencePage{
+		pageBase:    pageBase{Title: "Evidence " + shortID(e.ID), JSON: "/api/v1/evidence/" + url.PathEscape(e.ID)},
+		E:           e,
+		Artifacts:   sortedKV(ev.Subject.Artifacts),
+		DeviceAttrs: sortedKV(ev.Device.Attrs),
+		Leaf:        string(e.Raw),
+		VerifierKey: s.store.VerifierKey(),
+	}
+	data.Cases, data.ControlSummary, data.DetailsJSON = parseDetails(ev.Details)
+	inTable := make(map[string]bool, len(data.Cases))
+	for _, c := range data.Cases {
+		inTable[c.ID] = true
+		if c.Failing {
+			data.CasesFailed++
+		}
+	}
+	for _, id := range ev.FailingCases {
+		if !inTable[id] {
+			data.FailingNoRow = append(data.FailingNoRow, id)
+		}
+	}
+	if t, ok := trajectoryOf(e); ok {
+		data.Trajectory = &t
+	}
+	cp, err := s.store.Checkpoint(r.Context())
+	if err == nil {
+		data.Checkpoint = cp
+		var p ledger.InclusionProof
+		p, err = s.store.InclusionProof(r.Context(), e.Index, cp.Size)
+		if err == nil {
+			data.Proof = &p
+		}
+	}
+	if err != nil {
+		s.log.Warn("evidence page: no inclusion proof", "id", e.ID, "err", err)
+		data.ProofErr = "the inclusion proof is not available right now; try again or use the CLI command"
+	}
+	data.CLI = fmt.Sprintf("curl -s '%s/api/v1/evidence/%s/proof?size=%d'", baseURL(r), e.ID, data.Checkpoint.Size)
+	s.render(w, r, http.StatusOK, "evidence", data)
+}
+
+// baseURL is the scheme and host the request reached (for copyable
+// commands); it trusts X-Forwarded-Proto only for the scheme word.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// parseDetails reads what the dashboard shows from an evidence's details
+// object, tolerating absent or oddly shaped fields: details.cases (an array
+// of {id, result, expected, got, note}; failing cases sorted first, order
+// otherwise kept), details.control.summary (or details.control_summary),
+// and the whole object indented for display.
+func parseDetails(raw json.RawMessage) (cases []caseRow, controlSummary, pretty string) {
+	if len(raw) == 0 {
+		return nil, "", ""
+	}
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") == nil {
+		pretty = buf.String()
+	} else {
+		pretty = string(raw)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if dec.Decode(&m) != nil {
+		return nil, "", pretty
+	}
+	if list, ok := m["cases"].([]any); ok {
+		for _, item := range list {
+			o, ok := item.(map[string]any)
+			if !ok {
+				continue
+			}
+			c := caseRow{ID: scalar(o["id"]), Result: scalar(o["result"]), Expected: scalar(o["expected"]), Got: scalar(o["got"]), Note: scalar(o["note"])}
+			c.Failing = c.Result != "exact" && c.Result != "pass" && c.Result != "passed"
+			cases = append(cases, c)
+		}
+		sort.SliceStable(cases, func(i, j int) bool { return cases[i].Failing && !cases[j].Failing })
+	}
+	switch c := m["control"].(type) {
+	case map[string]any:
+		controlSummary = scalar(c["summary"])
+	case string:
+		controlSummary = c
+	}
+	if controlSummary == "" {
+		controlSummary = scalar(m["control_summary"])
+	}
+	return cases, controlSummary, pretty
+}
+
+// scalar renders a decoded JSON value as text: strings as they are, numbers
+// as written, other values as compact JSON.
+func scalar(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case json.Number:
+		return x.String()
+	case bool:
+		if x {
+			return "true"
+		}
+		return "false"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}

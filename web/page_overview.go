@@ -1,0 +1,121 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-chi/chi/v5"
+)
+
+func init() {
+	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
+		r.Get("/", s.pageAuth(s.pageOverview))
+	})
+	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
+		r.With(s.require(ledger.ScopeRead)).Get("/overview", s.apiOverview)
+	})
+}
+
+// ReleaseSummary is one release's gate summary on the overview.
+type ReleaseSummary struct {
+	Version    string    `json:"version"`
+	Title      string    `json:"title,omitempty"`
+	Ready      bool      `json:"ready"`
+	Passed     int       `json:"passed"`
+	Failed     int       `json:"failed"`
+	Open       int       `json:"open"`
+	Waived     int       `json:"waived"`
+	ComputedAt time.Time `json:"computed_at"`
+	// Problem says why the release could not be evaluated (then the counts
+	// are zero).
+	Problem string `json:"problem,omitempty"`
+}
+
+// LaneLatest is the newest run of a lane on one backend.
+type LaneLatest struct {
+	LaneRun
+	Lane string `json:"lane"`
+}
+
+// Overview is the overview page's data and the body of GET /api/v1/overview.
+type Overview struct {
+	Releases    []ReleaseSummary  `json:"releases"`
+	Lanes       []LaneLatest      `json:"lanes"`
+	Latest      []EvidenceJSON    `json:"latest_evidence"`
+	Checkpoint  ledger.Checkpoint `json:"checkpoint"`
+	VerifierKey string            `json:"verifier_key"`
+	latest      []ledger.EvidenceEntry
+}
+
+// overviewScan is how many of the newest evidence records the overview
+// scans for each lane's latest run.
+const overviewScan = 1000
+
+func (s *Server) overview(ctx context.Context) (*Overview, error) {
+	o := &Overview{VerifierKey: s.store.VerifierKey()}
+	var err error
+	if o.Checkpoint, err = s.store.Checkpoint(ctx); err != nil {
+		return nil, err
+	}
+	if o.Releases, err = s.releaseSummaries(ctx); err != nil {
+		return nil, err
+	}
+	recent, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: overviewScan})
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		lane    string
+		backend ledger.Backend
+	}
+	seen := map[key]bool{}
+	for _, e := range recent { // newest first: the first seen is the latest
+		k := key{e.Evidence.Lane, e.Evidence.Backend}
+		if !seen[k] {
+			seen[k] = true
+			o.Lanes = append(o.Lanes, LaneLatest{LaneRun: laneRun(e), Lane: e.Evidence.Lane})
+		}
+	}
+	sort.SliceStable(o.Lanes, func(i, j int) bool {
+		if o.Lanes[i].Lane != o.Lanes[j].Lane {
+			return o.Lanes[i].Lane < o.Lanes[j].Lane
+		}
+		return o.Lanes[i].Backend < o.Lanes[j].Backend
+	})
+	o.latest = recent[:min(len(recent), 10)]
+	o.Latest = make([]EvidenceJSON, len(o.latest))
+	for i, e := range o.latest {
+		o.Latest[i] = evidenceJSON(e, false)
+	}
+	return o, nil
+}
+
+type overviewPage struct {
+	pageBase
+	*Overview
+	Latest []ledger.EvidenceEntry
+}
+
+// pageOverview is GET /: every release with its gate summary, the latest
+// run of every lane, the latest evidence and the log's checkpoint.
+func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
+	o, err := s.overview(r.Context())
+	if err != nil {
+		s.renderError(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest})
+}
+
+// apiOverview is GET /api/v1/overview, the overview page as JSON.
+func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
+	o, err := s.overview(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, o)
+}

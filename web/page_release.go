@@ -1,0 +1,194 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sort"
+
+	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-chi/chi/v5"
+)
+
+func init() {
+	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
+		r.Get("/releases/{version}", s.pageAuth(s.pageRelease))
+		r.Get("/entries/{id}", s.pageAuth(s.pageEntry))
+	})
+}
+
+// releaseSummaries evaluates every defined release (newest definition
+// first) for the overview. A release that fails to evaluate is listed with
+// the problem rather than failing the whole overview.
+func (s *Server) releaseSummaries(ctx context.Context) ([]ReleaseSummary, error) {
+	rels, err := gates.ListReleases(ctx, s.store)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ReleaseSummary, 0, len(rels))
+	for _, rel := range rels {
+		sum := ReleaseSummary{Version: rel.Version, Title: rel.Title}
+		rd, err := gates.Evaluate(ctx, s.store, rel, gates.EvalOptions{Now: s.cfg.Now()})
+		if err != nil {
+			st, body := errorBody(err)
+			if st >= 500 {
+				s.log.Error("overview: evaluate release", "version", rel.Version, "err", err)
+			}
+			sum.Problem = "cannot evaluate: " + body.Message
+		} else {
+			sum.Ready, sum.ComputedAt = rd.Ready, rd.ComputedAt
+			sum.Passed, sum.Failed = rd.Counts[gates.StatePassed], rd.Counts[gates.StateFailed]
+			sum.Open, sum.Waived = rd.Counts[gates.StateOpen], rd.Counts[gates.StateWaived]
+		}
+		out = append(out, sum)
+	}
+	return out, nil
+}
+
+// componentRow is one component of the release page with the newest
+// signature verification of its signed head and the newest tree-equivalence
+// evidence for it.
+type componentRow struct {
+	gates.Component
+	Verified *ledger.HeadEntry // nil: not verified yet
+	Same     bool              // the signed head is the reviewed commit
+	TreeEq   *ledger.EvidenceEntry
+	TreeEqOK bool
+	Outside  []string // paths differing outside the pins
+}
+
+// releasePage is the data of /releases/{version}.
+type releasePage struct {
+	pageBase
+	Rel        *gates.Release
+	Entry      ledger.Entry
+	R          *gates.Readiness
+	Components []componentRow
+	Artifacts  []kv
+	Waivers    []gates.WaiverInfo
+	Approvals  []gates.Approval
+	Signoffs   []gates.Signoff
+	Manual     []string // ids of manual gates (sign-off form)
+	Forms      releaseForms
+	Done       string // "waiver", "signoff" or "approval" after a successful form post
+}
+
+// Passed, Failed, Open and Waived are the gate counts by state.
+func (p releasePage) Passed() int { return p.R.Counts[gates.StatePassed] }
+func (p releasePage) Failed() int { return p.R.Counts[gates.StateFailed] }
+func (p releasePage) Open() int   { return p.R.Counts[gates.StateOpen] }
+func (p releasePage) Waived() int { return p.R.Counts[gates.StateWaived] }
+
+// loadReleasePage evaluates release version now and gathers what its page
+// shows. Errors: CodeNotFound for an unknown version, store errors.
+func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage, error) {
+	ctx := r.Context()
+	rel, entry, err := gates.LoadRelease(ctx, s.store, version)
+	if err != nil {
+		return nil, err
+	}
+	rd, err := gates.Evaluate(ctx, s.store, rel, gates.EvalOptions{Now: s.cfg.Now()})
+	if err != nil {
+		return nil, err
+	}
+	p := &releasePage{
+		pageBase:  pageBase{Title: "Release " + rel.Version, JSON: "/api/v1/releases/" + url.PathEscape(rel.Version) + "/readiness"},
+		Rel:       rel,
+		Entry:     entry,
+		R:         rd,
+		Artifacts: sortedKV(rel.Artifacts),
+	}
+	for _, g := range rd.Gates {
+		p.Waivers = append(p.Waivers, g.Waivers...)
+	}
+	sort.SliceStable(p.Waivers, func(i, j int) bool { return p.Waivers[i].CreatedAt.After(p.Waivers[j].CreatedAt) })
+	for _, g := range rel.Gates {
+		if g.Kind == gates.KindManual {
+			p.Manual = append(p.Manual, g.ID)
+		}
+	}
+	if p.Approvals, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
+		return nil, err
+	}
+	treeLane := gates.DefaultTreeEquivalenceLane
+	for _, g := range rel.Gates {
+		if g.Kind == gates.KindTreeEquivalence && g.Lane != "" {
+			treeLane = g.Lane
+		}
+	}
+	for _, c := range rel.Components {
+		row := componentRow{Component: c, Same: c.Head == c.Reviewed}
+		hs, _, err := s.store.Heads(ctx, ledger.HeadFilter{Repository: c.Repository, Commit: c.Head, Limit: 1})
+		if err != nil {
+			return nil, err
+		}
+		if len(hs) > 0 {
+			row.Verified = &hs[0]
+		}
+		if !row.Same {
+			es, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Lane: treeLane, Commit: c.Head, Limit: 20})
+			if err != nil {
+				return nil, err
+			}
+			for i := range es {
+				var d gates.TreeEquivalenceDetails
+				if json.Unmarshal(es[i].Evidence.Details, &d) != nil || d.Equivalent == nil || d.Reviewed != c.Reviewed {
+					continue
+				}
+				row.TreeEq = &es[i]
+				row.TreeEqOK = *d.Equivalent && len(d.OutsidePins) == 0 && es[i].Evidence.Status == ledger.StatusPassed
+				row.Outside = d.OutsidePins
+				break
+			}
+		}
+		p.Components = append(p.Components, row)
+	}
+	return p, nil
+}
+
+// pageRelease is GET /releases/{version}: the gate board (state as colour
+// and word, reason, satisfying evidence, what is missing, baseline evidence
+// with why it does not count, waivers), the components with their signed
+// heads and tree equivalence, the bound artifacts, approvals and the forms
+// to waive, sign off and approve.
+func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
+	p, err := s.loadReleasePage(r, chi.URLParam(r, "version"))
+	if err != nil {
+		s.renderError(w, r, err)
+		return
+	}
+	switch d := r.URL.Query().Get("done"); d {
+	case "waiver", "signoff", "approval":
+		p.Done = d
+	}
+	p.Forms = s.releaseForms(w, r, p.Rel.Version, formValues{})
+	s.render(w, r, http.StatusOK, "release", p)
+}
+
+// pageEntry is GET /entries/{id}: it sends the browser to the page that
+// shows a log entry of any kind (evidence page, heads list, release page,
+// or the entry's JSON for other kinds).
+func (s *Server) pageEntry(w http.ResponseWriter, r *http.Request) {
+	e, err := s.store.Entry(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		s.renderError(w, r, err)
+		return
+	}
+	target := "/api/v1/log/entries/" + url.PathEscape(e.ID)
+	switch e.Kind {
+	case ledger.KindEvidence:
+		target = "/evidence/" + url.PathEscape(e.ID)
+	case ledger.KindHead:
+		var h ledger.HeadVerification
+		if json.Unmarshal(e.Body, &h) == nil {
+			target = "/heads?" + url.Values{"repository": {h.Repository}, "commit": {h.Commit}}.Encode()
+		}
+	case ledger.KindRelease:
+		if v := ledger.EntryKey(e.Kind, e.Body); v != "" {
+			target = "/releases/" + url.PathEscape(v)
+		}
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}

@@ -1,0 +1,180 @@
+package web
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// pgGateStates reads the gate board's states: gate id -> state word.
+func pgGateStates(body string) map[string]string {
+	out := map[string]string{}
+	for _, m := range regexp.MustCompile(`<tbody class="gate" id="gate-[^"]+" data-gate="([^"]+)" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+func TestReleasePage(t *testing.T) {
+	st := pgStore(t)
+	ids := pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	code, body := pgGet(t, s, "/releases/0.32.1")
+	if code != 200 {
+		t.Fatalf("release page: %d\n%s", code, body)
+	}
+	states := pgGateStates(body)
+	want := map[string]string{"qmv-cpu": "passed", "snapshot": "open", "footprint": "open", "heads": "failed", "tree": "open", "platform": "open"}
+	for g, w := range want {
+		if states[g] != w {
+			t.Errorf("gate %s: state %q, want %q (all: %v)", g, states[g], w, states)
+		}
+	}
+	pgContains(t, "release page", body,
+		"Not ready", `<span class="badge state-passed">passed</span>`, `<span class="badge state-open">open</span>`,
+		`href="/evidence/`+ids["promoted"]+`"`, // satisfying evidence
+		`href="/evidence/`+ids["narrow"]+`"`,   // baseline: other artifact digest
+		"does not count:", "<details><summary>Baseline evidence",
+		pgDigest, "libmlx.so", "someone@example.org", `<span class="badge v-unknown_key">unknown_key</span>`, "verdict unknown_key, decision untrusted", "not verified", "no evidence",
+		"Package.resolved", `name="csrf"`, `type="password"`, "/releases/0.32.1/waivers", "Sign off a manual gate",
+	)
+	// The overview summarises the same release.
+	_, ov := pgGet(t, s, "/")
+	pgContains(t, "overview", ov, `href="/releases/0.32.1"`, "not ready", "qmv bias-sum promotion")
+	if code, _ := pgGet(t, s, "/releases/9.9.9"); code != 404 {
+		t.Errorf("unknown release: %d, want 404", code)
+	}
+	// /entries/{id} sends a head entry to the heads page.
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/entries/"+ids["head"], nil))
+	if rec.Code != http.StatusSeeOther || !strings.HasPrefix(rec.Header().Get("Location"), "/heads?") {
+		t.Errorf("/entries/head: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+}
+
+// pgForm fetches the release page (collecting the CSRF cookie and the
+// waiver form's token) and returns them.
+func pgForm(t *testing.T, h http.Handler, field string, cookie *http.Cookie) (*http.Cookie, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/releases/0.32.1", nil)
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	h.ServeHTTP(rec, req)
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == csrfCookie {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("CSRF cookie %+v", cookie)
+	}
+	m := regexp.MustCompile(`<form method="post" action="/releases/0.32.1/` + field + `s"[^>]*>\s*<h3>[^<]*</h3>\s*<input type="hidden" name="csrf" value="([^"]+)">`).FindStringSubmatch(rec.Body.String())
+	if m == nil {
+		t.Fatalf("no csrf field in the %s form", field)
+	}
+	return cookie, m[1]
+}
+
+func pgPost(h http.Handler, path string, cookie *http.Cookie, form url.Values, origin string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestWaiverForm walks the waiver form through every refusal (no CSRF
+// cookie, wrong token for the action, forged token, cross-origin, no API
+// token, weak scope, bad input) and one success, and checks that only the
+// success appended to the log.
+func TestWaiverForm(t *testing.T) {
+	st := pgStore(t)
+	pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	admin, _, err := st.CreateToken(t.Context(), "alice", ledger.ScopeAdmin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, _, err := st.CreateToken(t.Context(), "ci", ledger.ScopeRecord, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookie, csrf := pgForm(t, s, "waiver", nil)
+	_, approvalCSRF := pgForm(t, s, "approval", cookie)
+	before, _ := st.Checkpoint(t.Context())
+	expiry := time.Now().UTC().AddDate(0, 0, 30).Format(time.DateOnly)
+	good := url.Values{"csrf": {csrf}, "gate": {"snapshot"}, "reason": {`counters race fix lands in 0.32.2 "<b>"`}, "expires": {expiry}, "token": {admin}}
+	with := func(k, v string) url.Values {
+		f := url.Values{}
+		for kk, vv := range good {
+			f[kk] = vv
+		}
+		f.Set(k, v)
+		return f
+	}
+	const path = "/releases/0.32.1/waivers"
+	other := &http.Cookie{Name: csrfCookie, Value: strings.Repeat("x", 43)}
+	for _, tc := range []struct {
+		name   string
+		cookie *http.Cookie
+		form   url.Values
+		origin string
+		status int
+		want   string
+	}{
+		{"no cookie", nil, good, "", 403, "security cookie is missing"},
+		{"other cookie", other, good, "", 403, "security token does not match"},
+		{"token of another form", cookie, with("csrf", approvalCSRF), "", 403, "security token does not match"},
+		{"forged token", cookie, with("csrf", "AAAA"), "", 403, "security token does not match"},
+		{"cross origin", cookie, good, "https://evil.example", 403, "cross-origin"},
+		{"no api token", cookie, with("token", ""), "", 401, "enter an API token"},
+		{"bad api token", cookie, with("token", "nope"), "", 401, ""},
+		{"record scope", cookie, with("token", recorder), "", 403, "needs &#34;admin&#34;"},
+		{"unknown gate", cookie, with("gate", "nope"), "", 400, "no gate"},
+		{"no reason", cookie, with("reason", " "), "", 400, "reason"},
+		{"past expiry", cookie, with("expires", "2001-01-01"), "", 400, "must be in the future"},
+		{"bad expiry", cookie, with("expires", "soon"), "", 400, "YYYY-MM-DD"},
+	} {
+		rec := pgPost(s, path, tc.cookie, tc.form, tc.origin)
+		if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s: %d, want %d with %q", tc.name, rec.Code, tc.status, tc.want)
+		}
+		if strings.Contains(rec.Body.String(), admin) {
+			t.Errorf("%s: the page echoes the API token", tc.name)
+		}
+	}
+	if cp, _ := st.Checkpoint(t.Context()); cp.Size != before.Size {
+		t.Fatalf("refused posts appended %d entries", cp.Size-before.Size)
+	}
+	rec := pgPost(s, path, cookie, good, "http://example.com")
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("good waiver: %d %s", rec.Code, rec.Body.String())
+	}
+	loc, _, _ := strings.Cut(rec.Header().Get("Location"), "#")
+	_, body := pgGet(t, s, loc)
+	if st := pgGateStates(body)["snapshot"]; st != "waived" {
+		t.Errorf("snapshot after the waiver: %q, want waived", st)
+	}
+	pgContains(t, "after waiver", body, "Waiver recorded.", "alice", "counters race fix lands in 0.32.2 &#34;&lt;b&gt;&#34;", expiry+" 23:59:59 UTC", "applies")
+	// Approval is refused while gates are open, and says why.
+	rec = pgPost(s, "/releases/0.32.1/approvals", cookie, url.Values{"csrf": {approvalCSRF}, "token": {admin}}, "")
+	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "is not ready") {
+		t.Errorf("approval of an unready release: %d", rec.Code)
+	}
+}
