@@ -1,0 +1,561 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of `ledger release check`.
+const (
+	exitReady    = 0
+	exitNotReady = 1
+	exitErr      = 2
+)
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "release",
+			Short: "Define releases, check readiness, waive gates, sign off and approve",
+			Long: `Release readiness is computed from the ledger, never set by hand.
+
+Commands work on the local database (--db) or, with --server URL, through the API
+(authenticated by --token). Locally, who acts is named with --as TOKEN_NAME: a live token whose
+name becomes the author and whose roles are checked, exactly as over the API.
+
+Sign-offs and approval are different things: a sign-off satisfies one manual gate and needs the
+gate's role; the approval is the final decision on the whole release, accepted only when every
+gate is passed or waived.`,
+		}
+		cmd.AddCommand(releaseApply(a), releaseCheck(a), releaseWaive(a), releaseSignoff(a), releaseApprove(a), releaseVerifyVerdict(a), releaseShow(a))
+		return cmd
+	})
+}
+
+// apiCall performs a request against --server and decodes a JSON answer
+// into out; API errors become errors carrying the server's message.
+func (a *app) apiCall(ctx context.Context, method, path, contentType string, body []byte, out any) (int, error) {
+	u := strings.TrimRight(a.Server, "/") + path
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Message != "" {
+			return resp.StatusCode, fmt.Errorf("server: %s (%s, HTTP %d)", e.Message, e.Code, resp.StatusCode)
+		}
+		return resp.StatusCode, fmt.Errorf("server: HTTP %d", resp.StatusCode)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode server answer: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// actor resolves --as to a live token's name and roles.
+func actor(ctx context.Context, s ledger.Store, name string) (gates.Actor, error) {
+	if name == "" {
+		return gates.Actor{}, errExit(exitErr, "--as TOKEN_NAME is required locally (the token's name is the author; its roles are checked)")
+	}
+	ts, err := s.Tokens(ctx)
+	if err != nil {
+		return gates.Actor{}, err
+	}
+	for _, t := range ts {
+		if t.Name == name && t.RevokedAt == nil {
+			return gates.Actor{Name: t.Name, Roles: t.Roles}, nil
+		}
+	}
+	return gates.Actor{}, errExit(exitErr, "no live token named %q (create it with `ledger token create --name %s ...`)", name, name)
+}
+
+func releaseApply(a *app) *cobra.Command {
+	var as string
+	c := &cobra.Command{
+		Use:   "apply FILE",
+		Short: "Record a release definition (YAML) as a new ledger entry",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return errExit(exitErr, "read release: %v", err)
+			}
+			rel, err := gates.ParseRelease(data)
+			if err != nil {
+				return errExit(exitErr, "%s: %v", args[0], err)
+			}
+			var e ledger.Entry
+			if a.Server != "" {
+				var out struct {
+					ID    string `json:"id"`
+					Index uint64 `json:"index"`
+				}
+				if _, err := a.apiCall(ctx, http.MethodPut, "/api/v1/releases/"+url.PathEscape(rel.Version), "application/yaml", data, &out); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				e.ID, e.Index = out.ID, out.Index
+			} else {
+				s, err := a.openStore(ctx)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+				rel.DefinedBy = as
+				if e, err = gates.Apply(ctx, s, rel); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"version": rel.Version, "id": e.ID, "index": e.Index, "pins_digest": rel.PinsDigest()})
+			}
+			fmt.Fprintf(a.stdout, "release %s defined: entry %s at index %d, pins %s\n", rel.Version, e.ID, e.Index, rel.PinsDigest())
+			return nil
+		},
+	}
+	c.Flags().StringVar(&as, "as", "", "name recorded as the definer (local only)")
+	return c
+}
+
+func releaseCheck(a *app) *cobra.Command {
+	var verdictOut string
+	c := &cobra.Command{
+		Use:   "check VERSION",
+		Short: "Evaluate readiness: exit 0 ready, 1 not ready, 2 error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			var sv gates.SignedVerdict
+			if a.Server != "" {
+				if _, err := a.apiCall(ctx, http.MethodGet, "/api/v1/releases/"+url.PathEscape(args[0])+"/readiness", "", nil, &sv); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				if sv.Readiness == nil {
+					return errExit(exitErr, "server answer has no readiness")
+				}
+			} else {
+				s, err := a.openStore(ctx)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+				rel, _, err := gates.LoadRelease(ctx, s, args[0])
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				rd, err := gates.Evaluate(ctx, s, rel, gates.EvalOptions{})
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				if sv, err = gates.Sign(rd, s); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+			}
+			if verdictOut != "" {
+				if err := os.WriteFile(verdictOut, []byte(sv.Note), 0o644); err != nil {
+					return errExit(exitErr, "write verdict: %v", err)
+				}
+			}
+			if a.JSON {
+				if err := a.printJSON(sv); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+			} else {
+				printReadiness(a.stdout, sv.Readiness)
+			}
+			if !sv.Readiness.Ready {
+				return &exitError{code: exitNotReady}
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&verdictOut, "verdict", "", "also write the signed verdict (a signed note) to this file")
+	return c
+}
+
+func printReadiness(w io.Writer, rd *gates.Readiness) {
+	state := "NOT READY"
+	if rd.Ready {
+		state = "READY"
+	}
+	fmt.Fprintf(w, "release %s: %s (passed %d, waived %d, open %d, failed %d) at checkpoint %d %s\n", rd.Version, state,
+		rd.Counts[gates.StatePassed], rd.Counts[gates.StateWaived], rd.Counts[gates.StateOpen], rd.Counts[gates.StateFailed], rd.Checkpoint.Size, rd.Checkpoint.Root)
+	for _, g := range rd.Gates {
+		fmt.Fprintf(w, "  %-7s %-28s %s\n", g.State, g.ID, g.Reason)
+		if g.Divergence != nil {
+			fmt.Fprintf(w, "          first divergence: %s\n", g.Divergence)
+		}
+		for _, m := range g.Missing {
+			fmt.Fprintf(w, "          missing: %s\n", m)
+		}
+		for i, b := range g.Baseline {
+			if i == 3 {
+				fmt.Fprintf(w, "          … %d more baseline\n", len(g.Baseline)-3)
+				break
+			}
+			fmt.Fprintf(w, "          baseline %s: %s\n", b.ID, b.Reason)
+		}
+		for _, wv := range g.Waivers {
+			st := "applies"
+			if !wv.Applies {
+				st = "lapsed: " + wv.WhyNot
+			}
+			fmt.Fprintf(w, "          waiver %s by %s until %s (%s): %s\n", wv.ID, wv.Author, wv.Expires.Format(time.RFC3339), st, wv.Reason)
+		}
+	}
+}
+
+// parseExpiry accepts RFC 3339 or a duration from now ("72h", "14d").
+func parseExpiry(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		var n int
+		if _, err := fmt.Sscanf(d, "%d", &n); err == nil && n > 0 {
+			return now.Add(time.Duration(n) * 24 * time.Hour), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--expires must be RFC 3339 or a positive duration (72h, 14d), got %q", s)
+	}
+	return now.Add(d), nil
+}
+
+// WaiverRequest is the body of POST /api/v1/releases/{version}/waivers.
+type waiverRequest struct {
+	Gate    string    `json:"gate"`
+	Reason  string    `json:"reason"`
+	Expires time.Time `json:"expires"`
+}
+
+func releaseWaive(a *app) *cobra.Command {
+	var gate, reason, expires, as string
+	c := &cobra.Command{
+		Use:   "waive VERSION --gate ID --reason TEXT --expires WHEN",
+		Short: "Record an expiring waiver of one gate for the release's current pins",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			exp, err := parseExpiry(expires, time.Now())
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			var out any
+			if a.Server != "" {
+				body, _ := json.Marshal(waiverRequest{Gate: gate, Reason: reason, Expires: exp.UTC()})
+				if _, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(args[0])+"/waivers", "application/json", body, &out); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+			} else {
+				s, err := a.openStore(ctx)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+				who, err := actor(ctx, s, as)
+				if err != nil {
+					return err
+				}
+				w, e, err := gates.RecordWaiver(ctx, s, args[0], gate, reason, exp, who, time.Now())
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				out = map[string]any{"id": e.ID, "index": e.Index, "waiver": w}
+			}
+			if a.JSON {
+				return a.printJSON(out)
+			}
+			fmt.Fprintf(a.stdout, "waiver of %s for release %s recorded, expires %s\n", gate, args[0], exp.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&gate, "gate", "", "gate id (required)")
+	c.Flags().StringVar(&reason, "reason", "", "why the gate is waived (required)")
+	c.Flags().StringVar(&expires, "expires", "", "expiry: RFC 3339 or a duration from now such as 72h or 14d (required)")
+	c.Flags().StringVar(&as, "as", "", "local only: the token name that authors the waiver")
+	return c
+}
+
+// signoffRequest is the body of POST /api/v1/releases/{version}/signoffs.
+type signoffRequest struct {
+	Gate string `json:"gate"`
+	Note string `json:"note,omitempty"`
+}
+
+func releaseSignoff(a *app) *cobra.Command {
+	var gate, note, as string
+	c := &cobra.Command{
+		Use:   "signoff VERSION --gate ID",
+		Short: "Sign off a manual gate (needs a token holding the gate's role); not the release approval",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			var out any
+			if a.Server != "" {
+				body, _ := json.Marshal(signoffRequest{Gate: gate, Note: note})
+				if _, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(args[0])+"/signoffs", "application/json", body, &out); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+			} else {
+				s, err := a.openStore(ctx)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+				who, err := actor(ctx, s, as)
+				if err != nil {
+					return err
+				}
+				so, e, err := gates.RecordSignoff(ctx, s, args[0], gate, note, who, time.Now())
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				out = map[string]any{"id": e.ID, "index": e.Index, "signoff": so}
+			}
+			if a.JSON {
+				return a.printJSON(out)
+			}
+			fmt.Fprintf(a.stdout, "gate %s of release %s signed off\n", gate, args[0])
+			return nil
+		},
+	}
+	c.Flags().StringVar(&gate, "gate", "", "manual gate id (required)")
+	c.Flags().StringVar(&note, "note", "", "what was reviewed")
+	c.Flags().StringVar(&as, "as", "", "local only: the token name that signs off (must hold the gate's role)")
+	return c
+}
+
+// approvalRequest is the body of POST /api/v1/releases/{version}/approvals.
+type approvalRequest struct {
+	Note string `json:"note,omitempty"`
+}
+
+func releaseApprove(a *app) *cobra.Command {
+	var note, as string
+	c := &cobra.Command{
+		Use:   "approve VERSION",
+		Short: "Record the final release approval; refused (exit 1) unless the release is ready",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			var out any
+			if a.Server != "" {
+				body, _ := json.Marshal(approvalRequest{Note: note})
+				st, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(args[0])+"/approvals", "application/json", body, &out)
+				if err != nil {
+					if st == http.StatusConflict {
+						return errExit(exitNotReady, "%v", err)
+					}
+					return errExit(exitErr, "%v", err)
+				}
+			} else {
+				s, err := a.openStore(ctx)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+				who, err := actor(ctx, s, as)
+				if err != nil {
+					return err
+				}
+				ap, e, sv, err := gates.RecordApproval(ctx, s, args[0], note, who, time.Now())
+				if err != nil {
+					if ledger.ErrorCode(err) == ledger.CodePrecondition {
+						return errExit(exitNotReady, "%v", err)
+					}
+					return errExit(exitErr, "%v", err)
+				}
+				out = map[string]any{"id": e.ID, "index": e.Index, "approval": ap, "verdict": sv}
+			}
+			if a.JSON {
+				return a.printJSON(out)
+			}
+			fmt.Fprintf(a.stdout, "release %s approved\n", args[0])
+			return nil
+		},
+	}
+	c.Flags().StringVar(&note, "note", "", "approval note")
+	c.Flags().StringVar(&as, "as", "", "local only: the token name that approves")
+	return c
+}
+
+func releaseVerifyVerdict(a *app) *cobra.Command {
+	var keyFile string
+	var replay bool
+	c := &cobra.Command{
+		Use:   "verify-verdict FILE",
+		Short: "Verify a signed readiness verdict (and with --replay/--db, re-evaluate it at its checkpoint)",
+		Long: `Verifies the signature of a verdict written by 'ledger release check --verdict FILE' (a signed
+note) or the JSON of GET /api/v1/releases/{version}/readiness, with the service public key
+(ledger.pub in the data directory, or --key). Any change to the file fails. With --replay (or an
+explicit --db) the evaluation is replayed on that database as of the verdict's checkpoint and
+compared. Exit 0 verified (and replayed equal), 1 verification or replay mismatch, 2 error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return errExit(exitErr, "read verdict: %v", err)
+			}
+			if keyFile == "" {
+				keyFile = filepath.Join(a.dataDir(), "ledger.pub")
+			}
+			key, err := os.ReadFile(keyFile)
+			if err != nil {
+				return errExit(exitErr, "read public key: %v", err)
+			}
+			rd, err := gates.VerifyVerdict(data, string(key))
+			if err != nil {
+				if errors.Is(err, gates.ErrVerdictSignature) || errors.Is(err, gates.ErrVerdictMalformed) {
+					return errExit(exitNotReady, "verdict does not verify: %v", err)
+				}
+				return errExit(exitErr, "%v", err)
+			}
+			result := map[string]any{"verified": true, "version": rd.Version, "ready": rd.Ready, "checkpoint": rd.Checkpoint}
+			if replay || cmd.Flags().Changed("db") {
+				s, err := a.openStore(ctx)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+				_, diffs, err := gates.Replay(ctx, s, rd)
+				if err != nil {
+					return errExit(exitErr, "replay: %v", err)
+				}
+				result["replayed"], result["differences"] = true, diffs
+				if len(diffs) > 0 {
+					if a.JSON {
+						a.printJSON(result)
+					}
+					return errExit(exitNotReady, "replay differs: %s", strings.Join(diffs, "; "))
+				}
+			}
+			if a.JSON {
+				return a.printJSON(result)
+			}
+			fmt.Fprintf(a.stdout, "verdict verified: release %s ready=%v at checkpoint %d %s\n", rd.Version, rd.Ready, rd.Checkpoint.Size, rd.Checkpoint.Root)
+			if result["replayed"] == true {
+				fmt.Fprintln(a.stdout, "replay at that checkpoint gives the same verdict")
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&keyFile, "key", "", "verifier key file (default: ledger.pub in the data directory)")
+	c.Flags().BoolVar(&replay, "replay", false, "replay the evaluation on --db and compare")
+	return c
+}
+
+func releaseShow(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show [VERSION]",
+		Short: "Show a release definition with its history, approvals and sign-offs (no VERSION: list releases)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if a.Server != "" {
+				var out any
+				p := "/api/v1/releases"
+				if len(args) == 1 {
+					p += "/" + url.PathEscape(args[0])
+				}
+				if _, err := a.apiCall(ctx, http.MethodGet, p, "", nil, &out); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				return a.printJSON(out)
+			}
+			s, err := a.openStore(ctx)
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			defer s.Close()
+			if len(args) == 0 {
+				rs, err := gates.ListReleases(ctx, s)
+				if err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				if a.JSON {
+					return a.printJSON(rs)
+				}
+				for _, r := range rs {
+					fmt.Fprintf(a.stdout, "%-16s %2d components %2d gates  entry %s  %s\n", r.Version, len(r.Components), len(r.Gates), r.EntryID, r.Title)
+				}
+				return nil
+			}
+			rel, e, err := gates.LoadRelease(ctx, s, args[0])
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			hist, err := gates.ReleaseHistory(ctx, s, args[0])
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			aps, sos, err := gates.Approvals(ctx, s, args[0])
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"release": rel, "entry": e.ID, "index": e.Index, "pins_digest": rel.PinsDigest(), "definitions": len(hist), "approvals": aps, "signoffs": sos})
+			}
+			fmt.Fprintf(a.stdout, "release %s (%s)\n  entry %s at index %d, %d definition(s), pins %s\n", rel.Version, rel.Title, e.ID, e.Index, len(hist), rel.PinsDigest())
+			for _, c := range rel.Components {
+				fmt.Fprintf(a.stdout, "  component %-14s head %s reviewed %s %s\n", c.Name, c.Head, c.Reviewed, c.Repository)
+			}
+			names := make([]string, 0, len(rel.Artifacts))
+			for n := range rel.Artifacts {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			for _, n := range names {
+				fmt.Fprintf(a.stdout, "  artifact  %-14s %s\n", n, rel.Artifacts[n])
+			}
+			for _, g := range rel.Gates {
+				fmt.Fprintf(a.stdout, "  gate %-28s %-16s %s\n", g.ID, g.Kind, g.Title)
+			}
+			for _, s := range sos {
+				fmt.Fprintf(a.stdout, "  sign-off %s by %s (%s) at %s\n", s.Gate, s.Author, s.Role, s.CreatedAt.Format(time.RFC3339))
+			}
+			for _, ap := range aps {
+				fmt.Fprintf(a.stdout, "  APPROVED by %s at %s (checkpoint %d)\n", ap.Author, ap.CreatedAt.Format(time.RFC3339), ap.Checkpoint.Size)
+			}
+			return nil
+		},
+	}
+}

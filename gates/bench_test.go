@@ -1,0 +1,177 @@
+package gates
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+)
+
+// benchDBVersion keys the cached benchmark database; bump it when the data
+// generator changes.
+const benchDBVersion = "gates-bench-v1"
+
+const (
+	benchRecords = 1_000_000
+	benchLanes   = 20
+	benchCommits = 5000
+)
+
+func benchCommit(i int) string { return fmt.Sprintf("%040x", 0x5eed0000+i) }
+
+// benchEvidence returns record i of the benchmark ledger: lanes and commits
+// spread evenly, one in four runs on cuda, every 97th failed, every 89th
+// with its control not caught, artifacts on half.
+func benchEvidence(i int) ledger.Evidence {
+	lane := fmt.Sprintf("bench-lane-%02d/v1", i%benchLanes)
+	commit := benchCommit((i / benchLanes) % benchCommits)
+	e := ledger.Evidence{
+		Lane:    lane,
+		Subject: ledger.Subject{Repository: "bench/core", Commit: commit, Tree: commit},
+		Backend: ledger.BackendCPU, CasesExact: 216, CasesTotal: 216, Control: ledger.ControlCaught, Status: ledger.StatusPassed,
+		StartedAt: t0.Add(time.Duration(i) * time.Millisecond), FinishedAt: t0.Add(time.Duration(i)*time.Millisecond + time.Second),
+	}
+	if i%4 == 0 {
+		e.Backend = ledger.BackendCUDA
+	}
+	if i%2 == 0 {
+		e.Subject.Artifacts = map[string]string{"lib": fmt.Sprintf("sha256:%064x", i%7)}
+	}
+	switch {
+	case i%97 == 0:
+		e.CasesExact, e.Status = 156, ledger.StatusFailed
+	case i%89 == 0:
+		e.Control, e.Status = ledger.ControlNotCaught, ledger.StatusInconclusive
+	}
+	if i%(benchLanes*3) < benchLanes && strings.HasSuffix(lane, "00/v1") {
+		d, _ := json.Marshal(map[string]any{"model": []string{"gemma", "qwen"}[i%2], "cache": []string{"off", "on"}[(i/2)%2]})
+		e.Details = d
+	}
+	return e
+}
+
+// benchStore opens the cached benchmark ledger under os.TempDir(), filling
+// it on first use with 1,000,000 evidence records appended 1000 per call
+// (the batched fast path) plus head verifications.
+func benchStore(b *testing.B) *sqlite.Store {
+	b.Helper()
+	ctx := context.Background()
+	dir := filepath.Join(os.TempDir(), benchDBVersion)
+	path := filepath.Join(dir, "ledger.db")
+	done := filepath.Join(dir, "complete")
+	if _, err := os.Stat(done); err != nil {
+		os.RemoveAll(dir)
+		s, err := sqlite.Open(ctx, sqlite.Options{Path: path, Now: func() time.Time { return t0 }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		recs := make([]ledger.Record, 0, 1000)
+		for i := 0; i < benchRecords; i++ {
+			body, _ := json.Marshal(benchEvidence(i))
+			recs = append(recs, ledger.Record{Kind: ledger.KindEvidence, Body: body})
+			if len(recs) == 1000 {
+				if _, err := s.Append(ctx, recs, ""); err != nil {
+					b.Fatal(err)
+				}
+				recs = recs[:0]
+			}
+		}
+		for c := 0; c < 5; c++ {
+			h := ledger.HeadVerification{Repository: "bench/core", Object: benchCommit(c), ObjectType: "commit", Commit: benchCommit(c), Verdict: ledger.VerdictGood, Decision: ledger.DecisionTrusted, VerifiedAt: t0}
+			body, _ := json.Marshal(h)
+			if _, err := s.Append(ctx, []ledger.Record{{Kind: ledger.KindHead, Body: body}}, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s.Close()
+		os.WriteFile(done, []byte(time.Since(start).String()+"\n"), 0o644)
+		b.Logf("filled %d records in %s", benchRecords, time.Since(start))
+	}
+	s, err := sqlite.Open(ctx, sqlite.Options{Path: path, Now: func() time.Time { return t0 }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// benchRelease has 50 gates: 40 lane gates (20 lanes x cpu|cuda, with and
+// without artifact pins), signed heads and tree equivalence over 5
+// components, 2 trajectory, 2 matrix and 4 manual gates.
+func benchRelease() *Release {
+	r := &Release{Version: "bench-1", Artifacts: map[string]string{"lib": fmt.Sprintf("sha256:%064x", 3)}}
+	for c := 0; c < 5; c++ {
+		r.Components = append(r.Components, Component{Name: fmt.Sprintf("c%d", c), Repository: "bench/core", Head: benchCommit(c), Reviewed: benchCommit(c + 100)})
+	}
+	for i := 0; i < 40; i++ {
+		g := Gate{ID: fmt.Sprintf("lane-%02d", i), Kind: KindLane, Lane: fmt.Sprintf("bench-lane-%02d/v1", i%benchLanes), Component: fmt.Sprintf("c%d", i%5), Backends: []string{"cpu"}, MinRuns: 2}
+		if i >= 20 {
+			g.Backends, g.Artifacts = []string{"cuda"}, []string{"lib"}
+		}
+		r.Gates = append(r.Gates, g)
+	}
+	r.Gates = append(r.Gates,
+		Gate{ID: "heads", Kind: KindSignedHeads},
+		Gate{ID: "tree", Kind: KindTreeEquivalence},
+		Gate{ID: "traj-1", Kind: KindTrajectory, Component: "c0", Trajectories: []string{"gemma"}, Modes: []string{"ordinary", "automatic"}, Backends: []string{"contiguous", "paged"}},
+		Gate{ID: "traj-2", Kind: KindTrajectory, Component: "c1", Trajectories: []string{"qwen"}, Modes: []string{"ordinary", "automatic"}},
+		Gate{ID: "matrix-1", Kind: KindMatrix, Lane: "bench-lane-00/v1", Component: "c0", Dimensions: []Dimension{{"model", []string{"gemma", "qwen"}}, {"cache", []string{"off", "on"}}, {"backend", []string{"cpu", "cuda"}}}},
+		Gate{ID: "matrix-2", Kind: KindMatrix, Lane: "bench-lane-00/v1", Component: "c3", Dimensions: []Dimension{{"model", []string{"gemma", "qwen"}}}},
+	)
+	for i := 0; i < 4; i++ {
+		r.Gates = append(r.Gates, Gate{ID: fmt.Sprintf("manual-%d", i), Kind: KindManual, Role: "reviewer"})
+	}
+	return r
+}
+
+// BenchmarkReadiness evaluates a 50-gate release over a 1,000,000-record
+// ledger. The first run fills a cached database (minutes); reruns reuse it.
+func BenchmarkReadiness(b *testing.B) {
+	s := benchStore(b)
+	rel := benchRelease()
+	if err := rel.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	rd, err := Evaluate(ctx, s, rel, EvalOptions{Now: t0})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(rd.Gates) != 50 || rd.Checkpoint.Size < benchRecords {
+		b.Fatalf("%d gates over %d entries", len(rd.Gates), rd.Checkpoint.Size)
+	}
+	b.Logf("counts %v", rd.Counts)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := Evaluate(ctx, s, rel, EvalOptions{Now: t0}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReadinessSigned adds signing the verdict to the evaluation.
+func BenchmarkReadinessSigned(b *testing.B) {
+	s := benchStore(b)
+	rel := benchRelease()
+	if err := rel.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		rd, err := Evaluate(ctx, s, rel, EvalOptions{Now: t0})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Sign(rd, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,38 @@
+// Package gates decides release readiness from the ledger.
+//
+// A release (see Release, parsed strictly from YAML by ParseRelease) binds a
+// version to exact pins: for each component the signed head commit, the
+// reviewed source commit and optionally their trees, plus bound artifacts
+// (name -> "sha256:<64 hex>"). Its gates are requirements whose state is
+// computed, never set by hand:
+//
+//   - lane: runs of a lane (name/vN) on listed backends, at the component's
+//     head commit (and tree when given), carrying every listed artifact
+//     digest, clean, all cases exact and the negative control caught;
+//   - signed-heads: each component's head verified good and trusted
+//     (ledger.HeadVerification records, kind "head");
+//   - tree-equivalence: evidence of lane tree-equivalence/v1 (see
+//     TreeEquivalenceDetails) that each signed head equals its reviewed
+//     source apart from the component's pin paths;
+//   - trajectory: token sequences recorded as external evidence (see
+//     TrajectoryDetails) identical across listed modes and backends; a
+//     divergence names the first differing zero-based index and both tokens;
+//   - matrix: every combination of listed dimension values has passing
+//     evidence whose details carry those values;
+//   - manual: a sign-off recorded by a token holding a named role.
+//
+// Binding is exact: evidence counts only when every pin equals the release's
+// current pins. Other evidence of the same lane is listed as baseline with
+// the reason it does not count; nothing is satisfied by proximity.
+//
+// Waivers (RecordWaiver) exempt one gate for one set of pins (PinsDigest)
+// until an expiry; they lapse when the pins change. Manual-gate sign-offs
+// (RecordSignoff) are separate from the final release approval
+// (RecordApproval), which is accepted only when the release is ready.
+//
+// Evaluate computes a Readiness as of a checkpoint; Sign signs its canonical
+// JSON with the log key (a signed note) and VerifyVerdict checks it, so a
+// verdict can be verified and replayed later.
+//
+// Functions here are safe for concurrent use when the Store is.
+package gates

@@ -1,0 +1,483 @@
+package gates
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+func TestLaneGate(t *testing.T) {
+	const lane = "qmv-bias-sum/v1"
+	mod := func(f func(*ledger.Evidence)) ledger.Evidence {
+		e := passing(lane)
+		f(&e)
+		return e
+	}
+	cases := []struct {
+		name     string
+		evs      []ledger.Evidence
+		minRuns  int
+		fresh    string
+		want     State
+		reason   string // substring of the gate reason
+		baseline string // substring of the first baseline reason ("" = no baseline)
+	}{
+		{"satisfying", []ledger.Evidence{passing(lane)}, 0, "", StatePassed, "1 passing run", ""},
+		{"no evidence", nil, 0, "", StateOpen, "0 of 1", ""},
+		{"baseline other commit", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Commit, e.Subject.Tree = otherC, otherC })}, 0, "", StateOpen, "do not count", "other commit"},
+		{"reviewed source not head", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Commit = reviewedA })}, 0, "", StateOpen, "0 of 1", "reviewed source"},
+		{"one pin off: artifact", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts["lib"] = digestOld })}, 0, "", StateOpen, "0 of 1", "other artifact lib"},
+		{"one pin off: artifact missing", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts = nil })}, 0, "", StateOpen, "0 of 1", "does not carry artifact lib"},
+		{"one pin off: tree", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Tree = otherC })}, 0, "", StateOpen, "0 of 1", "other tree"},
+		{"one pin off: dirty", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Dirty = true })}, 0, "", StateOpen, "0 of 1", "dirty"},
+		{"one pin off: backend", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Backend = ledger.BackendCUDA })}, 0, "", StateOpen, "0 of 1", "other backend cuda"},
+		{"one pin off: lane version", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Lane = "qmv-bias-sum/v2" })}, 0, "", StateOpen, "0 of 1", ""},
+		{"control caught", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Control = ledger.ControlCaught })}, 0, "", StatePassed, "1 passing", ""},
+		{"control not caught", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Control, e.Status = ledger.ControlNotCaught, ledger.StatusInconclusive })}, 0, "", StateOpen, "0 of 1", "control not caught"},
+		{"no control", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Control = ledger.ControlNone })}, 0, "", StateOpen, "0 of 1", "no negative control"},
+		{"failure at the pins", []ledger.Evidence{passing(lane), mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 156, ledger.StatusFailed; e.FailingCases = nil })}, 0, "", StateFailed, "156/216", "failed at the release's pins"},
+		{"error status", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 0, ledger.StatusError })}, 0, "", StateOpen, "0 of 1", "status error"},
+		{"min runs", []ledger.Evidence{passing(lane)}, 2, "", StateOpen, "1 of 2", ""},
+		{"min runs met", []ledger.Evidence{passing(lane), mod(func(e *ledger.Evidence) { e.Backend = ledger.BackendCPU })}, 2, "", StatePassed, "2 passing", ""},
+		{"stale", []ledger.Evidence{passing(lane)}, 0, "30m", StateOpen, "0 of 1", "stale"},
+		{"fresh", []ledger.Evidence{passing(lane)}, 0, "2h", StatePassed, "1 passing", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t)
+			rel := only(testRelease(t), "qmv")
+			rel.Gates[0].MinRuns, rel.Gates[0].Freshness = tc.minRuns, tc.fresh
+			if len(tc.evs) > 0 {
+				record(t, s, tc.evs...)
+			}
+			g := evaluate(t, s, rel).Gates[0]
+			if g.State != tc.want || !strings.Contains(g.Reason, tc.reason) {
+				t.Fatalf("state %s reason %q; want %s containing %q", g.State, g.Reason, tc.want, tc.reason)
+			}
+			if tc.want == StatePassed && len(g.Satisfying) == 0 {
+				t.Fatal("passed without satisfying evidence")
+			}
+			if tc.want == StateOpen && tc.minRuns < 2 && len(g.Satisfying) > 0 {
+				t.Fatalf("not passed but lists satisfying evidence %+v", g.Satisfying)
+			}
+			if tc.baseline == "" {
+				if tc.want != StateFailed && len(g.Baseline) > 0 && tc.name != "min runs met" {
+					t.Fatalf("unexpected baseline %+v", g.Baseline)
+				}
+				return
+			}
+			if len(g.Baseline) == 0 || !strings.Contains(g.Baseline[0].Reason, tc.baseline) {
+				t.Fatalf("baseline %+v; want a reason containing %q", g.Baseline, tc.baseline)
+			}
+		})
+	}
+}
+
+func TestLaneGateAllBackends(t *testing.T) {
+	s := openStore(t)
+	rel := only(testRelease(t), "qmv")
+	rel.Gates[0].AllBackends = true
+	record(t, s, passing("qmv-bias-sum/v1"))
+	g := evaluate(t, s, rel).Gates[0]
+	if g.State != StateOpen || len(g.Missing) != 1 || !strings.Contains(g.Missing[0], "on cpu") {
+		t.Fatalf("got %s %q missing %v", g.State, g.Reason, g.Missing)
+	}
+}
+
+func TestWaivers(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		expires time.Duration // from t0
+		now     time.Duration // evaluation time from t0
+		repin   bool
+		want    State
+		whyNot  string
+	}{
+		{"applies", 48 * time.Hour, 0, false, StateWaived, ""},
+		{"expired", 48 * time.Hour, 72 * time.Hour, false, StateOpen, "expired"},
+		{"pins changed", 48 * time.Hour, 0, true, StateOpen, "pins changed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t)
+			rel := testRelease(t)
+			apply(t, s, rel)
+			if _, _, err := RecordWaiver(ctx, s, rel.Version, "qmv", "CUDA host not attached", t0.Add(tc.expires), Actor{Name: "alice"}, t0); err != nil {
+				t.Fatal(err)
+			}
+			if tc.repin {
+				rel.Artifacts = map[string]string{"lib": digestOld}
+				apply(t, s, rel)
+			}
+			cur, _, err := LoadRelease(ctx, s, rel.Version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rd, err := Evaluate(ctx, s, cur, EvalOptions{Now: t0.Add(tc.now)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := rd.Gates[0]
+			if g.State != tc.want || len(g.Waivers) != 1 {
+				t.Fatalf("state %s waivers %+v; want %s with one waiver", g.State, g.Waivers, tc.want)
+			}
+			w := g.Waivers[0]
+			if w.Applies != (tc.whyNot == "") || w.WhyNot != tc.whyNot || w.Author != "alice" {
+				t.Fatalf("waiver %+v; want why_not %q", w, tc.whyNot)
+			}
+			if tc.want == StateWaived && !strings.Contains(g.Reason, "CUDA host not attached") {
+				t.Fatalf("waived reason %q lacks the waiver's reason", g.Reason)
+			}
+		})
+	}
+	t.Run("bad input", func(t *testing.T) {
+		s := openStore(t)
+		rel := testRelease(t)
+		apply(t, s, rel)
+		for _, c := range []struct {
+			gate, reason string
+			exp          time.Time
+		}{{"nope", "r", t0.Add(time.Hour)}, {"qmv", " ", t0.Add(time.Hour)}, {"qmv", "r", t0.Add(-time.Hour)}, {"qmv", "r", t0.Add(400 * 24 * time.Hour)}} {
+			if _, _, err := RecordWaiver(ctx, s, rel.Version, c.gate, c.reason, c.exp, Actor{Name: "a"}, t0); ledger.ErrorCode(err) != ledger.CodeInvalid {
+				t.Errorf("waiver %+v: err %v, want invalid", c, err)
+			}
+		}
+	})
+}
+
+func TestSignedHeadsGate(t *testing.T) {
+	good := ledger.HeadVerification{Repository: "example/core", Commit: headA, Tree: treeA, Verdict: ledger.VerdictGood, Decision: ledger.DecisionTrusted, Scheme: "ssh", Signer: "rel@example.org"}
+	goodB := good
+	goodB.Repository, goodB.Commit, goodB.Tree = "example/app", headB, ""
+	with := func(f func(*ledger.HeadVerification)) ledger.HeadVerification {
+		h := good
+		f(&h)
+		return h
+	}
+	cases := []struct {
+		name   string
+		heads  []ledger.HeadVerification
+		policy string
+		want   State
+		reason string
+	}{
+		{"satisfying", []ledger.HeadVerification{good, goodB}, "", StatePassed, "all 2"},
+		{"one missing", []ledger.HeadVerification{good}, "", StateOpen, "1 of 2"},
+		{"other commit", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Commit = reviewedA }), goodB}, "", StateOpen, "1 of 2"},
+		{"bad signature", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictBad }), goodB}, "", StateFailed, "verdict bad"},
+		{"untrusted", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Decision = ledger.DecisionUntrusted }), goodB}, "", StateFailed, "decision untrusted"},
+		{"newest decides", []ledger.HeadVerification{good, goodB, with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictRevoked; h.VerifiedAt = t0.Add(time.Hour) })}, "", StateFailed, "revoked"},
+		{"tree pin differs", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Tree = otherC }), goodB}, "", StateFailed, "tree"},
+		{"other policy", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Policy = digestOld }), goodB}, digestLib, StateOpen, "not verified"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t)
+			rel := only(testRelease(t), "heads")
+			rel.PolicyDigest = tc.policy
+			if tc.policy != "" {
+				for _, h := range tc.heads {
+					if h.Commit == headB {
+						h.Policy = tc.policy
+						recordHead(t, s, h)
+					}
+				}
+			}
+			for _, h := range tc.heads {
+				if tc.policy == "" || h.Commit != headB {
+					recordHead(t, s, h)
+				}
+			}
+			g := evaluate(t, s, rel).Gates[0]
+			if g.State != tc.want || !strings.Contains(g.Reason, tc.reason) {
+				t.Fatalf("state %s reason %q; want %s with %q", g.State, g.Reason, tc.want, tc.reason)
+			}
+			if tc.policy != "" && (len(g.Baseline) == 0 || !strings.Contains(g.Baseline[0].Reason, "policy")) {
+				t.Fatalf("baseline %+v lacks the policy reason", g.Baseline)
+			}
+		})
+	}
+}
+
+func treeEv(reviewed string, equivalent bool, outside []string, f func(*ledger.Evidence)) ledger.Evidence {
+	e := passing(DefaultTreeEquivalenceLane)
+	e.Backend, e.Control, e.CasesExact, e.CasesTotal = ledger.BackendExternal, ledger.ControlNone, 1, 1
+	e.Subject.Artifacts = nil
+	if !equivalent {
+		e.Status, e.CasesExact = ledger.StatusFailed, 0
+	}
+	d, _ := json.Marshal(TreeEquivalenceDetails{Reviewed: reviewed, Equivalent: &equivalent, OutsidePins: outside})
+	e.Details = d
+	if f != nil {
+		f(&e)
+	}
+	return e
+}
+
+func TestTreeEquivalenceGate(t *testing.T) {
+	cases := []struct {
+		name     string
+		evs      []ledger.Evidence
+		want     State
+		reason   string
+		baseline string
+	}{
+		{"satisfying", []ledger.Evidence{treeEv(reviewedA, true, []string{}, nil)}, StatePassed, "all 2", ""},
+		{"missing", nil, StateOpen, "1 of 2", ""},
+		{"other reviewed source", []ledger.Evidence{treeEv(otherC, true, nil, nil)}, StateOpen, "1 of 2", "compares against"},
+		{"one pin off: tree", []ledger.Evidence{treeEv(reviewedA, true, nil, func(e *ledger.Evidence) { e.Subject.Tree = otherC })}, StateOpen, "1 of 2", "other tree"},
+		{"one pin off: dirty", []ledger.Evidence{treeEv(reviewedA, true, nil, func(e *ledger.Evidence) { e.Subject.Dirty = true })}, StateOpen, "1 of 2", "dirty"},
+		{"differs outside pins", []ledger.Evidence{treeEv(reviewedA, false, []string{"Sources/Kernel.metal"}, nil)}, StateFailed, "Sources/Kernel.metal", "outside the pins"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t)
+			rel := only(testRelease(t), "tree")
+			if len(tc.evs) > 0 {
+				record(t, s, tc.evs...)
+			}
+			g := evaluate(t, s, rel).Gates[0]
+			if g.State != tc.want || !strings.Contains(g.Reason, tc.reason) {
+				t.Fatalf("state %s reason %q; want %s with %q", g.State, g.Reason, tc.want, tc.reason)
+			}
+			// app's head is its reviewed commit: satisfied without evidence.
+			if !strings.Contains(g.Satisfying[len(g.Satisfying)-1].Summary, "app: the signed head is the reviewed commit") {
+				t.Fatalf("satisfying %+v", g.Satisfying)
+			}
+			if tc.baseline != "" && (len(g.Baseline) == 0 || !strings.Contains(g.Baseline[0].Reason, tc.baseline)) {
+				t.Fatalf("baseline %+v; want %q", g.Baseline, tc.baseline)
+			}
+		})
+	}
+}
+
+func tokens64(divergeAt int) []int64 {
+	out := make([]int64, 64)
+	for i := range out {
+		out[i] = int64(1000 + i*7)
+		if divergeAt >= 0 && i >= divergeAt {
+			out[i] = int64(50000 + i)
+		}
+	}
+	return out
+}
+
+func TestTrajectoryGate(t *testing.T) {
+	same := tokens64(-1)
+	all := func(auto []int64) []ledger.Evidence {
+		return []ledger.Evidence{
+			trajectoryEv("gemma", "ordinary", "contiguous", same), trajectoryEv("gemma", "automatic", "contiguous", auto),
+			trajectoryEv("gemma", "ordinary", "paged", same), trajectoryEv("gemma", "automatic", "paged", auto),
+		}
+	}
+	cases := []struct {
+		name     string
+		evs      []ledger.Evidence
+		want     State
+		index    int
+		baseline string
+	}{
+		{"identical", all(same), StatePassed, 0, ""},
+		{"differs from index 30", all(tokens64(30)), StateFailed, 30, ""},
+		{"missing cell", all(same)[:3], StateOpen, 0, ""},
+		{"one pin off: commit", append(all(same)[:3], func() ledger.Evidence {
+			e := trajectoryEv("gemma", "automatic", "paged", same)
+			e.Subject.Commit, e.Subject.Tree = otherC, otherC
+			return e
+		}()), StateOpen, 0, "other commit"},
+		{"length only", all(same[:40]), StateFailed, -1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t)
+			rel := only(testRelease(t), "traj")
+			record(t, s, tc.evs...)
+			g := evaluate(t, s, rel).Gates[0]
+			if g.State != tc.want {
+				t.Fatalf("state %s reason %q; want %s", g.State, g.Reason, tc.want)
+			}
+			if tc.want == StateFailed {
+				d := g.Divergence
+				if d == nil || d.Index != tc.index || d.Trajectory != "gemma" || d.A != "ordinary/contiguous" || d.B != "automatic/contiguous" {
+					t.Fatalf("divergence %+v; want index %d between ordinary/contiguous and automatic/contiguous", d, tc.index)
+				}
+				if tc.index >= 0 {
+					if *d.TokenA != same[30] || *d.TokenB != 50030 {
+						t.Fatalf("tokens %d vs %d", *d.TokenA, *d.TokenB)
+					}
+					if !strings.Contains(g.Reason, "index 30") || !strings.Contains(g.Reason, "automatic/paged") {
+						t.Fatalf("reason %q should name index 30 on both backends", g.Reason)
+					}
+				}
+			}
+			if tc.want == StateOpen && (len(g.Missing) != 1 || !strings.Contains(g.Missing[0], "mode automatic backend paged")) {
+				t.Fatalf("missing %v", g.Missing)
+			}
+			if tc.baseline != "" && (len(g.Baseline) == 0 || !strings.Contains(g.Baseline[0].Reason, tc.baseline)) {
+				t.Fatalf("baseline %+v", g.Baseline)
+			}
+		})
+	}
+}
+
+func fleetEv(model string, backend ledger.Backend, f func(*ledger.Evidence)) ledger.Evidence {
+	e := passing("fleet/v1")
+	e.Backend = backend
+	d, _ := json.Marshal(map[string]string{"model": model})
+	e.Details = d
+	if f != nil {
+		f(&e)
+	}
+	return e
+}
+
+func TestMatrixGate(t *testing.T) {
+	three := []ledger.Evidence{fleetEv("gemma", "metal", nil), fleetEv("gemma", "cuda", nil), fleetEv("qwen", "metal", nil)}
+	cases := []struct {
+		name     string
+		evs      []ledger.Evidence
+		want     State
+		reason   string
+		baseline string
+	}{
+		{"complete", append(three, fleetEv("qwen", "cuda", nil)), StatePassed, "all 4", ""},
+		{"missing cell", three, StateOpen, "3 of 4", ""},
+		{"one pin off: commit", append(three, fleetEv("qwen", "cuda", func(e *ledger.Evidence) { e.Subject.Commit = reviewedA })), StateOpen, "3 of 4", "reviewed source"},
+		{"control not caught", append(three, fleetEv("qwen", "cuda", func(e *ledger.Evidence) { e.Control, e.Status = ledger.ControlNotCaught, ledger.StatusInconclusive })), StateOpen, "3 of 4", "control not caught"},
+		{"failed cell", append(three, fleetEv("qwen", "cuda", func(e *ledger.Evidence) { e.CasesExact, e.Status = 3, ledger.StatusFailed })), StateFailed, "model=qwen backend=cuda", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t)
+			rel := only(testRelease(t), "fleet")
+			record(t, s, tc.evs...)
+			g := evaluate(t, s, rel).Gates[0]
+			if g.State != tc.want || !strings.Contains(g.Reason, tc.reason) {
+				t.Fatalf("state %s reason %q; want %s with %q", g.State, g.Reason, tc.want, tc.reason)
+			}
+			if tc.want == StateOpen && (len(g.Missing) != 1 || g.Missing[0] != "model=qwen backend=cuda") {
+				t.Fatalf("missing %v", g.Missing)
+			}
+			if tc.baseline != "" && (len(g.Baseline) == 0 || !strings.Contains(g.Baseline[0].Reason, tc.baseline)) {
+				t.Fatalf("baseline %+v", g.Baseline)
+			}
+		})
+	}
+}
+
+func TestManualGate(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	rel := testRelease(t)
+	apply(t, s, rel)
+	if _, _, err := RecordSignoff(ctx, s, rel.Version, "platform", "ok", Actor{Name: "bob", Roles: []string{"release-manager"}}, t0); ledger.ErrorCode(err) != ledger.CodeForbidden {
+		t.Fatalf("sign-off without the role: %v", err)
+	}
+	if _, _, err := RecordSignoff(ctx, s, rel.Version, "qmv", "ok", Actor{Name: "bob", Roles: []string{"platform-reviewer"}}, t0); ledger.ErrorCode(err) != ledger.CodeInvalid {
+		t.Fatalf("sign-off of a lane gate: %v", err)
+	}
+	g := evaluate(t, s, only(rel, "platform")).Gates[0]
+	if g.State != StateOpen || !strings.Contains(g.Missing[0], "platform-reviewer") {
+		t.Fatalf("before sign-off: %+v", g)
+	}
+	if _, _, err := RecordSignoff(ctx, s, rel.Version, "platform", "reviewed the diff", Actor{Name: "carol", Roles: []string{"platform-reviewer"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	g = evaluate(t, s, only(rel, "platform")).Gates[0]
+	if g.State != StatePassed || !strings.Contains(g.Reason, "carol") {
+		t.Fatalf("after sign-off: %+v", g)
+	}
+	rel.Components[0].Head = otherC
+	apply(t, s, rel)
+	g = evaluate(t, s, only(rel, "platform")).Gates[0]
+	if g.State != StateOpen || len(g.Baseline) != 1 || !strings.Contains(g.Baseline[0].Reason, "other pins") {
+		t.Fatalf("after re-pin: %+v", g)
+	}
+}
+
+func TestApprovalOnlyWhenReady(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	rel := testRelease(t)
+	rel.Gates = []Gate{*mustGate(rel, "qmv"), *mustGate(rel, "platform")}
+	rel.ApprovalRole = "release-manager"
+	apply(t, s, rel)
+	rm := Actor{Name: "dana", Roles: []string{"release-manager", "platform-reviewer"}}
+	_, _, sv, err := RecordApproval(ctx, s, rel.Version, "", rm, t0)
+	var le *ledger.Error
+	if !errors.As(err, &le) || le.Code != ledger.CodePrecondition || !strings.Contains(le.Message, "qmv (open)") || !strings.Contains(le.Message, "platform (open)") || sv == nil {
+		t.Fatalf("approval of an unready release: %v", err)
+	}
+	record(t, s, passing("qmv-bias-sum/v1"))
+	if _, _, err := RecordSignoff(ctx, s, rel.Version, "platform", "", rm, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := RecordApproval(ctx, s, rel.Version, "", Actor{Name: "eve", Roles: []string{"platform-reviewer"}}, t0); ledger.ErrorCode(err) != ledger.CodeForbidden {
+		t.Fatalf("approval without the approval role: %v", err)
+	}
+	a, e, sv, err := RecordApproval(ctx, s, rel.Version, "ship it", rm, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Kind != ledger.KindApproval || a.VerdictSHA256 != sv.TextSHA256() || !sv.Readiness.Ready {
+		t.Fatalf("approval %+v entry %+v", a, e)
+	}
+	as, ss, err := Approvals(ctx, s, rel.Version)
+	if err != nil || len(as) != 1 || len(ss) != 1 || as[0].Author != "dana" {
+		t.Fatalf("approvals %v %v %v", as, ss, err)
+	}
+}
+
+func mustGate(r *Release, id string) *Gate {
+	g, ok := r.gate(id)
+	if !ok {
+		panic(id)
+	}
+	return g
+}
+
+func TestReadinessOverall(t *testing.T) {
+	s := openStore(t)
+	rel := testRelease(t)
+	apply(t, s, rel)
+	rd := evaluate(t, s, rel)
+	if rd.Ready || len(rd.Gates) != 6 || rd.Counts[StateOpen] != 6 || rd.Release.ID == "" || rd.Checkpoint.Size == 0 {
+		t.Fatalf("readiness %+v", rd)
+	}
+	if len(rd.Blockers()) != 6 {
+		t.Fatalf("blockers %v", rd.Blockers())
+	}
+}
+
+func TestListAndLoadReleases(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	a := testRelease(t)
+	apply(t, s, a)
+	b := testRelease(t)
+	b.Version = "2.0.0"
+	apply(t, s, b)
+	a.Title = "redefined"
+	apply(t, s, a)
+	rs, err := ListReleases(ctx, s)
+	if err != nil || len(rs) != 2 || rs[0].Version != a.Version || rs[0].Title != "redefined" || rs[1].Version != "2.0.0" {
+		t.Fatalf("list %v %v", rs, err)
+	}
+	got, e, err := LoadRelease(ctx, s, a.Version)
+	if err != nil || got.Title != "redefined" || e.ID != got.EntryID {
+		t.Fatalf("load %+v %v", got, err)
+	}
+	h, err := ReleaseHistory(ctx, s, a.Version)
+	if err != nil || len(h) != 2 {
+		t.Fatalf("history %d %v", len(h), err)
+	}
+	if _, _, err := LoadRelease(ctx, s, "9.9.9"); ledger.ErrorCode(err) != ledger.CodeNotFound {
+		t.Fatalf("missing release: %v", err)
+	}
+}

@@ -1,0 +1,310 @@
+package gates
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// Apply appends rel as a new release definition (ledger.KindRelease, keyed
+// by version) after validating it. DefinedAt is set to now when zero, so
+// every application is a distinct record and the history of what was bound
+// when stays auditable. It returns the appended entry.
+func Apply(ctx context.Context, store ledger.Store, rel *Release) (ledger.Entry, error) {
+	if err := rel.validate(); err != nil {
+		return ledger.Entry{}, err
+	}
+	if rel.DefinedAt.IsZero() {
+		rel.DefinedAt = time.Now().UTC()
+	}
+	rel.DefinedAt = rel.DefinedAt.UTC()
+	body, err := json.Marshal(rel)
+	if err != nil {
+		return ledger.Entry{}, fmt.Errorf("encode release: %w", err)
+	}
+	e, err := appendOne(ctx, store, ledger.KindRelease, body)
+	if err != nil {
+		return e, err
+	}
+	rel.EntryID, rel.EntryIndex = e.ID, e.Index
+	return e, nil
+}
+
+func appendOne(ctx context.Context, store ledger.Store, k ledger.Kind, body []byte) (ledger.Entry, error) {
+	res, err := store.Append(ctx, []ledger.Record{{Kind: k, Body: body}}, "")
+	if err != nil {
+		return ledger.Entry{}, err
+	}
+	return res.Entries[0].Entry, nil
+}
+
+// DecodeRelease decodes a release definition entry's body and validates it.
+func DecodeRelease(e ledger.Entry) (*Release, error) {
+	if e.Kind != ledger.KindRelease {
+		return nil, ledger.FieldError("kind", "entry %s is a %s, not a release", e.ID, e.Kind)
+	}
+	var rel Release
+	if err := json.Unmarshal(e.Body, &rel); err != nil {
+		return nil, fmt.Errorf("decode release entry %s: %w", e.ID, err)
+	}
+	if err := rel.validate(); err != nil {
+		return nil, fmt.Errorf("release entry %s: %w", e.ID, err)
+	}
+	rel.EntryID, rel.EntryIndex = e.ID, e.Index
+	return &rel, nil
+}
+
+// LoadRelease returns the latest definition of version and its entry, or a
+// CodeNotFound error.
+func LoadRelease(ctx context.Context, store ledger.Store, version string) (*Release, ledger.Entry, error) {
+	return loadReleaseAt(ctx, store, version, 0)
+}
+
+func loadReleaseAt(ctx context.Context, store ledger.Store, version string, asOf uint64) (*Release, ledger.Entry, error) {
+	if !ValidVersion(version) {
+		return nil, ledger.Entry{}, ledger.FieldError("version", "not a valid release version: %q", version)
+	}
+	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version, Limit: 1, Cursor: cursor(asOf)})
+	if err != nil {
+		return nil, ledger.Entry{}, err
+	}
+	if len(es) == 0 {
+		return nil, ledger.Entry{}, ledger.NotFound("release %q is not defined", version)
+	}
+	rel, err := DecodeRelease(es[0])
+	return rel, es[0], err
+}
+
+// ReleaseHistory returns every definition of version, newest first (at
+// most 1000).
+func ReleaseHistory(ctx context.Context, store ledger.Store, version string) ([]ledger.Entry, error) {
+	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version, Limit: 1000})
+	return es, err
+}
+
+// ListReleases returns the latest definition of every release version,
+// most recently defined first.
+func ListReleases(ctx context.Context, store ledger.Store) ([]*Release, error) {
+	var out []*Release
+	seen := map[string]bool{}
+	cur := ""
+	for {
+		es, next, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Limit: 1000, Cursor: cur})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			v := ledger.EntryKey(e.Kind, e.Body)
+			if seen[v] {
+				continue
+			}
+			seen[v] = true
+			rel, err := DecodeRelease(e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rel)
+		}
+		if next == "" {
+			return out, nil
+		}
+		cur = next
+	}
+}
+
+func cursor(asOf uint64) string {
+	if asOf == 0 {
+		return ""
+	}
+	return strconv.FormatUint(asOf, 10)
+}
+
+// Waiver is the body of a waiver record (ledger.KindWaiver, keyed by
+// version): an attributed, reasoned, expiring exception to one gate, bound
+// to the release's pins digest when it was recorded.
+type Waiver struct {
+	Version    string    `json:"version"`
+	Gate       string    `json:"gate"`
+	Reason     string    `json:"reason"`
+	Author     string    `json:"author"`
+	Expires    time.Time `json:"expires"`
+	PinsDigest string    `json:"pins_digest"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Signoff is the body of a manual gate sign-off (ledger.KindApproval with
+// Type "signoff"): the holder of Role signs off gate Gate for the pins
+// digest. It is not the release approval.
+type Signoff struct {
+	Version    string    `json:"version"`
+	Type       string    `json:"type"` // "signoff"
+	Gate       string    `json:"gate"`
+	Role       string    `json:"role"`
+	Author     string    `json:"author"`
+	Note       string    `json:"note,omitempty"`
+	PinsDigest string    `json:"pins_digest"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Approval is the body of the final release approval (ledger.KindApproval
+// with Type "approval"). It names the readiness verdict it was granted on:
+// the checkpoint and the SHA-256 of the verdict's canonical text.
+type Approval struct {
+	Version       string        `json:"version"`
+	Type          string        `json:"type"` // "approval"
+	Author        string        `json:"author"`
+	Note          string        `json:"note,omitempty"`
+	PinsDigest    string        `json:"pins_digest"`
+	ReleaseEntry  string        `json:"release_entry"`
+	Checkpoint    CheckpointRef `json:"checkpoint"`
+	VerdictSHA256 string        `json:"verdict_sha256"`
+	CreatedAt     time.Time     `json:"created_at"`
+}
+
+// The Type values of approval-kind records.
+const (
+	TypeSignoff  = "signoff"
+	TypeApproval = "approval"
+)
+
+// Actor is who records a waiver, sign-off or approval: the name of the
+// authenticated token and the roles it holds.
+type Actor struct {
+	Name  string
+	Roles []string
+}
+
+// MaxWaiverDuration caps how far ahead a waiver may expire.
+const MaxWaiverDuration = 365 * 24 * time.Hour
+
+// RecordWaiver appends a waiver of gate for the release's current pins.
+// The gate must exist, the reason must be non-empty and expires must lie in
+// the future (at most MaxWaiverDuration ahead of now). Errors: CodeInvalid,
+// CodeNotFound.
+func RecordWaiver(ctx context.Context, store ledger.Store, version, gate, reason string, expires time.Time, by Actor, now time.Time) (Waiver, ledger.Entry, error) {
+	rel, _, err := LoadRelease(ctx, store, version)
+	if err != nil {
+		return Waiver{}, ledger.Entry{}, err
+	}
+	if _, ok := rel.gate(gate); !ok {
+		return Waiver{}, ledger.Entry{}, ledger.FieldError("gate", "release %s has no gate %q", version, gate)
+	}
+	reason = strings.TrimSpace(reason)
+	if reason == "" || len(reason) > 4000 {
+		return Waiver{}, ledger.Entry{}, ledger.FieldError("reason", "required, at most 4000 characters")
+	}
+	if by.Name == "" {
+		return Waiver{}, ledger.Entry{}, ledger.FieldError("author", "required")
+	}
+	if !expires.After(now) {
+		return Waiver{}, ledger.Entry{}, ledger.FieldError("expires", "must be in the future, got %s", expires.UTC().Format(time.RFC3339))
+	}
+	if expires.Sub(now) > MaxWaiverDuration {
+		return Waiver{}, ledger.Entry{}, ledger.FieldError("expires", "at most %s ahead", MaxWaiverDuration)
+	}
+	w := Waiver{Version: version, Gate: gate, Reason: reason, Author: by.Name, Expires: expires.UTC(), PinsDigest: rel.PinsDigest(), CreatedAt: now.UTC()}
+	body, _ := json.Marshal(w)
+	e, err := appendOne(ctx, store, ledger.KindWaiver, body)
+	return w, e, err
+}
+
+// RecordSignoff appends a sign-off of manual gate by an actor holding the
+// gate's role, bound to the current pins. Errors: CodeInvalid (no such
+// manual gate), CodeForbidden (role missing), CodeNotFound.
+func RecordSignoff(ctx context.Context, store ledger.Store, version, gate, note string, by Actor, now time.Time) (Signoff, ledger.Entry, error) {
+	rel, _, err := LoadRelease(ctx, store, version)
+	if err != nil {
+		return Signoff{}, ledger.Entry{}, err
+	}
+	g, ok := rel.gate(gate)
+	if !ok || g.Kind != KindManual {
+		return Signoff{}, ledger.Entry{}, ledger.FieldError("gate", "release %s has no manual gate %q", version, gate)
+	}
+	if !slices.Contains(by.Roles, g.Role) {
+		return Signoff{}, ledger.Entry{}, ledger.Errorf(ledger.CodeForbidden, "gate %s needs a sign-off by a token holding role %q; %q holds %v", gate, g.Role, by.Name, by.Roles)
+	}
+	if len(note) > 4000 {
+		return Signoff{}, ledger.Entry{}, ledger.FieldError("note", "at most 4000 characters")
+	}
+	s := Signoff{Version: version, Type: TypeSignoff, Gate: gate, Role: g.Role, Author: by.Name, Note: strings.TrimSpace(note), PinsDigest: rel.PinsDigest(), CreatedAt: now.UTC()}
+	body, _ := json.Marshal(s)
+	e, err := appendOne(ctx, store, ledger.KindApproval, body)
+	return s, e, err
+}
+
+// RecordApproval evaluates the release now and, only when it is ready,
+// appends the final approval naming the verdict. When not ready it returns
+// a CodePrecondition error listing every gate that is not passed or waived,
+// together with the readiness. Approval needs the release's ApprovalRole
+// when one is set (CodeForbidden otherwise).
+func RecordApproval(ctx context.Context, store ledger.Store, version, note string, by Actor, now time.Time) (Approval, ledger.Entry, *SignedVerdict, error) {
+	rel, _, err := LoadRelease(ctx, store, version)
+	if err != nil {
+		return Approval{}, ledger.Entry{}, nil, err
+	}
+	if rel.ApprovalRole != "" && !slices.Contains(by.Roles, rel.ApprovalRole) {
+		return Approval{}, ledger.Entry{}, nil, ledger.Errorf(ledger.CodeForbidden, "approving release %s needs role %q; %q holds %v", version, rel.ApprovalRole, by.Name, by.Roles)
+	}
+	if by.Name == "" {
+		return Approval{}, ledger.Entry{}, nil, ledger.FieldError("author", "required")
+	}
+	rd, err := Evaluate(ctx, store, rel, EvalOptions{Now: now})
+	if err != nil {
+		return Approval{}, ledger.Entry{}, nil, err
+	}
+	sv, err := Sign(rd, store)
+	if err != nil {
+		return Approval{}, ledger.Entry{}, nil, err
+	}
+	if !rd.Ready {
+		return Approval{}, ledger.Entry{}, &sv, &ledger.Error{Code: ledger.CodePrecondition, Message: "release " + version + " is not ready: " + strings.Join(rd.Blockers(), "; ")}
+	}
+	a := Approval{Version: version, Type: TypeApproval, Author: by.Name, Note: strings.TrimSpace(note), PinsDigest: rd.PinsDigest,
+		ReleaseEntry: rd.Release.ID, Checkpoint: rd.Checkpoint, VerdictSHA256: sv.TextSHA256(), CreatedAt: now.UTC()}
+	body, _ := json.Marshal(a)
+	e, err := appendOne(ctx, store, ledger.KindApproval, body)
+	return a, e, &sv, err
+}
+
+func (r *Release) gate(id string) (*Gate, bool) {
+	for i := range r.Gates {
+		if r.Gates[i].ID == id {
+			return &r.Gates[i], true
+		}
+	}
+	return nil, false
+}
+
+// Approvals returns the final approvals and manual sign-offs recorded for
+// version, newest first (at most 1000 of each kind of record).
+func Approvals(ctx context.Context, store ledger.Store, version string) ([]Approval, []Signoff, error) {
+	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindApproval, Key: version, Limit: 1000})
+	if err != nil {
+		return nil, nil, err
+	}
+	var as []Approval
+	var ss []Signoff
+	for _, e := range es {
+		var probe struct{ Type string }
+		_ = json.Unmarshal(e.Body, &probe)
+		switch probe.Type {
+		case TypeApproval:
+			var a Approval
+			if json.Unmarshal(e.Body, &a) == nil {
+				as = append(as, a)
+			}
+		case TypeSignoff:
+			var s Signoff
+			if json.Unmarshal(e.Body, &s) == nil {
+				ss = append(ss, s)
+			}
+		}
+	}
+	return as, ss, nil
+}

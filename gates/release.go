@@ -1,0 +1,526 @@
+package gates
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"gopkg.in/yaml.v3"
+)
+
+// The gate kinds.
+const (
+	KindLane            = "lane"
+	KindSignedHeads     = "signed-heads"
+	KindTreeEquivalence = "tree-equivalence"
+	KindTrajectory      = "trajectory"
+	KindMatrix          = "matrix"
+	KindManual          = "manual"
+)
+
+// Default lanes of the kinds whose evidence is recorded by other tools.
+const (
+	DefaultTreeEquivalenceLane = "tree-equivalence/v1"
+	DefaultTrajectoryLane      = "trajectory/v1"
+)
+
+// Release is a release definition: a version, its component stack, its
+// bound artifacts, the trust policy for heads and its gates. Field names are
+// the same in YAML and JSON. A Release loaded from the log carries the
+// entry that defined it (Entry*). Releases are values: do not mutate one
+// that is shared between goroutines.
+type Release struct {
+	Version    string      `yaml:"version" json:"version"`
+	Title      string      `yaml:"title,omitempty" json:"title,omitempty"`
+	Components []Component `yaml:"components" json:"components"`
+	// Artifacts binds artifact names to "sha256:<64 lowercase hex>".
+	Artifacts map[string]string `yaml:"artifacts,omitempty" json:"artifacts,omitempty"`
+	// Policy names the trust policy used to verify heads (a file path or
+	// another reference); informational unless PolicyDigest is set.
+	Policy string `yaml:"policy,omitempty" json:"policy,omitempty"`
+	// PolicyDigest, when set ("sha256:<64 hex>"), makes signed-heads gates
+	// count only head verifications made under exactly that policy
+	// (ledger.HeadVerification.Policy).
+	PolicyDigest string `yaml:"policy_digest,omitempty" json:"policy_digest,omitempty"`
+	// ApprovalRole, when set, is the role a token must hold to record the
+	// final release approval (besides admin scope).
+	ApprovalRole string `yaml:"approval_role,omitempty" json:"approval_role,omitempty"`
+	Gates        []Gate `yaml:"gates" json:"gates"`
+
+	// DefinedAt and DefinedBy are set by Apply (not read from YAML); they
+	// make every (re)definition a distinct log record.
+	DefinedAt time.Time `yaml:"-" json:"defined_at,omitzero"`
+	DefinedBy string    `yaml:"-" json:"defined_by,omitempty"`
+
+	// EntryID and EntryIndex identify the log entry this definition was
+	// loaded from (zero when parsed from a file).
+	EntryID    string `yaml:"-" json:"-"`
+	EntryIndex uint64 `yaml:"-" json:"-"`
+}
+
+// Component is one repository of the release's stack. Head is the signed
+// publication head commit (what evidence must be about, by default);
+// Reviewed is the reviewed source commit. Tree and ReviewedTree are their
+// tree ids: optional because trees are not always published (the reference
+// release publishes commits only); when given, evidence must carry the same
+// tree. Pins are path globs (path.Match syntax) of dependency pins, the only
+// paths allowed to differ between head and reviewed source.
+type Component struct {
+	Name         string   `yaml:"name" json:"name"`
+	Repository   string   `yaml:"repository" json:"repository"`
+	Branch       string   `yaml:"branch,omitempty" json:"branch,omitempty"`
+	Change       string   `yaml:"change,omitempty" json:"change,omitempty"`
+	Reviewed     string   `yaml:"reviewed" json:"reviewed"`
+	Head         string   `yaml:"head" json:"head"`
+	Tree         string   `yaml:"tree,omitempty" json:"tree,omitempty"`
+	ReviewedTree string   `yaml:"reviewed_tree,omitempty" json:"reviewed_tree,omitempty"`
+	Pins         []string `yaml:"pins,omitempty" json:"pins,omitempty"`
+}
+
+// Dimension is one axis of a matrix gate: evidence details must carry
+// Name with one of Values (a dimension named "backend" falls back to the
+// evidence's backend when details lack it).
+type Dimension struct {
+	Name   string   `yaml:"name" json:"name"`
+	Values []string `yaml:"values" json:"values"`
+}
+
+// Gate is one requirement. Which fields apply depends on Kind:
+//
+//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness
+//	signed-heads:     components (default: all)
+//	tree-equivalence: components (default: all), lane (default tree-equivalence/v1)
+//	trajectory:       lane (default trajectory/v1), component, at, artifacts, trajectories, modes, backends
+//	matrix:           lane, component, at, artifacts, dimensions
+//	manual:           role
+//
+// A field set on a kind that does not use it is an error.
+type Gate struct {
+	ID          string `yaml:"id" json:"id"`
+	Kind        string `yaml:"kind" json:"kind"`
+	Title       string `yaml:"title,omitempty" json:"title,omitempty"`
+	Description string `yaml:"description,omitempty" json:"description,omitempty"`
+
+	Lane      string `yaml:"lane,omitempty" json:"lane,omitempty"`
+	Component string `yaml:"component,omitempty" json:"component,omitempty"`
+	// At selects which commit of Component evidence must be about: "head"
+	// (default) or "reviewed".
+	At          string   `yaml:"at,omitempty" json:"at,omitempty"`
+	Backends    []string `yaml:"backends,omitempty" json:"backends,omitempty"`
+	AllBackends bool     `yaml:"all_backends,omitempty" json:"all_backends,omitempty"`
+	Artifacts   []string `yaml:"artifacts,omitempty" json:"artifacts,omitempty"`
+	MinRuns     int      `yaml:"min_runs,omitempty" json:"min_runs,omitempty"`
+	// Freshness is the maximum age of a run (its finished_at) at evaluation
+	// time: a Go duration or a number of days ("30d"). Empty: no limit.
+	Freshness string `yaml:"freshness,omitempty" json:"freshness,omitempty"`
+
+	Components []string `yaml:"components,omitempty" json:"components,omitempty"`
+
+	Trajectories []string `yaml:"trajectories,omitempty" json:"trajectories,omitempty"`
+	Modes        []string `yaml:"modes,omitempty" json:"modes,omitempty"`
+
+	Dimensions []Dimension `yaml:"dimensions,omitempty" json:"dimensions,omitempty"`
+
+	Role string `yaml:"role,omitempty" json:"role,omitempty"`
+
+	freshness time.Duration
+}
+
+var (
+	versionRe = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$`)
+	gateIDRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	nameRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,254}$`)
+	roleRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
+
+// ValidVersion reports whether s is a usable release version (1-64 of
+// [0-9A-Za-z._+-], starting alphanumeric).
+func ValidVersion(s string) bool { return versionRe.MatchString(s) }
+
+// ParseRelease decodes a release definition from YAML (JSON is YAML too)
+// strictly: unknown keys, duplicate keys, wrong types and invalid values are
+// CodeInvalid *ledger.Error values whose message starts with "line N:" and
+// whose Field is the path of the offending field (e.g. "gates[3].lane").
+func ParseRelease(data []byte) (*Release, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, ledger.FieldError("", "empty release definition")
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var rel Release
+	if err := dec.Decode(&rel); err != nil {
+		return nil, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, ledger.FieldError("", "more than one YAML document: a release file holds exactly one")
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(err)
+	}
+	lines := map[string]int{}
+	walkLines(&root, "", lines)
+	if err := rel.validate(); err != nil {
+		return nil, withLine(err, lines)
+	}
+	return &rel, nil
+}
+
+// yamlError turns a yaml.v3 error (which already names lines) into a
+// CodeInvalid *ledger.Error.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return ledger.FieldError("", "%s", strings.Join(te.Errors, "; "))
+	}
+	return ledger.FieldError("", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+// walkLines records the line of every mapping value and sequence item by
+// its field path ("gates[2].lane").
+func walkLines(n *yaml.Node, p string, out map[string]int) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			walkLines(c, p, out)
+		}
+	case yaml.MappingNode:
+		if _, ok := out[p]; !ok {
+			out[p] = n.Line
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			cp := k.Value
+			if p != "" {
+				cp = p + "." + k.Value
+			}
+			out[cp] = k.Line
+			walkLines(v, cp, out)
+		}
+	case yaml.SequenceNode:
+		if _, ok := out[p]; !ok {
+			out[p] = n.Line
+		}
+		for i, c := range n.Content {
+			cp := fmt.Sprintf("%s[%d]", p, i)
+			out[cp] = c.Line
+			walkLines(c, cp, out)
+		}
+	}
+}
+
+// withLine prefixes the message of a field error with the line of its
+// field (or of the nearest enclosing field that has one).
+func withLine(err error, lines map[string]int) error {
+	var le *ledger.Error
+	if !errors.As(err, &le) {
+		return err
+	}
+	for f := le.Field; ; {
+		if l, ok := lines[f]; ok && l > 0 {
+			c := *le
+			c.Message = fmt.Sprintf("line %d: %s", l, c.Message)
+			return &c
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i < 0 {
+			if f == "" {
+				return err
+			}
+			f = ""
+			continue
+		}
+		f = f[:i]
+	}
+}
+
+// Validate checks a release definition (ParseRelease calls it; use it for
+// releases built in code or decoded from JSON). Errors are CodeInvalid
+// *ledger.Error values naming the field path.
+func (r *Release) Validate() error { return r.validate() }
+
+func (r *Release) validate() error {
+	if !ValidVersion(r.Version) {
+		return ledger.FieldError("version", "required: 1-64 of [0-9A-Za-z._+-] starting alphanumeric, got %q", r.Version)
+	}
+	if len(r.Components) == 0 {
+		return ledger.FieldError("components", "at least one component is required")
+	}
+	names := map[string]bool{}
+	for i := range r.Components {
+		c := &r.Components[i]
+		f := fmt.Sprintf("components[%d]", i)
+		if !roleRe.MatchString(c.Name) {
+			return ledger.FieldError(f+".name", "required: 1-64 of [A-Za-z0-9._-], got %q", c.Name)
+		}
+		if names[c.Name] {
+			return ledger.FieldError(f+".name", "duplicate component %q", c.Name)
+		}
+		names[c.Name] = true
+		if strings.TrimSpace(c.Repository) == "" || len(c.Repository) > 512 {
+			return ledger.FieldError(f+".repository", "required, at most 512 characters")
+		}
+		for _, o := range []struct {
+			field, v string
+			req      bool
+		}{{"reviewed", c.Reviewed, true}, {"head", c.Head, true}, {"tree", c.Tree, false}, {"reviewed_tree", c.ReviewedTree, false}} {
+			if o.v == "" && !o.req {
+				continue
+			}
+			if !ledger.ValidObjectID(o.v) {
+				return ledger.FieldError(f+"."+o.field, "must be a full commit/tree id (40 or 64 lowercase hex digits), got %q", o.v)
+			}
+		}
+		for j, g := range c.Pins {
+			if g == "" || strings.HasPrefix(g, "/") {
+				return ledger.FieldError(fmt.Sprintf("%s.pins[%d]", f, j), "pin glob must be a relative path pattern, got %q", g)
+			}
+			if _, err := path.Match(g, ""); err != nil {
+				return ledger.FieldError(fmt.Sprintf("%s.pins[%d]", f, j), "bad glob %q: %v", g, err)
+			}
+		}
+	}
+	for name, d := range r.Artifacts {
+		if !nameRe.MatchString(name) {
+			return ledger.FieldError("artifacts."+name, "artifact name %q is not valid", name)
+		}
+		if !ledger.ValidDigest(d) {
+			return ledger.FieldError("artifacts."+name, "digest must be sha256:<64 lowercase hex>, got %q", d)
+		}
+	}
+	if r.PolicyDigest != "" && !ledger.ValidDigest(r.PolicyDigest) {
+		return ledger.FieldError("policy_digest", "must be sha256:<64 lowercase hex>, got %q", r.PolicyDigest)
+	}
+	if r.ApprovalRole != "" && !roleRe.MatchString(r.ApprovalRole) {
+		return ledger.FieldError("approval_role", "role must be 1-64 of [A-Za-z0-9._-], got %q", r.ApprovalRole)
+	}
+	if len(r.Gates) == 0 {
+		return ledger.FieldError("gates", "at least one gate is required")
+	}
+	ids := map[string]bool{}
+	for i := range r.Gates {
+		if err := r.validateGate(i, names); err != nil {
+			return err
+		}
+		g := &r.Gates[i]
+		if ids[g.ID] {
+			return ledger.FieldError(fmt.Sprintf("gates[%d].id", i), "duplicate gate id %q", g.ID)
+		}
+		ids[g.ID] = true
+	}
+	return nil
+}
+
+func (r *Release) validateGate(i int, components map[string]bool) error {
+	g := &r.Gates[i]
+	f := fmt.Sprintf("gates[%d]", i)
+	if !gateIDRe.MatchString(g.ID) {
+		return ledger.FieldError(f+".id", "required: 1-64 of [a-z0-9._-] starting alphanumeric, got %q", g.ID)
+	}
+	used := map[string]bool{"id": true, "kind": true, "title": true, "description": true}
+	switch g.Kind {
+	case KindLane:
+		used["lane"], used["component"], used["at"], used["backends"], used["all_backends"], used["artifacts"], used["min_runs"], used["freshness"] = true, true, true, true, true, true, true, true
+	case KindSignedHeads:
+		used["components"] = true
+	case KindTreeEquivalence:
+		used["components"], used["lane"] = true, true
+	case KindTrajectory:
+		used["lane"], used["component"], used["at"], used["artifacts"], used["trajectories"], used["modes"], used["backends"] = true, true, true, true, true, true, true
+	case KindMatrix:
+		used["lane"], used["component"], used["at"], used["artifacts"], used["dimensions"] = true, true, true, true, true
+	case KindManual:
+		used["role"] = true
+	default:
+		return ledger.FieldError(f+".kind", "unknown gate kind %q (lane, signed-heads, tree-equivalence, trajectory, matrix, manual)", g.Kind)
+	}
+	set := map[string]bool{
+		"lane": g.Lane != "", "component": g.Component != "", "at": g.At != "", "backends": len(g.Backends) > 0,
+		"all_backends": g.AllBackends, "artifacts": len(g.Artifacts) > 0, "min_runs": g.MinRuns != 0, "freshness": g.Freshness != "",
+		"components": len(g.Components) > 0, "trajectories": len(g.Trajectories) > 0, "modes": len(g.Modes) > 0,
+		"dimensions": len(g.Dimensions) > 0, "role": g.Role != "",
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if set[k] && !used[k] {
+			return ledger.FieldError(f+"."+k, "field %s is not used by gates of kind %s", k, g.Kind)
+		}
+	}
+	if used["lane"] {
+		switch {
+		case g.Lane == "" && g.Kind == KindTreeEquivalence:
+			g.Lane = DefaultTreeEquivalenceLane
+		case g.Lane == "" && g.Kind == KindTrajectory:
+			g.Lane = DefaultTrajectoryLane
+		case !ledger.ValidLane(g.Lane):
+			return ledger.FieldError(f+".lane", "must be a lane name@version like qmv-bias-sum/v1, got %q", g.Lane)
+		}
+	}
+	if used["component"] {
+		if g.Component == "" {
+			return ledger.FieldError(f+".component", "required: the component whose commit the evidence must be about")
+		}
+		if !components[g.Component] {
+			return ledger.FieldError(f+".component", "no component named %q", g.Component)
+		}
+		if g.At != "" && g.At != "head" && g.At != "reviewed" {
+			return ledger.FieldError(f+".at", "must be head or reviewed, got %q", g.At)
+		}
+	}
+	for j, b := range g.Backends {
+		switch ledger.Backend(b) {
+		case ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal:
+		default:
+			if g.Kind != KindTrajectory { // trajectory backends are labels inside details
+				return ledger.FieldError(fmt.Sprintf("%s.backends[%d]", f, j), "unknown backend %q (cpu, cuda, metal, external)", b)
+			}
+		}
+	}
+	if g.Kind == KindLane && len(g.Backends) == 0 {
+		return ledger.FieldError(f+".backends", "lane gates list the backends whose runs count")
+	}
+	for j, a := range g.Artifacts {
+		if _, ok := r.Artifacts[a]; !ok {
+			return ledger.FieldError(fmt.Sprintf("%s.artifacts[%d]", f, j), "artifact %q is not bound by the release (artifacts:)", a)
+		}
+	}
+	if g.MinRuns < 0 || g.MinRuns > 1000 {
+		return ledger.FieldError(f+".min_runs", "must be 0..1000, got %d", g.MinRuns)
+	}
+	if g.Freshness != "" {
+		d, err := parseDuration(g.Freshness)
+		if err != nil || d <= 0 {
+			return ledger.FieldError(f+".freshness", "must be a positive duration such as 720h or 30d, got %q", g.Freshness)
+		}
+		g.freshness = d
+	}
+	for j, c := range g.Components {
+		if !components[c] {
+			return ledger.FieldError(fmt.Sprintf("%s.components[%d]", f, j), "no component named %q", c)
+		}
+	}
+	switch g.Kind {
+	case KindTrajectory:
+		if len(g.Trajectories) == 0 {
+			return ledger.FieldError(f+".trajectories", "list the trajectory names to compare")
+		}
+		if len(g.Modes) == 0 {
+			g.Modes = nil
+		}
+		if max(len(g.Modes), 1)*max(len(g.Backends), 1) < 2 {
+			return ledger.FieldError(f+".modes", "a trajectory gate compares at least two mode/backend combinations")
+		}
+	case KindMatrix:
+		if len(g.Dimensions) == 0 {
+			return ledger.FieldError(f+".dimensions", "list at least one dimension")
+		}
+		cells := 1
+		seen := map[string]bool{}
+		for j, d := range g.Dimensions {
+			if !roleRe.MatchString(d.Name) || seen[d.Name] {
+				return ledger.FieldError(fmt.Sprintf("%s.dimensions[%d].name", f, j), "dimension names must be distinct, 1-64 of [A-Za-z0-9._-], got %q", d.Name)
+			}
+			seen[d.Name] = true
+			if len(d.Values) == 0 {
+				return ledger.FieldError(fmt.Sprintf("%s.dimensions[%d].values", f, j), "list at least one value")
+			}
+			cells *= len(d.Values)
+			if cells > 4096 {
+				return ledger.FieldError(fmt.Sprintf("%s.dimensions[%d]", f, j), "the matrix has more than 4096 cells")
+			}
+		}
+	case KindManual:
+		if !roleRe.MatchString(g.Role) {
+			return ledger.FieldError(f+".role", "required: the role whose holder signs off, 1-64 of [A-Za-z0-9._-], got %q", g.Role)
+		}
+	}
+	return nil
+}
+
+// parseDuration accepts Go durations and whole days ("30d").
+func parseDuration(s string) (time.Duration, error) {
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 0 || n > 36500 {
+			return 0, fmt.Errorf("bad day count %q", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// Component returns the component named name.
+func (r *Release) Component(name string) (Component, bool) {
+	for _, c := range r.Components {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Component{}, false
+}
+
+// pinsView is the canonical content of a release's pins.
+type pinsView struct {
+	Version      string            `json:"version"`
+	Components   []pinComponent    `json:"components"`
+	Artifacts    map[string]string `json:"artifacts"`
+	PolicyDigest string            `json:"policy_digest"`
+}
+
+type pinComponent struct {
+	Name         string   `json:"name"`
+	Repository   string   `json:"repository"`
+	Reviewed     string   `json:"reviewed"`
+	Head         string   `json:"head"`
+	Tree         string   `json:"tree"`
+	ReviewedTree string   `json:"reviewed_tree"`
+	Pins         []string `json:"pins"`
+}
+
+// PinsDigest returns "sha256:<hex>" of the canonical JSON of the release's
+// pins: version, each component's (name, repository, reviewed, head, tree,
+// reviewed_tree, pins) sorted by name, artifacts and policy digest. Gates
+// and titles are not pins: redefining gates keeps waivers and sign-offs,
+// changing any pin lapses them.
+func (r *Release) PinsDigest() string {
+	v := pinsView{Version: r.Version, Artifacts: map[string]string{}, PolicyDigest: r.PolicyDigest}
+	for k, d := range r.Artifacts {
+		v.Artifacts[k] = d
+	}
+	for _, c := range r.Components {
+		pins := append([]string{}, c.Pins...)
+		sort.Strings(pins)
+		v.Components = append(v.Components, pinComponent{c.Name, c.Repository, c.Reviewed, c.Head, c.Tree, c.ReviewedTree, pins})
+	}
+	sort.Slice(v.Components, func(i, j int) bool { return v.Components[i].Name < v.Components[j].Name })
+	b, err := ledger.CanonicalBody(v)
+	if err != nil { // cannot happen: plain strings and maps
+		panic(err)
+	}
+	h := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// commitFor returns the commit and tree evidence for gate g must be about.
+func (r *Release) commitFor(g *Gate) (commit, tree string) {
+	c, _ := r.Component(g.Component)
+	if g.At == "reviewed" {
+		return c.Reviewed, c.ReviewedTree
+	}
+	return c.Head, c.Tree
+}
