@@ -545,6 +545,7 @@ func headRef(h ledger.HeadEntry) EvidenceRef {
 func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 	var res GateResult
 	var failed []string
+	notVerified := 0
 	for _, c := range ev.components(g) {
 		hs, _, err := ev.store.Heads(ev.ctx, ledger.HeadFilter{Commit: c.Head, Cursor: ev.cur, Limit: 100})
 		if err != nil {
@@ -567,6 +568,11 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 				res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "tree differs from the release's tree pin"})
 			case v.Verdict == ledger.VerdictGood && v.Decision == ledger.DecisionTrusted:
 				res.Satisfying = append(res.Satisfying, headRef(h))
+			case v.Verdict == ledger.VerdictUnsigned:
+				// An unsigned head is not a bad signature: the gate stays
+				// open until the head is signed and verified again.
+				res.Missing = append(res.Missing, fmt.Sprintf("a signature on %s's head %s: it is unsigned (sign it, then `ledger verify head --record`)", c.Name, short(c.Head)))
+				res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "the head is unsigned"})
 			default:
 				why := fmt.Sprintf("%s head %s: verdict %s, decision %s", c.Name, short(c.Head), v.Verdict, v.Decision)
 				if v.Reason != "" {
@@ -578,6 +584,7 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 			break // the newest applicable verification decides
 		}
 		if !decided {
+			notVerified++
 			res.Missing = append(res.Missing, fmt.Sprintf("a verification of %s's signed head %s (%s) that is good and trusted", c.Name, c.Head, c.Repository))
 		}
 	}
@@ -586,7 +593,7 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 	case len(failed) > 0:
 		res.State, res.Reason = StateFailed, strings.Join(failed, "; ")
 	case len(res.Missing) > 0:
-		res.State, res.Reason = StateOpen, fmt.Sprintf("%d of %d signed heads verified good and trusted; %d not verified yet", len(res.Satisfying), n, len(res.Missing))
+		res.State, res.Reason = StateOpen, fmt.Sprintf("%d of %d signed heads verified good and trusted; %d not verified yet, %d unsigned", len(res.Satisfying), n, notVerified, len(res.Missing)-notVerified)
 	default:
 		res.State, res.Reason = StatePassed, fmt.Sprintf("all %d signed heads verified good and trusted", n)
 	}
