@@ -171,7 +171,11 @@ func TestSignedHeadsGate(t *testing.T) {
 		{"one missing", []ledger.HeadVerification{good}, "", StateOpen, "1 of 2"},
 		{"other commit", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Commit = reviewedA }), goodB}, "", StateOpen, "1 of 2"},
 		{"bad signature", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictBad }), goodB}, "", StateFailed, "verdict bad"},
-		{"unsigned head stays open", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictUnsigned; h.Decision = ledger.DecisionUntrusted; h.Scheme = "" }), goodB}, "", StateOpen, "unsigned"},
+		{"unsigned head stays open", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) {
+			h.Verdict = ledger.VerdictUnsigned
+			h.Decision = ledger.DecisionUntrusted
+			h.Scheme = ""
+		}), goodB}, "", StateOpen, "unsigned"},
 		{"untrusted", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Decision = ledger.DecisionUntrusted }), goodB}, "", StateFailed, "decision untrusted"},
 		{"newest decides", []ledger.HeadVerification{good, goodB, with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictRevoked; h.VerifiedAt = t0.Add(time.Hour) })}, "", StateFailed, "revoked"},
 		{"tree pin differs", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Tree = otherC }), goodB}, "", StateFailed, "tree"},
