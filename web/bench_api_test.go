@@ -2,7 +2,14 @@ package web
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+
 	"encoding/json"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -79,4 +86,40 @@ func BenchmarkHTTPAppendBatch100(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkRawInsertPerRowTx is the baseline of the ingest targets,
+// measured in the same binary and run as the HTTP benchmarks: a raw
+// modernc.org/sqlite insert of the same rows (the leaf bytes and its
+// evidence index row), one transaction per row, WAL, synchronous=FULL.
+func BenchmarkRawInsertPerRowTx(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "raw.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if err := sqlite.Migrate(context.Background(), db); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		body, _ := json.Marshal(testEvidence(i))
+		h := sha256.Sum256(body)
+		tx, err := db.Begin()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Exec("INSERT INTO leaves(idx, id, kind, key, recorded_at, leaf, leaf_hash) VALUES (?,?,?,?,?,?,?)", i, fmt.Sprint(i), "evidence", "qmv-bias-sum/v1", 0, body, h[:]); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Exec("INSERT INTO evidence_index(idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?)", i, "qmv-bias-sum/v1", "cpu", "passed", "caught", "r", fmt.Sprintf("%040x", i), fmt.Sprintf("%040x", i), 0, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }

@@ -215,37 +215,123 @@ func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 	return nil
 }
 
-type stmts struct {
-	leaf, node, ev, art, head, idem, byID *sql.Stmt
+// rowBuf buffers rows of one table and writes them with multi-row
+// INSERTs: per-statement overhead, not SQLite's B-tree work, dominates
+// single-row inserts through database/sql.
+type rowBuf struct {
+	head   string // "INSERT INTO t(a, b) VALUES "
+	tuple  string // "(?,?)"
+	ncol   int
+	args   []any
+	multi  *sql.Stmt // chunkRows rows, prepared on first use
+	single *sql.Stmt // one row, prepared on first use
 }
 
-func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.leaf, st.node, st.ev, st.art, st.head, st.idem, st.byID} {
+const chunkRows = 64
+
+func newRowBuf(table, cols string, ncol int) *rowBuf {
+	return &rowBuf{head: "INSERT INTO " + table + "(" + cols + ") VALUES ", tuple: "(" + strings.TrimSuffix(strings.Repeat("?,", ncol), ",") + ")", ncol: ncol}
+}
+
+func (r *rowBuf) add(vals ...any) { r.args = append(r.args, vals...) }
+
+func (r *rowBuf) query(n int) string {
+	return r.head + strings.TrimSuffix(strings.Repeat(r.tuple+",", n), ",")
+}
+
+// flush writes the buffered rows inside tx.
+func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
+	n := len(r.args) / r.ncol
+	i := 0
+	var err error
+	for ; n-i >= chunkRows; i += chunkRows {
+		if r.multi == nil {
+			if r.multi, err = tx.PrepareContext(ctx, r.query(chunkRows)); err != nil {
+				return err
+			}
+		}
+		if _, err := r.multi.ExecContext(ctx, r.args[i*r.ncol:(i+chunkRows)*r.ncol]...); err != nil {
+			return err
+		}
+	}
+	switch rest := n - i; {
+	case rest == 1:
+		if r.single == nil {
+			if r.single, err = tx.PrepareContext(ctx, r.query(1)); err != nil {
+				return err
+			}
+		}
+		if _, err := r.single.ExecContext(ctx, r.args[i*r.ncol:]...); err != nil {
+			return err
+		}
+	case rest > 1:
+		if _, err := tx.ExecContext(ctx, r.query(rest), r.args[i*r.ncol:]...); err != nil {
+			return err
+		}
+	}
+	r.args = r.args[:0]
+	return nil
+}
+
+func (r *rowBuf) reset() { r.args = r.args[:0] }
+
+func (r *rowBuf) close() {
+	for _, s := range []*sql.Stmt{r.multi, r.single} {
 		if s != nil {
 			s.Close()
 		}
 	}
 }
 
-func prepareStmts(ctx context.Context, tx *sql.Tx) (*stmts, error) {
-	st := &stmts{}
-	var err error
-	p := func(q string) *sql.Stmt {
-		if err != nil {
-			return nil
-		}
-		var s *sql.Stmt
-		s, err = tx.PrepareContext(ctx, q)
-		return s
+type stmts struct {
+	leaf, node, ev, art, head *rowBuf
+	idem, byID                *sql.Stmt
+}
+
+func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.ev, st.art, st.head} }
+
+func (st *stmts) close() {
+	for _, b := range st.bufs() {
+		b.close()
 	}
-	st.leaf = p("INSERT INTO leaves(idx, id, kind, key, recorded_at, leaf, leaf_hash) VALUES (?,?,?,?,?,?,?)")
-	st.node = p("INSERT INTO tree_nodes(ord, hash) VALUES (?,?)")
-	st.ev = p("INSERT INTO evidence_index(idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at) VALUES (?,?,?,?,?,?,?,?,?,?)")
-	st.art = p("INSERT INTO evidence_artifacts(idx, name, digest) VALUES (?,?,?)")
-	st.head = p("INSERT INTO heads_index(idx, repository, ref, commit_id, verdict, decision) VALUES (?,?,?,?,?,?)")
-	st.byID = p("SELECT idx FROM leaves WHERE id = ?")
-	st.idem = p("INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)")
-	if err != nil {
+	for _, s := range []*sql.Stmt{st.idem, st.byID} {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// flush writes every buffered row (leaves first: the projections refer to
+// them).
+func (st *stmts) flush(ctx context.Context, tx *sql.Tx) error {
+	for _, b := range st.bufs() {
+		if err := b.flush(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *stmts) reset() {
+	for _, b := range st.bufs() {
+		b.reset()
+	}
+}
+
+func prepareStmts(ctx context.Context, tx *sql.Tx) (*stmts, error) {
+	st := &stmts{
+		leaf: newRowBuf("leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash", 7),
+		node: newRowBuf("tree_nodes", "ord, hash", 2),
+		ev:   newRowBuf("evidence_index", "idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at", 10),
+		art:  newRowBuf("evidence_artifacts", "idx, name, digest", 3),
+		head: newRowBuf("heads_index", "idx, repository, ref, commit_id, verdict, decision", 6),
+	}
+	var err error
+	if st.byID, err = tx.PrepareContext(ctx, "SELECT idx FROM leaves WHERE id = ?"); err != nil {
+		st.close()
+		return nil, err
+	}
+	if st.idem, err = tx.PrepareContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"); err != nil {
 		st.close()
 		return nil, err
 	}
@@ -327,7 +413,11 @@ func (s *Store) commitBatch(batch []*appendReq) {
 		}
 		saved := s.tree.clone()
 		res, replay, err := s.applyReq(ctx, tx, st, r, now)
+		if err == nil {
+			err = st.flush(ctx, tx)
+		}
 		if err != nil {
+			st.reset()
 			tx.ExecContext(ctx, "ROLLBACK TO req")
 			tx.ExecContext(ctx, "RELEASE req")
 			s.tree = saved
@@ -422,7 +512,13 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 			return res, false, err
 		}
 	}
+	pending := map[string]ledger.Entry{} // inserted by this request, not flushed yet
 	for _, p := range r.recs {
+		if e, ok := pending[p.id]; ok {
+			res.entries = append(res.entries, e)
+			res.existing = append(res.existing, true)
+			continue
+		}
 		var idx int64
 		err := st.byID.QueryRowContext(ctx, p.id).Scan(&idx)
 		if err == nil {
@@ -441,6 +537,7 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		if err != nil {
 			return res, false, err
 		}
+		pending[p.id] = e
 		res.entries = append(res.entries, e)
 		res.existing = append(res.existing, false)
 	}
@@ -454,45 +551,30 @@ func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time
 		return ledger.Entry{}, err
 	}
 	lh := ledger.LeafHash(raw)
-	if _, err := st.leaf.ExecContext(ctx, idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:]); err != nil {
-		return ledger.Entry{}, err
-	}
-	var verr error
+	st.leaf.add(idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:])
 	if err := s.tree.rng.Append(lh[:], func(id compact.NodeID, h []byte) {
-		if verr == nil && id.Level > 0 {
-			_, verr = st.node.ExecContext(ctx, nodeOrd(id), h)
+		if id.Level > 0 {
+			st.node.add(nodeOrd(id), h)
 		}
 	}); err != nil {
 		return ledger.Entry{}, err
 	}
-	if verr != nil {
-		return ledger.Entry{}, verr
-	}
-	if err := insertProjection(ctx, st, idx, p, now); err != nil {
-		return ledger.Entry{}, err
-	}
+	insertProjection(st, idx, p, now)
 	return ledger.Entry{Index: idx, ID: p.id, Kind: p.kind, RecordedAt: now, LeafHash: lh, Body: p.body, Raw: raw}, nil
 }
 
-func insertProjection(ctx context.Context, st *stmts, idx uint64, p prepared, now time.Time) error {
+func insertProjection(st *stmts, idx uint64, p prepared, now time.Time) {
 	switch {
 	case p.ev != nil:
 		e := p.ev
-		if _, err := st.ev.ExecContext(ctx, idx, e.Lane, string(e.Backend), string(e.Status), string(e.Control), e.Subject.Repository, e.Subject.Commit, e.Subject.Tree, boolInt(e.Subject.Dirty), now.UnixNano()); err != nil {
-			return err
-		}
+		st.ev.add(idx, e.Lane, string(e.Backend), string(e.Status), string(e.Control), e.Subject.Repository, e.Subject.Commit, e.Subject.Tree, boolInt(e.Subject.Dirty), now.UnixNano())
 		for name, d := range e.Subject.Artifacts {
-			if _, err := st.art.ExecContext(ctx, idx, name, d); err != nil {
-				return err
-			}
+			st.art.add(idx, name, d)
 		}
 	case p.head != nil:
 		h := p.head
-		if _, err := st.head.ExecContext(ctx, idx, h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision)); err != nil {
-			return err
-		}
+		st.head.add(idx, h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
 	}
-	return nil
 }
 
 func boolInt(b bool) int {
