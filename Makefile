@@ -1,8 +1,8 @@
 # The README's two commands: `make run` and `make test`.
 GO      ?= go
 BIN     ?= ./bin/ledger
-DB      ?= ./var/ledger.db
-ADDR    ?= 127.0.0.1:8080
+DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
+ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
 .PHONY: build run serve test test-short e2e bench soak fuzz vet device-bin clean

@@ -91,7 +91,7 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 	}
 	common := map[string]string{"bin/ledger": binDigest}
 	for name, src := range b.Sources() {
-		common["backend/"+string(b.Name())+"/"+name] = sha256Hex(src)
+		common["backends/"+string(b.Name())+"/"+name] = sha256Hex(src)
 	}
 	var out []LaneRun
 	for _, l := range sel {

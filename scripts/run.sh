@@ -20,7 +20,8 @@ say() { printf '\n== %s\n' "$*"; }
 TOKEN_FILE="$VAR/make-run.token"
 if [ ! -s "$TOKEN_FILE" ]; then
   umask 077
-  "$BIN" --db "$DB" token create --name "make-run-$(date +%s)" --scope admin --role release-manager >"$TOKEN_FILE"
+  "$BIN" --db "$DB" token create --name "make-run-$(date +%s)" --scope admin --role release-manager >"$TOKEN_FILE" 2>/dev/null
+  echo "created an admin token for this script; its secret is in $TOKEN_FILE (mode 0600)"
 fi
 TOKEN=$(cat "$TOKEN_FILE")
 

@@ -45,6 +45,9 @@ service's back is reported with the first bad leaf index.
 Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.Server != "" {
+				return errExit(2, "audit reads the database itself: run it where the database is, with --db (not --server)")
+			}
 			rep, err := runAudit(cmd.Context(), a.DB, a.dataDir())
 			if err != nil {
 				return errExit(2, "audit: %v", err)
@@ -190,8 +193,14 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dest := args[0]
+			if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+				dest = filepath.Join(dest, "ledger.db")
+			}
 			if _, err := os.Stat(dest); err == nil {
-				return errExit(2, "backup: %s already exists", dest)
+				return errExit(2, "backup: %s already exists: choose a new file or an empty directory", dest)
+			}
+			if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
+				return errExit(2, "backup: create directory %s: %v", filepath.Dir(dest), err)
 			}
 			if _, err := os.Stat(a.DB); err != nil {
 				return errExit(2, "backup: database %s: %v", a.DB, err)
@@ -205,6 +214,9 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 				return errExit(2, "backup: %v", err)
 			}
 			st.Close()
+			if err := os.Chmod(dest, 0o600); err != nil {
+				return errExit(2, "backup: %v", err)
+			}
 			keyDir := filepath.Dir(dest)
 			for _, f := range []string{"ledger.key", "ledger.pub"} {
 				src := filepath.Join(a.dataDir(), f)

@@ -25,6 +25,9 @@ type app struct {
 	Token   string // bearer token for the server
 	Verbose bool
 
+	dbExplicit bool // --db or LEDGER_DB was given
+	mayCreate  bool // the command may create a new database at the default path
+
 	stdout io.Writer
 	stderr io.Writer
 	log    *slog.Logger
@@ -56,6 +59,14 @@ func newRootCmd() *cobra.Command {
 				lvl = slog.LevelDebug
 			}
 			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+			_, envDB := os.LookupEnv("LEDGER_DB")
+			a.dbExplicit = envDB || cmd.Flags().Changed("db")
+			for c := cmd; c != nil; c = c.Parent() {
+				switch c.Name() {
+				case "serve", "migrate", "token":
+					a.mayCreate = true
+				}
+			}
 			return nil
 		},
 	}
@@ -80,10 +91,18 @@ func (a *app) dataDir() string {
 	return filepath.Dir(a.DB)
 }
 
-// openStore opens (creating and migrating) the local database.
+// openStore opens (creating and migrating) the local database. A database
+// is created only where one was asked for: by --db or LEDGER_DB, or by a
+// command that exists to create one (serve, migrate, token); otherwise a
+// missing default database is an error rather than a silent new ledger.
 func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
 	if strings.TrimSpace(a.DB) == "" {
 		return nil, fmt.Errorf("--db is empty")
+	}
+	if !a.dbExplicit && !a.mayCreate {
+		if _, err := os.Stat(a.DB); err != nil {
+			return nil, fmt.Errorf("no ledger database at %s: give --server URL (with --token) to use a server, or --db PATH (or LEDGER_DB) for a local database", a.DB)
+		}
 	}
 	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), Logger: a.log})
 }

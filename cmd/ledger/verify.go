@@ -125,6 +125,9 @@ Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
 				return errExit(2, "verify head: %v", err)
 			}
 			var entryID string
+			if record && a.Server != "" {
+				return errExit(2, "verify head --record appends to the local database (--db); to verify on a server use POST %s/api/v1/heads/verify (the repository must be on the server's disk)", strings.TrimRight(a.Server, "/"))
+			}
 			if record {
 				st, err := a.openStore(cmd.Context())
 				if err != nil {
