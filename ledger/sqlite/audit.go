@@ -6,6 +6,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"runtime"
+	"sync"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/transparency-dev/merkle/compact"
@@ -134,69 +138,96 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 			nodeProblem, nodeBad = fmt.Sprintf("tree node (level %d, index %d) does not match the hash recomputed from the leaves", id.Level, id.Index), first
 		}
 	}
-	for leafRows.Next() {
-		var (
-			idx                                               uint64
-			id, kind, key                                     string
-			rec                                               int64
-			raw, lh                                           []byte
-			eLane, eBackend, eStatus, eControl, eRepo, eC, eT sql.NullString
-			eDirty, eRec                                      sql.NullInt64
-			hRepo, hRef, hCommit, hVerdict, hDecision         sql.NullString
-		)
-		if err := leafRows.Scan(&idx, &id, &kind, &key, &rec, &raw, &lh, &eLane, &eBackend, &eStatus, &eControl, &eRepo, &eC, &eT, &eDirty, &eRec, &hRepo, &hRef, &hCommit, &hVerdict, &hDecision); err != nil {
-			return rep, dbErr("audit", err)
-		}
-		if idx != expect {
-			if idx > expect {
-				return bad(int64(expect), "leaf %d is missing (next stored leaf is %d)", expect, idx)
+	// Rows are read in order by one goroutine, verified leaf by leaf
+	// (hashing, JSON decoding, projection checks: independent per leaf) by
+	// GOMAXPROCS workers a batch at a time, and fed into the tree in order.
+	batches := make(chan []auditRow, 2)
+	readErr := make(chan error, 1)
+	stopRead := make(chan struct{})
+	defer close(stopRead)
+	go func() {
+		defer close(batches)
+		for {
+			batch := make([]auditRow, 0, auditBatch)
+			for len(batch) < auditBatch && leafRows.Next() {
+				var r auditRow
+				if err := leafRows.Scan(&r.idx, &r.id, &r.kind, &r.key, &r.rec, &r.raw, &r.lh, &r.eLane, &r.eBackend, &r.eStatus, &r.eControl, &r.eRepo, &r.eC, &r.eT, &r.eDirty, &r.eRec, &r.hRepo, &r.hRef, &r.hCommit, &r.hVerdict, &r.hDecision); err != nil {
+					readErr <- err
+					return
+				}
+				batch = append(batch, r)
 			}
-			return bad(int64(idx), "leaf index %d repeats", idx)
+			if len(batch) == 0 {
+				readErr <- leafRows.Err()
+				return
+			}
+			select {
+			case batches <- batch:
+			case <-stopRead:
+				readErr <- nil
+				return
+			}
 		}
-		if latest == 0 || idx >= latest {
-			return bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, latest)
+	}()
+	workers := max(1, runtime.GOMAXPROCS(0))
+	for batch := range batches {
+		var wg sync.WaitGroup
+		per := (len(batch) + workers - 1) / workers
+		for w := 0; w < workers; w++ {
+			lo, hi := w*per, min(len(batch), (w+1)*per)
+			if lo >= hi {
+				break
+			}
+			wg.Add(1)
+			go func(rows []auditRow) {
+				defer wg.Done()
+				for i := range rows {
+					rows[i].check()
+				}
+			}(batch[lo:hi])
 		}
-		h := ledger.LeafHash(raw)
-		if !bytes.Equal(h[:], lh) {
-			return bad(int64(idx), "leaf %d: stored bytes do not hash to the stored leaf hash (edited)", idx)
-		}
-		l, err := ledger.DecodeLeaf(raw)
-		if err != nil {
-			return bad(int64(idx), "leaf %d: %v", idx, err)
-		}
-		if l.Index != idx {
-			return bad(int64(idx), "leaf %d: the stored bytes say index %d (rows were reordered or copied)", idx, l.Index)
-		}
-		if l.ID != id || string(l.Kind) != kind || l.RecordedAt.UnixNano() != rec || ledger.EntryID(l.Kind, l.Body) != id || ledger.EntryKey(l.Kind, l.Body) != key {
-			return bad(int64(idx), "leaf %d: id, kind, key or time columns do not match the leaf bytes", idx)
-		}
-		if msg := checkProjection(l, rec, eLane, eBackend, eStatus, eControl, eRepo, eC, eT, eDirty, eRec, hRepo, hRef, hCommit, hVerdict, hDecision, &artifacts); msg != "" {
-			return bad(int64(idx), "leaf %d: %s", idx, msg)
-		}
-		if err := rng.Append(h[:], visit); err != nil {
-			return rep, err
-		}
-		if nodeProblem != "" {
-			return bad(nodeBad, "%s", nodeProblem)
-		}
-		expect++
-		for cpi < len(cps) && cps[cpi].size == expect {
-			root, err := rng.GetRootHash(nil)
-			if err != nil {
+		wg.Wait()
+		for i := range batch {
+			r := &batch[i]
+			idx := r.idx
+			if idx != expect {
+				if idx > expect {
+					return bad(int64(expect), "leaf %d is missing (next stored leaf is %d)", expect, idx)
+				}
+				return bad(int64(idx), "leaf index %d repeats", idx)
+			}
+			if latest == 0 || idx >= latest {
+				return bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, latest)
+			}
+			if r.problem != "" {
+				return bad(int64(idx), "leaf %d: %s", idx, r.problem)
+			}
+			artifacts += r.artifacts
+			if err := rng.Append(r.hash[:], visit); err != nil {
 				return rep, err
 			}
-			if !bytes.Equal(root, cps[cpi].root[:]) {
-				from := uint64(0)
-				if cpi > 0 {
-					from = cps[cpi-1].size
-				}
-				return bad(int64(from), "root over leaves [0, %d) does not match the signed checkpoint: a leaf in [%d, %d) was changed", expect, from, expect)
+			if nodeProblem != "" {
+				return bad(nodeBad, "%s", nodeProblem)
 			}
-			verified = expect
-			cpi++
+			expect++
+			for cpi < len(cps) && cps[cpi].size == expect {
+				root, err := rng.GetRootHash(nil)
+				if err != nil {
+					return rep, err
+				}
+				if !bytes.Equal(root, cps[cpi].root[:]) {
+					from := uint64(0)
+					if cpi > 0 {
+						from = cps[cpi-1].size
+					}
+					return bad(int64(from), "root over leaves [0, %d) does not match the signed checkpoint: a leaf in [%d, %d) was changed", expect, from, expect)
+				}
+				verified = expect
+				cpi++
+			}
 		}
 	}
-	if err := leafRows.Err(); err != nil {
+	if err := <-readErr; err != nil {
 		return rep, dbErr("audit", err)
 	}
 	if expect < latest {
@@ -225,37 +256,120 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	return rep, nil
 }
 
-func checkProjection(l ledger.Leaf, rec int64, eLane, eBackend, eStatus, eControl, eRepo, eC, eT sql.NullString, eDirty, eRec sql.NullInt64, hRepo, hRef, hCommit, hVerdict, hDecision sql.NullString, artifacts *int64) string {
+const auditBatch = 2048
+
+var idRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// auditRow is one stored leaf with its projection columns, and what
+// check found.
+type auditRow struct {
+	idx                                               uint64
+	id, kind, key                                     string
+	rec                                               int64
+	raw, lh                                           []byte
+	eLane, eBackend, eStatus, eControl, eRepo, eC, eT sql.NullString
+	eDirty, eRec                                      sql.NullInt64
+	hRepo, hRef, hCommit, hVerdict, hDecision         sql.NullString
+
+	hash      ledger.Hash
+	problem   string
+	artifacts int64
+}
+
+// auditBody holds every body field the audit compares, for all kinds, so
+// the body is decoded once.
+type auditBody struct {
+	Lane    string `json:"lane"`
+	Backend string `json:"backend"`
+	Status  string `json:"status"`
+	Control string `json:"control"`
+	Subject struct {
+		Repository string            `json:"repository"`
+		Commit     string            `json:"commit"`
+		Tree       string            `json:"tree"`
+		Dirty      bool              `json:"dirty"`
+		Artifacts  map[string]string `json:"artifacts"`
+	} `json:"subject"`
+	Repository string `json:"repository"`
+	Ref        string `json:"ref"`
+	Commit     string `json:"commit"`
+	Verdict    string `json:"verdict"`
+	Decision   string `json:"decision"`
+	Version    string `json:"version"`
+}
+
+// check verifies one leaf on its own: its hash, canonical envelope, index,
+// id, kind, key and time columns, and its query projection row. Safe to
+// run concurrently on distinct rows.
+func (r *auditRow) check() {
+	r.hash = ledger.LeafHash(r.raw)
+	if !bytes.Equal(r.hash[:], r.lh) {
+		r.problem = "stored bytes do not hash to the stored leaf hash (edited)"
+		return
+	}
+	// The canonical leaf is exactly this envelope around the body (see
+	// ledger.EncodeLeaf): building it from the row's columns checks the
+	// envelope, the leaf's own index, kind, id and time in one comparison.
+	kind := ledger.Kind(r.kind)
+	if !ledger.ValidKind(kind) || !idRe.MatchString(r.id) {
+		r.problem = "id or kind column is malformed"
+		return
+	}
+	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, r.idx, r.kind, r.id, time.Unix(0, r.rec).UTC().Format(time.RFC3339Nano))
+	if !bytes.HasPrefix(r.raw, []byte(prefix)) || len(r.raw) < len(prefix)+3 || r.raw[len(r.raw)-1] != '}' {
+		var l ledger.Leaf
+		if err := json.Unmarshal(r.raw, &l); err == nil && l.Index != r.idx {
+			r.problem = fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", l.Index)
+		} else {
+			r.problem = "leaf bytes are not the canonical envelope of the row's index, kind, id and time (edited or reordered)"
+		}
+		return
+	}
+	body := r.raw[len(prefix) : len(r.raw)-1]
+	if ledger.EntryID(kind, body) != r.id {
+		r.problem = "the body does not hash to the entry id (edited)"
+		return
+	}
+	var b auditBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		r.problem = "body does not parse"
+		return
+	}
+	key := b.Version
+	switch kind {
+	case ledger.KindEvidence:
+		key = b.Lane
+	case ledger.KindHead:
+		key = b.Repository
+	}
+	if key != r.key {
+		r.problem = "key column does not match the leaf body"
+		return
+	}
+	l := struct{ Kind ledger.Kind }{kind}
 	switch l.Kind {
 	case ledger.KindEvidence:
-		var e ledger.Evidence
-		if err := json.Unmarshal(l.Body, &e); err != nil {
-			return "evidence body does not parse"
+		if !r.eLane.Valid || r.eLane.String != b.Lane || r.eBackend.String != b.Backend || r.eStatus.String != b.Status ||
+			r.eControl.String != b.Control || r.eRepo.String != b.Subject.Repository || r.eC.String != b.Subject.Commit ||
+			r.eT.String != b.Subject.Tree || (r.eDirty.Int64 != 0) != b.Subject.Dirty || r.eRec.Int64 != r.rec {
+			r.problem = "evidence index row does not match the leaf"
+			return
 		}
-		if !eLane.Valid || eLane.String != e.Lane || eBackend.String != string(e.Backend) || eStatus.String != string(e.Status) ||
-			eControl.String != string(e.Control) || eRepo.String != e.Subject.Repository || eC.String != e.Subject.Commit ||
-			eT.String != e.Subject.Tree || (eDirty.Int64 != 0) != e.Subject.Dirty || eRec.Int64 != rec {
-			return "evidence index row does not match the leaf"
-		}
-		*artifacts += int64(len(e.Subject.Artifacts))
-		if hRepo.Valid {
-			return "evidence leaf has a head index row"
+		r.artifacts = int64(len(b.Subject.Artifacts))
+		if r.hRepo.Valid {
+			r.problem = "evidence leaf has a head index row"
 		}
 	case ledger.KindHead:
-		var h ledger.HeadVerification
-		if err := json.Unmarshal(l.Body, &h); err != nil {
-			return "head body does not parse"
+		if !r.hRepo.Valid || r.hRepo.String != b.Repository || r.hRef.String != b.Ref || r.hCommit.String != b.Commit || r.hVerdict.String != b.Verdict || r.hDecision.String != b.Decision {
+			r.problem = "head index row does not match the leaf"
+			return
 		}
-		if !hRepo.Valid || hRepo.String != h.Repository || hRef.String != h.Ref || hCommit.String != h.Commit || hVerdict.String != string(h.Verdict) || hDecision.String != string(h.Decision) {
-			return "head index row does not match the leaf"
-		}
-		if eLane.Valid {
-			return "head leaf has an evidence index row"
+		if r.eLane.Valid {
+			r.problem = "head leaf has an evidence index row"
 		}
 	default:
-		if eLane.Valid || hRepo.Valid {
-			return "non-evidence leaf has an index row"
+		if r.eLane.Valid || r.hRepo.Valid {
+			r.problem = "non-evidence leaf has an index row"
 		}
 	}
-	return ""
 }
