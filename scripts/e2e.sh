@@ -64,7 +64,7 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 1 ] || fail "release check self exited $rc, want 1"
-if [ -z "$(git status --porcelain --untracked-files=no)" ]; then
+if [ -z "$(git status --porcelain)" ]; then
   for g in qmv-bias-sum qmv-bias-sum-paths alloc-snapshot alloc-footprint; do
     grep -A3 "\"id\": \"$g\"" "$WORK/self.json" | grep -q '"state": "passed"' || fail "lane gate $g did not pass on a clean checkout"
   done

@@ -39,7 +39,7 @@ done
 COMMIT=$(git rev-parse HEAD 2>/dev/null || true)
 TREE=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || true)
 if [ -z "$COMMIT" ]; then echo "not a git checkout: the lanes need a commit to pin evidence to"; exit 2; fi
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+if [ -n "$(git status --porcelain 2>/dev/null)" ]; then
   echo "note: the work tree has uncommitted changes: evidence is recorded as dirty and no release gate counts it"
 fi
 
