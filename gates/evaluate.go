@@ -474,6 +474,13 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 	if res.State == "" {
 		res.State = StateOpen
 		res.Reason = fmt.Sprintf("%d of %d required passing run(s) at the release's pins", total, minRuns)
+		if g.AllBackends {
+			var have []string
+			for _, b := range g.Backends {
+				have = append(have, fmt.Sprintf("%s %d/%d", b, perBackend[b], minRuns))
+			}
+			res.Reason = fmt.Sprintf("passing runs at the release's pins per backend: %s (every listed backend needs %d)", strings.Join(have, ", "), minRuns)
+		}
 		if n := len(bl.list) + bl.more; n > 0 {
 			res.Reason += fmt.Sprintf("; %d other run(s) of the lane do not count (see baseline)", n)
 		}

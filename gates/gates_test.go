@@ -486,3 +486,29 @@ func TestListAndLoadReleases(t *testing.T) {
 		t.Fatalf("missing release: %v", err)
 	}
 }
+
+func TestApplySameDefinitionAppendsNothing(t *testing.T) {
+	s := openStore(t)
+	rel := testRelease(t)
+	e1, err := Apply(context.Background(), s, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := testRelease(t)
+	e2, err := Apply(context.Background(), s, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e1.ID != e2.ID || e1.Index != e2.Index {
+		t.Fatalf("re-applying the same definition appended %s after %s", e2.ID, e1.ID)
+	}
+	changed := testRelease(t)
+	changed.Title = "changed title"
+	e3, err := Apply(context.Background(), s, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e3.ID == e1.ID {
+		t.Fatal("a changed definition was not appended")
+	}
+}

@@ -12,7 +12,7 @@ func TestParseReleaseErrors(t *testing.T) {
 	cases := []struct {
 		name, old, new, want, field string
 	}{
-		{"unknown key", "    branch: release/1.0\n", "    brnch: release/1.0\n", "line 5: field brnch not found", ""},
+		{"unknown key", "    branch: release/1.0\n", "    brnch: release/1.0\n", "line 5: unknown key \"brnch\" in a component", ""},
 		{"field of another kind", "    role: platform-reviewer\n", "    role: platform-reviewer\n    lane: x/v1\n", "line 44: field lane is not used by gates of kind manual", "gates[5].lane"},
 		{"bad commit", "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1\n    tree", "a1a1\n    tree", "line 7: must be a full commit", "components[0].head"},
 		{"bad lane", "lane: qmv-bias-sum/v1", "lane: qmv", "line 20: must be a lane", "gates[0].lane"},

@@ -182,7 +182,22 @@ func ParseRelease(data []byte) (*Release, error) {
 func yamlError(err error) error {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return ledger.FieldError("", "%s", strings.Join(te.Errors, "; "))
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			// "line 3: field colour not found in type gates.Release" ->
+			// "line 3: unknown key "colour" (in the release)"
+			if a, b, ok := strings.Cut(m, ": field "); ok {
+				if name, typ, ok := strings.Cut(b, " not found in type "); ok {
+					where := map[string]string{"gates.Release": "the release", "gates.Component": "a component", "gates.Gate": "a gate", "gates.Dimension": "a matrix dimension"}[typ]
+					if where == "" {
+						where = typ
+					}
+					m = fmt.Sprintf("%s: unknown key %q in %s", a, name, where)
+				}
+			}
+			msgs[i] = m
+		}
+		return ledger.FieldError("", "%s", strings.Join(msgs, "; "))
 	}
 	return ledger.FieldError("", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
 }
