@@ -29,7 +29,8 @@ type SubjectOptions struct {
 //   - dirty: o.Dirty, else build info vcs.modified, else whether
 //     `git status --porcelain` lists anything;
 //   - tree: o.Tree, else `git rev-parse <commit>^{tree}` in RepoPath;
-//   - repository: o.Repository, else `git remote get-url origin`, else the
+//   - repository: o.Repository, else `git remote get-url origin` normalized
+//     by ledger.NormalizeRepository (host/owner/name), else the
 //     main module path from build info.
 //
 // It fails with a clear message when no commit or tree can be found (for
@@ -87,7 +88,7 @@ func ResolveSubject(ctx context.Context, o SubjectOptions) (ledger.Subject, erro
 	}
 	if s.Repository == "" {
 		if out, err := git(ctx, repo, "remote", "get-url", "origin"); err == nil && out != "" {
-			s.Repository = out
+			s.Repository = ledger.NormalizeRepository(out)
 		} else if modulePath != "" {
 			s.Repository = modulePath
 		}

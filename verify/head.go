@@ -18,7 +18,8 @@ import (
 type VerifyHeadOptions struct {
 	RepoPath string // a git working tree or bare repository (SHA-1 object format)
 	// Repository names the repository in the record and for policy
-	// matching; default: the URL of remote "origin", else the absolute path.
+	// matching; default: the URL of remote "origin" normalized by
+	// ledger.NormalizeRepository (host/owner/name), else the absolute path.
 	Repository string
 	// Ref is a full ref name (refs/heads/main), a short branch or tag name,
 	// "HEAD", or an object id. A ref to an annotated tag verifies the tag.
@@ -143,7 +144,7 @@ func openRepo(p string) (*git.Repository, error) {
 
 func repoName(repo *git.Repository, p string) string {
 	if rem, err := repo.Remote("origin"); err == nil && len(rem.Config().URLs) > 0 {
-		return rem.Config().URLs[0]
+		return ledger.NormalizeRepository(rem.Config().URLs[0])
 	}
 	if abs, err := filepath.Abs(p); err == nil {
 		return abs

@@ -1,0 +1,21 @@
+package ledger
+
+import "testing"
+
+func TestNormalizeRepository(t *testing.T) {
+	for in, want := range map[string]string{
+		"git@github.com:ml-explore/mlx.git":            "github.com/ml-explore/mlx",
+		"https://github.com/ml-explore/mlx":            "github.com/ml-explore/mlx",
+		"https://user:pw@github.com:443/a/b.git/":      "github.com/a/b",
+		"ssh://git@gitlab.example:2222/group/sub/repo": "gitlab.example/group/sub/repo",
+		"git://example.org/x.git":                      "example.org/x",
+		"/srv/git/ledger.git":                          "/srv/git/ledger",
+		"./relative/repo/":                             "./relative/repo",
+		"github.com/evidence-ledger/ledger":            "github.com/evidence-ledger/ledger",
+		"C:/repos/x":                                   "C:/repos/x",
+	} {
+		if got := NormalizeRepository(in); got != want {
+			t.Errorf("NormalizeRepository(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
