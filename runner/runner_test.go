@@ -174,7 +174,7 @@ func TestRunBuildsEvidence(t *testing.T) {
 		if ev.Status != ledger.StatusPassed || ev.Control != ledger.ControlCaught || ev.Backend != ledger.BackendCPU {
 			t.Errorf("%s: status %v control %v", r.Lane, ev.Status, ev.Control)
 		}
-		for _, name := range []string{"bin/ledger", "lane/" + ev.Lane, "backend/cpu/qmv.go", "backend/cpu/mem_unix.go"} {
+		for _, name := range []string{"bin/ledger", "lane/" + ev.Lane, "backends/cpu/qmv.go", "backends/cpu/mem_unix.go"} {
 			if !ledger.ValidDigest(ev.Subject.Artifacts[name]) {
 				t.Errorf("%s: artifact %s missing: %v", r.Lane, name, ev.Subject.Artifacts)
 			}
