@@ -50,6 +50,11 @@ LANES_RC=$?
 set -e
 [ $LANES_RC -le 1 ] || { echo "ledger run failed (exit $LANES_RC)"; exit 2; }
 
+if [ -f testdata/device/cuda-evidence.json ]; then
+  say "recording the real CUDA run kept in testdata/device (an NVIDIA H200; see its README)"
+  "$BIN" record --server "http://$ADDR" --token "$TOKEN" testdata/device/cuda-evidence.json
+fi
+
 say "verifying the signature of this checkout's HEAD"
 set +e
 "$BIN" --db "$DB" verify head --repo . --ref HEAD --repository "$REPO_NAME" --policy examples/policy-self.yaml --record
