@@ -160,6 +160,7 @@ func prepare(r ledger.Record) (prepared, error) {
 // writer is the single goroutine that owns the writer connection.
 func (s *Store) writer() {
 	defer s.wg.Done()
+	lastBatch := 0
 	for {
 		select {
 		case <-s.done:
@@ -173,15 +174,32 @@ func (s *Store) writer() {
 			}
 		case r := <-s.reqs:
 			batch := []*appendReq{r}
+			// Under concurrency (the last batch had company) linger briefly
+			// so that more appends share this transaction's fsync; a lone
+			// writer is never delayed.
+			var linger <-chan time.Time
+			if lastBatch > 1 && s.opts.Linger > 0 {
+				linger = time.After(s.opts.Linger)
+			}
 		drain:
 			for len(batch) < s.opts.MaxBatch {
 				select {
 				case r := <-s.reqs:
 					batch = append(batch, r)
+					continue
 				default:
+				}
+				if linger == nil || len(batch) >= lastBatch {
+					break drain
+				}
+				select {
+				case r := <-s.reqs:
+					batch = append(batch, r)
+				case <-linger:
 					break drain
 				}
 			}
+			lastBatch = len(batch)
 			s.commitBatch(batch)
 		}
 	}
@@ -223,14 +241,15 @@ type rowBuf struct {
 	tuple  string // "(?,?)"
 	ncol   int
 	args   []any
+	db     *sql.DB   // the writer; statements are prepared on it once
 	multi  *sql.Stmt // chunkRows rows, prepared on first use
 	single *sql.Stmt // one row, prepared on first use
 }
 
 const chunkRows = 64
 
-func newRowBuf(table, cols string, ncol int) *rowBuf {
-	return &rowBuf{head: "INSERT INTO " + table + "(" + cols + ") VALUES ", tuple: "(" + strings.TrimSuffix(strings.Repeat("?,", ncol), ",") + ")", ncol: ncol}
+func newRowBuf(db *sql.DB, table, cols string, ncol int) *rowBuf {
+	return &rowBuf{db: db, head: "INSERT INTO " + table + "(" + cols + ") VALUES ", tuple: "(" + strings.TrimSuffix(strings.Repeat("?,", ncol), ",") + ")", ncol: ncol}
 }
 
 func (r *rowBuf) add(vals ...any) { r.args = append(r.args, vals...) }
@@ -243,25 +262,14 @@ func (r *rowBuf) query(n int) string {
 func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
 	n := len(r.args) / r.ncol
 	i := 0
-	var err error
 	for ; n-i >= chunkRows; i += chunkRows {
-		if r.multi == nil {
-			if r.multi, err = tx.PrepareContext(ctx, r.query(chunkRows)); err != nil {
-				return err
-			}
-		}
-		if _, err := r.multi.ExecContext(ctx, r.args[i*r.ncol:(i+chunkRows)*r.ncol]...); err != nil {
+		if _, err := tx.StmtContext(ctx, r.multi).ExecContext(ctx, r.args[i*r.ncol:(i+chunkRows)*r.ncol]...); err != nil {
 			return err
 		}
 	}
 	switch rest := n - i; {
 	case rest == 1:
-		if r.single == nil {
-			if r.single, err = tx.PrepareContext(ctx, r.query(1)); err != nil {
-				return err
-			}
-		}
-		if _, err := r.single.ExecContext(ctx, r.args[i*r.ncol:]...); err != nil {
+		if _, err := tx.StmtContext(ctx, r.single).ExecContext(ctx, r.args[i*r.ncol:]...); err != nil {
 			return err
 		}
 	case rest > 1:
@@ -318,23 +326,42 @@ func (st *stmts) reset() {
 	}
 }
 
-func prepareStmts(ctx context.Context, tx *sql.Tx) (*stmts, error) {
+// prepareStmts returns the writer's statements, prepared once on the
+// writer connection and bound to each transaction with tx.StmtContext.
+func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
+	if s.stmts != nil {
+		return s.stmts, nil
+	}
+	db := s.w
 	st := &stmts{
-		leaf: newRowBuf("leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash", 7),
-		node: newRowBuf("tree_nodes", "ord, hash", 2),
-		ev:   newRowBuf("evidence_index", "idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at", 10),
-		art:  newRowBuf("evidence_artifacts", "idx, name, digest", 3),
-		head: newRowBuf("heads_index", "idx, repository, ref, commit_id, verdict, decision", 6),
+		leaf: newRowBuf(db, "leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash", 7),
+		node: newRowBuf(db, "tree_nodes", "ord, hash", 2),
+		ev:   newRowBuf(db, "evidence_index", "idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at", 10),
+		art:  newRowBuf(db, "evidence_artifacts", "idx, name, digest", 3),
+		head: newRowBuf(db, "heads_index", "idx, repository, ref, commit_id, verdict, decision", 6),
 	}
 	var err error
-	if st.byID, err = tx.PrepareContext(ctx, "SELECT idx FROM leaves WHERE id = ?"); err != nil {
+	// Prepared before the transaction begins: the writer pool has exactly
+	// one connection, which an open transaction holds.
+	for _, b := range st.bufs() {
+		if b.single, err = db.PrepareContext(ctx, b.query(1)); err != nil {
+			st.close()
+			return nil, err
+		}
+		if b.multi, err = db.PrepareContext(ctx, b.query(chunkRows)); err != nil {
+			st.close()
+			return nil, err
+		}
+	}
+	if st.byID, err = db.PrepareContext(ctx, "SELECT idx FROM leaves WHERE id = ?"); err != nil {
 		st.close()
 		return nil, err
 	}
-	if st.idem, err = tx.PrepareContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"); err != nil {
+	if st.idem, err = db.PrepareContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"); err != nil {
 		st.close()
 		return nil, err
 	}
+	s.stmts = st
 	return st, nil
 }
 
@@ -359,6 +386,11 @@ func (s *Store) commitBatch(batch []*appendReq) {
 	}
 	now := s.opts.Now().UTC()
 	before := s.tree.clone()
+	st, err := s.prepareStmts(ctx)
+	if err != nil {
+		fail(dbErr("prepare", err))
+		return
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		fail(dbErr("begin", err))
@@ -383,13 +415,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 		}
 		before = s.tree.clone()
 	}
-	st, err := prepareStmts(ctx, tx)
-	if err != nil {
-		tx.Rollback()
-		fail(dbErr("prepare", err))
-		return
-	}
-	defer st.close()
+	defer st.reset()
 	type idem struct {
 		req *appendReq
 		i   int
@@ -443,7 +469,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 			ids[j] = e.ID
 		}
 		idsJSON, _ := json.Marshal(ids)
-		if _, err := st.idem.ExecContext(ctx, im.req.idemKey, im.req.reqHash, string(idsJSON), size, now.UnixNano()); err != nil && !strings.Contains(err.Error(), "UNIQUE") {
+		if _, err := tx.StmtContext(ctx, st.idem).ExecContext(ctx, im.req.idemKey, im.req.reqHash, string(idsJSON), size, now.UnixNano()); err != nil && !strings.Contains(err.Error(), "UNIQUE") {
 			s.tree = before
 			tx.Rollback()
 			fail(dbErr("idempotency", err))
@@ -520,7 +546,7 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 			continue
 		}
 		var idx int64
-		err := st.byID.QueryRowContext(ctx, p.id).Scan(&idx)
+		err := tx.StmtContext(ctx, st.byID).QueryRowContext(ctx, p.id).Scan(&idx)
 		if err == nil {
 			e, err := entryByID(ctx, tx, p.id)
 			if err != nil {

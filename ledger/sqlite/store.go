@@ -58,6 +58,11 @@ type Options struct {
 	// MaxBatch caps how many append requests share one transaction
 	// (default 256).
 	MaxBatch int
+	// Linger is how long the writer waits for more concurrent appends to
+	// join a batch once the previous batch showed concurrency (default
+	// 500µs; negative disables). It never delays a lone writer, and it
+	// stops waiting as soon as the batch is as large as the previous one.
+	Linger time.Duration
 	// ReadOnly opens without starting the writer or migrating (used by audit
 	// of a database that must not change). Appends fail.
 	ReadOnly bool
@@ -65,13 +70,15 @@ type Options struct {
 
 // Store is the SQLite ledger.Store. It is safe for concurrent use.
 type Store struct {
-	w, r   *sql.DB
+	w      *sql.DB
+	r      *stmtDB // read-only pool with cached statements
 	opts   Options
 	log    *slog.Logger
 	signer note.Signer
 	vkey   string
 	origin string
 
+	stmts     *stmts // the writer's prepared statements (writer goroutine only)
 	reqs      chan *appendReq
 	closeOnce sync.Once
 	done      chan struct{}
@@ -112,6 +119,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
 	}
+	if opts.Linger == 0 {
+		opts.Linger = 500 * time.Microsecond
+	}
 	if opts.KeyDir == "" {
 		opts.KeyDir = filepath.Dir(opts.Path)
 	}
@@ -129,11 +139,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.w.SetMaxOpenConns(1)
 	s.w.SetConnMaxLifetime(0)
-	if s.r, err = sql.Open("sqlite", dsn(opts.Path, true)); err != nil {
+	rdb, err := sql.Open("sqlite", dsn(opts.Path, true))
+	if err != nil {
 		s.w.Close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	s.r = newStmtDB(rdb)
 	s.r.SetMaxOpenConns(max(4, 2*runtime.NumCPU()))
+	// Keep every reader connection (and its prepared statements) alive.
+	s.r.SetMaxIdleConns(max(4, 2*runtime.NumCPU()))
+	s.r.SetConnMaxLifetime(0)
 	if !opts.ReadOnly {
 		if err := Migrate(ctx, s.w); err != nil {
 			s.Close()
@@ -318,6 +333,9 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.wg.Wait()
+		if s.stmts != nil {
+			s.stmts.close()
+		}
 	})
 	var errs []error
 	if s.r != nil {
