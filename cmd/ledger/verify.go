@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/evidence-ledger/ledger/runner"
 	"os"
 	"strings"
 	"time"
@@ -254,8 +257,9 @@ func orDash(s string) string {
 }
 
 func verifyTreeCmd(a *app) *cobra.Command {
-	var repoPath, head, reviewed string
+	var repoPath, head, reviewed, repoName string
 	var pins []string
+	var record bool
 	cmd := &cobra.Command{
 		Use:   "tree",
 		Short: "Check that the head's tree equals the reviewed tree apart from pin paths",
@@ -270,6 +274,10 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 			if head == "" || reviewed == "" {
 				return errExit(2, "--head and --reviewed are required")
 			}
+			if record && repoName == "" {
+				return errExit(2, "--record needs --repository NAME (the component's repository as the release names it)")
+			}
+			started := time.Now().UTC()
 			rep, err := verify.TreeEquivalence(repoPath, head, reviewed, pins)
 			if err != nil {
 				return errExit(2, "verify tree: %v", err)
@@ -297,6 +305,15 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 				}
 				fmt.Fprintln(a.stdout, verdict)
 			}
+			if record {
+				id, err := a.recordTreeEquivalence(cmd.Context(), rep, repoName, started)
+				if err != nil {
+					return errExit(2, "record tree equivalence: %v", err)
+				}
+				if !a.JSON {
+					fmt.Fprintf(a.stdout, "recorded as %s (lane tree-equivalence/v1)\n", id)
+				}
+			}
 			if !rep.Equivalent {
 				return errExit(1, "")
 			}
@@ -304,9 +321,61 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&record, "record", false, "record the result as tree-equivalence/v1 evidence (to --server with --token, else the local --db)")
+	f.StringVar(&repoName, "repository", "", "repository name recorded in the evidence subject (required with --record)")
 	f.StringVar(&repoPath, "repo", ".", "path of the git repository")
 	f.StringVar(&head, "head", "", "the signed head revision")
 	f.StringVar(&reviewed, "reviewed", "", "the reviewed source revision")
 	f.StringArrayVar(&pins, "pins", nil, "dependency-pin path glob (repeatable)")
 	return cmd
+}
+
+// recordTreeEquivalence appends a tree-equivalence/v1 evidence record (the
+// shape gates.TreeEquivalenceDetails documents) about the signed head, to
+// the server when --server is set, else to the local database. It returns
+// the entry id.
+func (a *app) recordTreeEquivalence(ctx context.Context, rep verify.TreeReport, repository string, started time.Time) (string, error) {
+	outside := []string{}
+	for _, d := range rep.Differences {
+		if !d.InPins {
+			outside = append(outside, d.Path)
+		}
+	}
+	details, err := json.Marshal(map[string]any{"reviewed": rep.Reviewed, "equivalent": rep.Equivalent, "outside_pins": outside, "pins": rep.Pins, "differences": len(rep.Differences)})
+	if err != nil {
+		return "", err
+	}
+	ev := ledger.Evidence{
+		Lane:    "tree-equivalence/v1",
+		Subject: ledger.Subject{Repository: repository, Commit: rep.Head, Tree: rep.HeadTree},
+		Backend: ledger.BackendExternal, Runner: runner.BuildRunner(),
+		CasesTotal: 1, Control: ledger.ControlNone, Status: ledger.StatusPassed, CasesExact: 1,
+		StartedAt: started, FinishedAt: time.Now().UTC(), Details: details,
+	}
+	if !rep.Equivalent {
+		ev.CasesExact, ev.Status, ev.FailingCases = 0, ledger.StatusFailed, []string{"tree-equivalence"}
+	}
+	body, err := json.Marshal(&ev)
+	if err != nil {
+		return "", err
+	}
+	if a.Server != "" {
+		var out struct {
+			ID string `json:"id"`
+		}
+		if _, err := a.call(ctx, "POST", "/api/v1/evidence", body, "application/json", nil, &out); err != nil {
+			return "", err
+		}
+		return out.ID, nil
+	}
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	res, err := st.Append(ctx, []ledger.Record{{Kind: ledger.KindEvidence, Body: body}}, "")
+	if err != nil {
+		return "", err
+	}
+	return res.Entries[0].ID, nil
 }
