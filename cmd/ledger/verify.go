@@ -158,8 +158,13 @@ Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
 					return errExit(2, "%v", err)
 				}
 			} else {
-				fmt.Fprintf(a.stdout, "%s %s %s %s %s\n  scheme=%s signer=%q key=%s verdict=%s decision=%s\n  %s\n",
-					hv.GitLetter, hv.Repository, hv.Ref, hv.ObjectType, hv.Object, hv.Scheme, hv.Signer, hv.Key, hv.Verdict, hv.Decision, hv.Reason)
+				fmt.Fprintf(a.stdout, "%s %s %s %s: verdict %s, policy %s (git %%G?: %s)\n", hv.Repository, hv.Ref, hv.ObjectType, hv.Object, hv.Verdict, hv.Decision, hv.GitLetter)
+				if hv.Scheme != "" {
+					fmt.Fprintf(a.stdout, "  scheme=%s signer=%q key=%s\n", hv.Scheme, hv.Signer, hv.Key)
+				}
+				if hv.Reason != "" {
+					fmt.Fprintf(a.stdout, "  %s\n", hv.Reason)
+				}
 				if entryID != "" {
 					fmt.Fprintf(a.stdout, "  recorded as %s\n", entryID)
 				}
