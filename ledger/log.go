@@ -89,13 +89,7 @@ func EntryID(k Kind, canonicalBody []byte) string {
 // canonical (see CanonicalJSON); RecordedAt is converted to UTC.
 func EncodeLeaf(l Leaf) ([]byte, error) {
 	l.RecordedAt = l.RecordedAt.UTC()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(l); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return marshalNoEscape(l)
 }
 
 // DecodeLeaf parses canonical leaf bytes and checks that re-encoding gives
@@ -136,13 +130,7 @@ func CanonicalJSON(in []byte) ([]byte, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("trailing data after JSON value")
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return marshalNoEscape(v)
 }
 
 // CanonicalBody encodes v (a record struct) to canonical JSON.
