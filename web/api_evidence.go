@@ -63,13 +63,13 @@ func (s *Server) appendAnswer(w http.ResponseWriter, res *ledger.AppendResult, s
 	}
 	s.metrics.logSize.Set(float64(res.Checkpoint.Size))
 	if single {
-		s.writeJSON(w, status, struct {
+		s.writeJSONCompact(w, status, struct {
 			AppendedJSON
 			Checkpoint ledger.Checkpoint `json:"checkpoint"`
 		}{entries[0], res.Checkpoint})
 		return
 	}
-	s.writeJSON(w, status, map[string]any{"entries": entries, "checkpoint": res.Checkpoint})
+	s.writeJSONCompact(w, status, map[string]any{"entries": entries, "checkpoint": res.Checkpoint})
 }
 
 // handlePostEvidence appends one evidence object or an array of them,

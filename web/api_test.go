@@ -179,7 +179,9 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("%d %s", code, first)
 	}
 	code, again := e.do(t, "POST", "/api/v1/evidence", e.record, testEvidence(1), "Idempotency-Key", "run-42")
-	if code != 200 || !strings.Contains(string(again), `"existing": true`) {
+	var replay AppendedJSON
+	json.Unmarshal(again, &replay)
+	if code != 200 || !replay.Existing {
 		t.Fatalf("replay: %d %s", code, again)
 	}
 	// Identical resubmission without a key also appends nothing.

@@ -175,6 +175,20 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
+// writeJSONCompact writes v without indentation: append answers carry a
+// proof per record, and indenting them costs more than the rest of the
+// encoding.
+func (s *Server) writeJSONCompact(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("encode response", "err", err)
+		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
 // writeError answers err as JSON {code, message, field} through the error
 // table; internal errors are logged with detail.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
