@@ -63,7 +63,7 @@ func newRootCmd() *cobra.Command {
 			a.dbExplicit = envDB || cmd.Flags().Changed("db")
 			for c := cmd; c != nil; c = c.Parent() {
 				switch c.Name() {
-				case "serve", "migrate", "token":
+				case "serve", "migrate", "token", "run":
 					a.mayCreate = true
 				}
 			}
@@ -99,10 +99,11 @@ func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
 	if strings.TrimSpace(a.DB) == "" {
 		return nil, fmt.Errorf("--db is empty")
 	}
-	if !a.dbExplicit && !a.mayCreate {
-		if _, err := os.Stat(a.DB); err != nil {
+	if _, err := os.Stat(a.DB); err != nil {
+		if !a.dbExplicit && !a.mayCreate {
 			return nil, fmt.Errorf("no ledger database at %s: give --server URL (with --token) to use a server, or --db PATH (or LEDGER_DB) for a local database", a.DB)
 		}
+		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", a.DB)
 	}
 	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), Logger: a.log})
 }
