@@ -123,6 +123,14 @@ func verifyX509(o *Object, opts *Options, r *Result) *Error {
 		chainErrs = append(chainErrs, err)
 	}
 	r.Verdict, r.Letter = ledger.VerdictUnknownKey, "U"
+	if fulcio && opts.TrustedRoot == nil {
+		// The letter is git's for the same material: git 2.39 hands CMS to
+		// gpgsm 2.2, which rejects Fulcio leaf certificates (empty subject)
+		// with "ERROR verify.leave" and no status line, so git reports N.
+		// The verdict stays this package's own: a good CMS signature whose
+		// issuer is unknown (ErrUnknownCA).
+		r.Letter = "N"
+	}
 	if len(chainErrs) == 0 {
 		if fulcio {
 			return newErr(ErrUnknownCA, "good CMS signature; no Sigstore trusted root or CA pool configured")
