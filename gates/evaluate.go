@@ -337,6 +337,9 @@ func (ev *evaluator) pinMismatch(e *ledger.Evidence, comp Component, at, commit,
 		}
 		return fmt.Sprintf("other commit %s (release binds %s %s)", short(s.Commit), comp.Name, short(commit))
 	}
+	if s.Repository != comp.Repository {
+		return fmt.Sprintf("other repository %q (release binds %s to %q)", s.Repository, comp.Name, comp.Repository)
+	}
 	if tree != "" && s.Tree != tree {
 		return fmt.Sprintf("other tree %s (release binds %s)", short(s.Tree), short(tree))
 	}
@@ -562,6 +565,10 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 		for _, h := range hs {
 			v := h.Head
 			if v.Commit != c.Head {
+				continue
+			}
+			if v.Repository != c.Repository {
+				res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: fmt.Sprintf("verified as repository %q, release binds %s to %q", v.Repository, c.Name, c.Repository)})
 				continue
 			}
 			if ev.rel.PolicyDigest != "" && v.Policy != ev.rel.PolicyDigest {

@@ -33,6 +33,7 @@ func TestLaneGate(t *testing.T) {
 		{"reviewed source not head", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Commit = reviewedA })}, 0, "", StateOpen, "0 of 1", "reviewed source"},
 		{"one pin off: artifact", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts["lib"] = digestOld })}, 0, "", StateOpen, "0 of 1", "other artifact lib"},
 		{"one pin off: artifact missing", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts = nil })}, 0, "", StateOpen, "0 of 1", "does not carry artifact lib"},
+		{"one pin off: repository", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Repository = "github.com/attacker/mlx" })}, 0, "", StateOpen, "0 of 1", "other repository"},
 		{"one pin off: tree", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Tree = otherC })}, 0, "", StateOpen, "0 of 1", "other tree"},
 		{"one pin off: dirty", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Dirty = true })}, 0, "", StateOpen, "0 of 1", "dirty"},
 		{"one pin off: backend", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Backend = ledger.BackendCUDA })}, 0, "", StateOpen, "0 of 1", "other backend cuda"},
@@ -178,6 +179,7 @@ func TestSignedHeadsGate(t *testing.T) {
 		}), goodB}, "", StateOpen, "unsigned"},
 		{"untrusted", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Decision = ledger.DecisionUntrusted }), goodB}, "", StateFailed, "decision untrusted"},
 		{"newest decides", []ledger.HeadVerification{good, goodB, with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictRevoked; h.VerifiedAt = t0.Add(time.Hour) })}, "", StateFailed, "revoked"},
+		{"other repository", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Repository = "github.com/attacker/core" }), goodB}, "", StateOpen, "not verified"},
 		{"tree pin differs", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Tree = otherC }), goodB}, "", StateFailed, "tree"},
 		{"other policy", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Policy = digestOld }), goodB}, digestLib, StateOpen, "not verified"},
 	}
