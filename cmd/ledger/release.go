@@ -88,8 +88,10 @@ func (a *app) apiCall(ctx context.Context, method, path, contentType string, bod
 	return resp.StatusCode, nil
 }
 
-// actor resolves --as to a live token's name and roles.
-func actor(ctx context.Context, s ledger.Store, name string) (gates.Actor, error) {
+// actor resolves --as to a live token's name and roles, and checks that its
+// scope allows need, as the API's scope check does (waivers and approvals
+// need admin, sign-offs record).
+func actor(ctx context.Context, s ledger.Store, name string, need ledger.Scope) (gates.Actor, error) {
 	if name == "" {
 		return gates.Actor{}, errExit(exitErr, "--as TOKEN_NAME is required locally (the token's name is the author; its roles are checked)")
 	}
@@ -99,6 +101,9 @@ func actor(ctx context.Context, s ledger.Store, name string) (gates.Actor, error
 	}
 	for _, t := range ts {
 		if t.Name == name && t.RevokedAt == nil {
+			if !t.Scope.Allows(need) {
+				return gates.Actor{}, errExit(exitErr, "token %q has scope %q; this needs %q (as over the API)", t.Name, t.Scope, need)
+			}
 			return gates.Actor{Name: t.Name, Roles: t.Roles}, nil
 		}
 	}
@@ -290,7 +295,7 @@ func releaseWaive(a *app) *cobra.Command {
 					return errExit(exitErr, "%v", err)
 				}
 				defer s.Close()
-				who, err := actor(ctx, s, as)
+				who, err := actor(ctx, s, as, ledger.ScopeAdmin)
 				if err != nil {
 					return err
 				}
@@ -340,7 +345,7 @@ func releaseSignoff(a *app) *cobra.Command {
 					return errExit(exitErr, "%v", err)
 				}
 				defer s.Close()
-				who, err := actor(ctx, s, as)
+				who, err := actor(ctx, s, as, ledger.ScopeRecord)
 				if err != nil {
 					return err
 				}
@@ -392,7 +397,7 @@ func releaseApprove(a *app) *cobra.Command {
 					return errExit(exitErr, "%v", err)
 				}
 				defer s.Close()
-				who, err := actor(ctx, s, as)
+				who, err := actor(ctx, s, as, ledger.ScopeAdmin)
 				if err != nil {
 					return err
 				}

@@ -79,7 +79,9 @@ func TestReleaseCheckExitCodes(t *testing.T) {
 	record(strings.Repeat("a", 40))
 	expect(0, "token", "create", "--name", "pr", "--scope", "record", "--role", "platform-reviewer")
 	expect(2, "release", "signoff", "3.1.0", "--gate", "platform") // no --as
-	expect(1, "release", "approve", "3.1.0", "--as", "pr")         // not ready: platform is open
+	expect(0, "token", "create", "--name", "rm", "--scope", "admin", "--role", "release-manager")
+	expect(2, "release", "approve", "3.1.0", "--as", "pr") // a record token may not approve (admin, as over the API)
+	expect(1, "release", "approve", "3.1.0", "--as", "rm") // not ready: platform is open
 	expect(0, "release", "signoff", "3.1.0", "--gate", "platform", "--as", "pr", "--note", "reviewed")
 	verdict := filepath.Join(dir, "verdict.note")
 	out = expect(0, "--json", "release", "check", "3.1.0", "--verdict", verdict)
@@ -98,8 +100,8 @@ func TestReleaseCheckExitCodes(t *testing.T) {
 	tampered := filepath.Join(dir, "tampered.note")
 	os.WriteFile(tampered, []byte(strings.Replace(string(note), `"ready":true`, `"ready":false`, 1)), 0o644)
 	expect(1, "release", "verify-verdict", tampered)
-	expect(0, "release", "approve", "3.1.0", "--as", "pr")
-	if out := expect(0, "release", "show", "3.1.0"); !strings.Contains(out, "APPROVED by pr") {
+	expect(0, "release", "approve", "3.1.0", "--as", "rm")
+	if out := expect(0, "release", "show", "3.1.0"); !strings.Contains(out, "APPROVED by rm") {
 		t.Fatalf("show: %s", out)
 	}
 
