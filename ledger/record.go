@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"sort"
 	"strings"
 )
 
@@ -16,7 +18,18 @@ func DecodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		jerr := jsonError(err)
+		var le *Error
+		if errors.As(jerr, &le) && le.Message == "unknown field" {
+			// encoding/json names only the key; find its full path.
+			var doc any
+			if json.Unmarshal(data, &doc) == nil {
+				if p := unknownPath(doc, reflect.TypeOf(v), ""); p != "" {
+					le.Field = p
+				}
+			}
+		}
+		return jerr
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return FieldError("", "trailing data after the JSON value")
@@ -120,4 +133,85 @@ func ParseEvidence(body []byte) (Evidence, error) {
 		return e, fmt.Errorf("parse evidence: %w", err)
 	}
 	return e, nil
+}
+
+// unknownPath returns the path ("subject.branch", "[2].lane") of the first
+// key (in sorted order) of doc that type t has no JSON field for, or "".
+func unknownPath(doc any, t reflect.Type, prefix string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	join := func(k string) string {
+		if prefix == "" {
+			return k
+		}
+		return prefix + "." + k
+	}
+	switch d := doc.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(d))
+		for k := range d {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		switch t.Kind() {
+		case reflect.Struct:
+			for _, k := range keys {
+				f, ok := jsonField(t, k)
+				if !ok {
+					return join(k)
+				}
+				if p := unknownPath(d[k], f.Type, join(k)); p != "" {
+					return p
+				}
+			}
+		case reflect.Map:
+			for _, k := range keys {
+				if p := unknownPath(d[k], t.Elem(), join(k)); p != "" {
+					return p
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, e := range d {
+				if p := unknownPath(e, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i)); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// jsonField finds the struct field that encoding/json decodes key into
+// (exact tag or name match first, then case-insensitive, as encoding/json).
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var fold *reflect.StructField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := f.Name
+		if tag, ok := f.Tag.Lookup("json"); ok {
+			n, _, _ := strings.Cut(tag, ",")
+			if n == "-" {
+				continue
+			}
+			if n != "" {
+				name = n
+			}
+		}
+		if name == key {
+			return f, true
+		}
+		if fold == nil && strings.EqualFold(name, key) {
+			fold = &f
+		}
+	}
+	if fold != nil {
+		return *fold, true
+	}
+	return reflect.StructField{}, false
 }

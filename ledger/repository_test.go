@@ -19,3 +19,17 @@ func TestNormalizeRepository(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownFieldPath(t *testing.T) {
+	var e Evidence
+	err := DecodeStrict([]byte(`{"lane":"x/v1","subject":{"repository":"r","branch":"main"}}`), &e)
+	le, ok := err.(*Error)
+	if !ok || le.Field != "subject.branch" || le.Message != "unknown field" {
+		t.Fatalf("got %#v", err)
+	}
+	var list []Evidence
+	err = DecodeStrict([]byte(`[{"lane":"x/v1"},{"device":{"model":"m","colour":"red"}}]`), &list)
+	if le, ok := err.(*Error); !ok || le.Field != "[1].device.colour" {
+		t.Fatalf("got %#v", err)
+	}
+}

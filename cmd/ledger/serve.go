@@ -29,17 +29,26 @@ type ServeConfig struct {
 	Log   *slog.Logger
 }
 
-func defaultServeConfig() ServeConfig {
-	c := ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20}
+// defaultServeConfig returns the defaults overridden by LEDGER_*
+// environment variables; envErr reports a variable that does not parse (a
+// typo in LEDGER_READ_AUTH must not leave reads open silently).
+func defaultServeConfig() (c ServeConfig, envErr error) {
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20}
 	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			c.MaxBody = n
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("LEDGER_MAX_BODY=%q: want a number of bytes", v)
 		}
+		c.MaxBody = n
 	}
 	if v := os.Getenv("LEDGER_READ_AUTH"); v != "" {
-		c.ReadAuth, _ = strconv.ParseBool(v)
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("LEDGER_READ_AUTH=%q: want true or false (1/0, t/f)", v)
+		}
+		c.ReadAuth = b
 	}
-	return c
+	return c, nil
 }
 
 // Validate reports the first bad setting.
@@ -100,12 +109,15 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 
 func init() {
 	register(func(a *app) *cobra.Command {
-		c := defaultServeConfig()
+		c, envErr := defaultServeConfig()
 		cmd := &cobra.Command{
 			Use:   "serve",
 			Short: "Serve the HTTP API and the reviewer dashboard (creates and migrates the database on first start)",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
+				if envErr != nil {
+					return errExit(2, "serve: %v", envErr)
+				}
 				c.DB, c.KeyDir, c.Log = a.DB, a.dataDir(), a.log
 				if c.Ready == nil {
 					c.Ready = func(addr net.Addr) { fmt.Fprintf(a.stdout, "ledger: serving on http://%s/\n", addr) }
