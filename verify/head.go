@@ -104,7 +104,7 @@ func VerifyHead(ctx context.Context, o VerifyHeadOptions) (ledger.HeadVerificati
 	if rule == nil {
 		hv.Decision = ledger.DecisionNoPolicy
 		if o.Policy != nil {
-			reason = errors.Join(res.Err, &Error{Object: obj.ID, Kind: ErrNoPolicy, Detail: fmt.Sprintf("repository %s ref %s", name, refName)})
+			reason = errors.Join(res.Err, &Error{Object: obj.ID, Kind: ErrNoPolicy, Detail: fmt.Sprintf("repository %s ref %s (is the repository named as the policy names it? pass --repository)", name, refName)})
 		}
 	} else {
 		hv.Decision, reason = rule.Decide(res)

@@ -38,7 +38,7 @@ func init() {
 		cmd := &cobra.Command{
 			Use:   "run",
 			Short: "Run hardware validation lanes and record one evidence record per lane",
-			Long: `Run runs validation lanes (WORKLOADS.md) on a backend, decides each from its
+			Long: `Run runs validation lanes (described in the README's "Lanes" section) on a backend, decides each from its
 independent reference and negative control, prints a summary table and records
 one evidence record per lane run: into the local database (--db), or to a
 server (--server URL --token T, POST /api/v1/evidence).
