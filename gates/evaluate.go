@@ -378,6 +378,8 @@ func (ev *evaluator) quality(e *ledger.Evidence, g *Gate, requireControl bool) (
 		return fmt.Sprintf("status %s (%d/%d exact)", e.Status, e.CasesExact, e.CasesTotal), false
 	case e.CasesTotal == 0 || e.CasesExact != e.CasesTotal:
 		return fmt.Sprintf("not all cases exact: %d/%d", e.CasesExact, e.CasesTotal), false
+	case g.Cases > 0 && e.CasesTotal != g.Cases:
+		return fmt.Sprintf("ran %d cases, the lane has %d", e.CasesTotal, g.Cases), false
 	case requireControl && e.Control != ledger.ControlCaught:
 		return "no negative control (the gate requires a caught control)", false
 	case g.freshness > 0 && ev.now.Sub(e.FinishedAt) > g.freshness:

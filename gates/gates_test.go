@@ -45,6 +45,7 @@ func TestLaneGate(t *testing.T) {
 		{"error status", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 0, ledger.StatusError })}, 0, "", StateOpen, "0 of 1", "status error"},
 		{"min runs", []ledger.Evidence{passing(lane)}, 2, "", StateOpen, "1 of 2", ""},
 		{"min runs met", []ledger.Evidence{passing(lane), mod(func(e *ledger.Evidence) { e.Backend = ledger.BackendCPU })}, 2, "", StatePassed, "2 passing", ""},
+		{"wrong case count", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.CasesExact, e.CasesTotal = 1, 1 })}, 0, "", StateOpen, "0 of 1", "ran 1 cases, the lane has 216"},
 		{"stale", []ledger.Evidence{passing(lane)}, 0, "30m", StateOpen, "0 of 1", "stale"},
 		{"fresh", []ledger.Evidence{passing(lane)}, 0, "2h", StatePassed, "1 passing", ""},
 	}
@@ -53,6 +54,7 @@ func TestLaneGate(t *testing.T) {
 			s := openStore(t)
 			rel := only(testRelease(t), "qmv")
 			rel.Gates[0].MinRuns, rel.Gates[0].Freshness = tc.minRuns, tc.fresh
+			rel.Gates[0].Cases = 216
 			if len(tc.evs) > 0 {
 				record(t, s, tc.evs...)
 			}

@@ -97,7 +97,7 @@ type Dimension struct {
 
 // Gate is one requirement. Which fields apply depends on Kind:
 //
-//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness
+//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness, cases
 //	signed-heads:     components (default: all)
 //	tree-equivalence: components (default: all), lane (default tree-equivalence/v1)
 //	trajectory:       lane (default trajectory/v1), component, at, artifacts, trajectories, modes, backends
@@ -120,6 +120,9 @@ type Gate struct {
 	AllBackends bool     `yaml:"all_backends,omitempty" json:"all_backends,omitempty"`
 	Artifacts   []string `yaml:"artifacts,omitempty" json:"artifacts,omitempty"`
 	MinRuns     int      `yaml:"min_runs,omitempty" json:"min_runs,omitempty"`
+	// Cases, when set, is the number of cases the lane's matrix has: a run
+	// with another cases_total does not count (it did not run the lane).
+	Cases int `yaml:"cases,omitempty" json:"cases,omitempty"`
 	// Freshness is the maximum age of a run (its finished_at) at evaluation
 	// time: a Go duration or a number of days ("30d"). Empty: no limit.
 	Freshness string `yaml:"freshness,omitempty" json:"freshness,omitempty"`
@@ -346,7 +349,7 @@ func (r *Release) validateGate(i int, components map[string]bool) error {
 	used := map[string]bool{"id": true, "kind": true, "title": true, "description": true}
 	switch g.Kind {
 	case KindLane:
-		used["lane"], used["component"], used["at"], used["backends"], used["all_backends"], used["artifacts"], used["min_runs"], used["freshness"] = true, true, true, true, true, true, true, true
+		used["lane"], used["component"], used["at"], used["backends"], used["all_backends"], used["artifacts"], used["min_runs"], used["freshness"], used["cases"] = true, true, true, true, true, true, true, true, true
 	case KindSignedHeads:
 		used["components"] = true
 	case KindTreeEquivalence:
@@ -362,7 +365,7 @@ func (r *Release) validateGate(i int, components map[string]bool) error {
 	}
 	set := map[string]bool{
 		"lane": g.Lane != "", "component": g.Component != "", "at": g.At != "", "backends": len(g.Backends) > 0,
-		"all_backends": g.AllBackends, "artifacts": len(g.Artifacts) > 0, "min_runs": g.MinRuns != 0, "freshness": g.Freshness != "",
+		"all_backends": g.AllBackends, "artifacts": len(g.Artifacts) > 0, "min_runs": g.MinRuns != 0, "freshness": g.Freshness != "", "cases": g.Cases != 0,
 		"components": len(g.Components) > 0, "trajectories": len(g.Trajectories) > 0, "modes": len(g.Modes) > 0,
 		"dimensions": len(g.Dimensions) > 0, "role": g.Role != "",
 	}
@@ -413,6 +416,9 @@ func (r *Release) validateGate(i int, components map[string]bool) error {
 		if _, ok := r.Artifacts[a]; !ok {
 			return ledger.FieldError(fmt.Sprintf("%s.artifacts[%d]", f, j), "artifact %q is not bound by the release (artifacts:)", a)
 		}
+	}
+	if g.Cases < 0 {
+		return ledger.FieldError(f+".cases", "must be >= 0, got %d", g.Cases)
 	}
 	if g.MinRuns < 0 || g.MinRuns > 1000 {
 		return ledger.FieldError(f+".min_runs", "must be 0..1000, got %d", g.MinRuns)
