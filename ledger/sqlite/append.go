@@ -38,7 +38,8 @@ type appendReq struct {
 type appendResp struct {
 	entries  []ledger.Entry
 	existing []bool
-	size     uint64 // proofs are against this size
+	size     uint64             // proofs are against this size
+	cp       *ledger.Checkpoint // the checkpoint of that size when the writer has it
 	err      error
 }
 
@@ -96,9 +97,14 @@ func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string
 
 // answer builds the AppendResult (proofs and checkpoint) outside the writer.
 func (s *Store) answer(ctx context.Context, resp appendResp) (*ledger.AppendResult, error) {
-	cp, err := s.CheckpointAt(ctx, resp.size)
-	if err != nil {
-		return nil, err
+	var cp ledger.Checkpoint
+	if resp.cp != nil && resp.cp.Size == resp.size {
+		cp = *resp.cp
+	} else {
+		var err error
+		if cp, err = s.CheckpointAt(ctx, resp.size); err != nil {
+			return nil, err
+		}
 	}
 	out := &ledger.AppendResult{Checkpoint: cp}
 	idx := make([]uint64, len(resp.entries))
@@ -499,9 +505,13 @@ func (s *Store) commitBatch(batch []*appendReq) {
 		fail(dbErr("commit", err))
 		return
 	}
+	latest := s.tree.latest
 	for i, r := range batch {
 		if results[i].err == nil && results[i].size == 0 {
 			results[i].size = size
+		}
+		if results[i].size == latest.Size && latest.Note != "" {
+			results[i].cp = &latest
 		}
 		r.resp <- results[i]
 	}
