@@ -300,6 +300,11 @@ func (r *rowBuf) close() {
 type stmts struct {
 	leaf, node, ev, art, head *rowBuf
 	idem, byID                *sql.Stmt
+	// newOrds/newHashes are the tree nodes (leaves included) appended in
+	// this batch, published to the read cache after COMMIT.
+	newOrds   []int64
+	newHashes [][]byte
+	reqOrds   int // len(newOrds) when the current request began
 }
 
 func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.ev, st.art, st.head} }
@@ -330,6 +335,11 @@ func (st *stmts) reset() {
 	for _, b := range st.bufs() {
 		b.reset()
 	}
+}
+
+// dropRequest forgets the nodes of a request rolled back to its savepoint.
+func (st *stmts) dropRequest() {
+	st.newOrds, st.newHashes = st.newOrds[:st.reqOrds], st.newHashes[:st.reqOrds]
 }
 
 // prepareStmts returns the writer's statements, prepared once on the
@@ -421,6 +431,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 		}
 		before = s.tree.clone()
 	}
+	st.newOrds, st.newHashes, st.reqOrds = st.newOrds[:0], st.newHashes[:0], 0
 	defer st.reset()
 	type idem struct {
 		req *appendReq
@@ -444,12 +455,14 @@ func (s *Store) commitBatch(batch []*appendReq) {
 			continue
 		}
 		saved := s.tree.clone()
+		st.reqOrds = len(st.newOrds)
 		res, replay, err := s.applyReq(ctx, tx, st, r, now)
 		if err == nil {
 			err = st.flush(ctx, tx)
 		}
 		if err != nil {
 			st.reset()
+			st.dropRequest()
 			tx.ExecContext(ctx, "ROLLBACK TO req")
 			tx.ExecContext(ctx, "RELEASE req")
 			s.tree = saved
@@ -505,6 +518,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 		fail(dbErr("commit", err))
 		return
 	}
+	s.r.nodes.add(st.newOrds, st.newHashes)
 	latest := s.tree.latest
 	for i, r := range batch {
 		if results[i].err == nil && results[i].size == 0 {
@@ -592,6 +606,8 @@ func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time
 		if id.Level > 0 {
 			st.node.add(nodeOrd(id), h)
 		}
+		st.newOrds = append(st.newOrds, nodeOrd(id))
+		st.newHashes = append(st.newHashes, h)
 	}); err != nil {
 		return ledger.Entry{}, err
 	}

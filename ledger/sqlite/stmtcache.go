@@ -17,11 +17,14 @@ type stmtDB struct {
 	*sql.DB
 	mu    sync.RWMutex
 	stmts map[string]*sql.Stmt
+	nodes *nodeCache // recently committed tree nodes (nil: none)
 }
 
 const maxCached = 256
 
-func newStmtDB(db *sql.DB) *stmtDB { return &stmtDB{DB: db, stmts: map[string]*sql.Stmt{}} }
+func newStmtDB(db *sql.DB) *stmtDB {
+	return &stmtDB{DB: db, stmts: map[string]*sql.Stmt{}, nodes: newNodeCache(1 << 17)}
+}
 
 func (d *stmtDB) stmt(ctx context.Context, q string) *sql.Stmt {
 	d.mu.RLock()

@@ -61,6 +61,9 @@ type queryer interface {
 // at most 500 placeholders (sizes are rounded up to a few fixed shapes so
 // SQLite's statement cache is reused).
 func fetchOrds(ctx context.Context, q queryer, ords []int64, got map[int64][]byte) error {
+	if db, ok := q.(*stmtDB); ok && db.nodes != nil {
+		ords = db.nodes.take(ords, got)
+	}
 	// Level-0 nodes are the leaf hashes, kept in the leaves table.
 	var inner []int64
 	var leaves []int64
