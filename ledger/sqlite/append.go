@@ -563,15 +563,17 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		}
 	}
 	pending := map[string]ledger.Entry{} // inserted by this request, not flushed yet
+	present, err := existingIDs(ctx, tx, st, r.recs)
+	if err != nil {
+		return res, false, err
+	}
 	for _, p := range r.recs {
 		if e, ok := pending[p.id]; ok {
 			res.entries = append(res.entries, e)
 			res.existing = append(res.existing, true)
 			continue
 		}
-		var idx int64
-		err := tx.StmtContext(ctx, st.byID).QueryRowContext(ctx, p.id).Scan(&idx)
-		if err == nil {
+		if present[p.id] {
 			e, err := entryByID(ctx, tx, p.id)
 			if err != nil {
 				return res, false, err
@@ -579,9 +581,6 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 			res.entries = append(res.entries, e)
 			res.existing = append(res.existing, true)
 			continue
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return res, false, err
 		}
 		e, err := s.insert(ctx, st, p, now)
 		if err != nil {
@@ -592,6 +591,47 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		res.existing = append(res.existing, false)
 	}
 	return res, false, nil
+}
+
+// existingIDs returns which of the records' ids are already in the log,
+// with one query per 500 ids (one prepared lookup when there is one).
+func existingIDs(ctx context.Context, tx *sql.Tx, st *stmts, recs []prepared) (map[string]bool, error) {
+	present := map[string]bool{}
+	if len(recs) == 1 {
+		var idx int64
+		err := tx.StmtContext(ctx, st.byID).QueryRowContext(ctx, recs[0].id).Scan(&idx)
+		if err == nil {
+			present[recs[0].id] = true
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		return present, nil
+	}
+	for i := 0; i < len(recs); i += 500 {
+		chunk := recs[i:min(len(recs), i+500)]
+		args := make([]any, len(chunk))
+		for j, p := range chunk {
+			args[j] = p.id
+		}
+		rows, err := tx.QueryContext(ctx, "SELECT id FROM leaves WHERE id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			present[id] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return present, nil
 }
 
 func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time) (ledger.Entry, error) {

@@ -210,3 +210,24 @@ func TestTwoWritersOneDatabase(t *testing.T) {
 		t.Fatalf("audit %+v %v", rep, err)
 	}
 }
+
+// A batch mixing a record already logged, a new one and a repeat of the
+// new one appends exactly one leaf.
+func TestBatchDedupe(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(1))}, ""); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(1)), evRecord(t, sampleEvidence(2)), evRecord(t, sampleEvidence(2))}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, e := range res.Entries {
+		got = append(got, e.Existing)
+	}
+	if fmt.Sprint(got) != "[true false true]" || res.Entries[1].Index != 1 || res.Entries[2].Index != 1 || res.Checkpoint.Size != 2 {
+		t.Fatalf("existing %v, indexes %d %d, size %d", got, res.Entries[1].Index, res.Entries[2].Index, res.Checkpoint.Size)
+	}
+}
