@@ -1,6 +1,9 @@
 package ledger
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestNormalizeRepository(t *testing.T) {
 	for in, want := range map[string]string{
@@ -31,5 +34,22 @@ func TestUnknownFieldPath(t *testing.T) {
 	err = DecodeStrict([]byte(`[{"lane":"x/v1"},{"device":{"model":"m","colour":"red"}}]`), &list)
 	if le, ok := err.(*Error); !ok || le.Field != "[1].device.colour" {
 		t.Fatalf("got %#v", err)
+	}
+}
+
+func TestAppendLeafEqualsEncodeLeaf(t *testing.T) {
+	for i, body := range []string{`{}`, `{"a":1,"b":[1,2,{"c":"<x> & \"q\""}]}`, `{"lane":"x/v1","n":1.50}`} {
+		c, err := CanonicalJSON([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := Leaf{V: 1, Index: uint64(i * 1000003), Kind: KindEvidence, ID: EntryID(KindEvidence, c), RecordedAt: time.Date(2026, 11, 29, 1, 2, 3, i*7, time.FixedZone("x", 3600)), Body: c}
+		want, err := EncodeLeaf(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := AppendLeaf(nil, l); string(got) != string(want) {
+			t.Fatalf("AppendLeaf:\n%s\nEncodeLeaf:\n%s", got, want)
+		}
 	}
 }

@@ -636,10 +636,9 @@ func existingIDs(ctx context.Context, tx *sql.Tx, st *stmts, recs []prepared) (m
 
 func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time) (ledger.Entry, error) {
 	idx := s.tree.size()
-	raw, err := ledger.EncodeLeaf(ledger.Leaf{V: 1, Index: idx, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
-	if err != nil {
-		return ledger.Entry{}, err
-	}
+	// p.body came out of prepare (compact canonical JSON), so the leaf can
+	// be assembled without re-encoding it (ledger.AppendLeaf).
+	raw := ledger.AppendLeaf(make([]byte, 0, len(p.body)+160), ledger.Leaf{V: 1, Index: idx, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
 	lh := ledger.LeafHash(raw)
 	st.leaf.add(idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:])
 	if err := s.tree.rng.Append(lh[:], func(id compact.NodeID, h []byte) {
