@@ -91,6 +91,8 @@ type Store struct {
 
 func dsn(path string, readonly bool) string {
 	q := url.Values{}
+	// page_size only takes effect when the database is created (before WAL).
+	q.Add("_pragma", "page_size(16384)")
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "journal_mode(WAL)")
