@@ -1,5 +1,3 @@
-// Command ledger is the evidence ledger's CLI and server. See the README for
-// the commands and their exit codes.
 package main
 
 import (
