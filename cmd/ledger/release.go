@@ -88,6 +88,44 @@ func (a *app) apiCall(ctx context.Context, method, path, contentType string, bod
 	return resp.StatusCode, nil
 }
 
+// releaseAction records a waiver, sign-off or approval of release version:
+// through POST /api/v1/releases/{version}/{what} with body when --server
+// is set, else into the local store as the token named by as (whose scope
+// must allow need) with local. An approval refused because the release is
+// not ready (HTTP 409 / CodePrecondition) exits exitNotReady; any other
+// error exits exitErr.
+func (a *app) releaseAction(ctx context.Context, version, what string, body any, as string, need ledger.Scope, local func(ledger.Store, gates.Actor) (any, error)) (any, error) {
+	var out any
+	if a.Server != "" {
+		b, _ := json.Marshal(body)
+		st, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(version)+"/"+what, "application/json", b, &out)
+		if err != nil {
+			if st == http.StatusConflict && what == "approvals" {
+				return nil, errExit(exitNotReady, "%v", err)
+			}
+			return nil, errExit(exitErr, "%v", err)
+		}
+		return out, nil
+	}
+	s, err := a.openStore(ctx)
+	if err != nil {
+		return nil, errExit(exitErr, "%v", err)
+	}
+	defer s.Close()
+	who, err := actor(ctx, s, as, need)
+	if err != nil {
+		return nil, err
+	}
+	out, err = local(s, who)
+	if err != nil {
+		if ledger.ErrorCode(err) == ledger.CodePrecondition && what == "approvals" {
+			return nil, errExit(exitNotReady, "%v", err)
+		}
+		return nil, errExit(exitErr, "%v", err)
+	}
+	return out, nil
+}
+
 // actor resolves --as to a live token's name and roles, and checks that its
 // scope allows need, as the API's scope check does (waivers and approvals
 // need admin, sign-offs record).
@@ -283,27 +321,13 @@ func releaseWaive(a *app) *cobra.Command {
 			if err != nil {
 				return errExit(exitErr, "%v", err)
 			}
-			var out any
-			if a.Server != "" {
-				body, _ := json.Marshal(waiverRequest{Gate: gate, Reason: reason, Expires: exp.UTC()})
-				if _, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(args[0])+"/waivers", "application/json", body, &out); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-			} else {
-				s, err := a.openStore(ctx)
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				defer s.Close()
-				who, err := actor(ctx, s, as, ledger.ScopeAdmin)
-				if err != nil {
-					return err
-				}
-				w, e, err := gates.RecordWaiver(ctx, s, args[0], gate, reason, exp, who, time.Now())
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				out = map[string]any{"id": e.ID, "index": e.Index, "waiver": w}
+			out, err := a.releaseAction(ctx, args[0], "waivers", waiverRequest{Gate: gate, Reason: reason, Expires: exp.UTC()}, as, ledger.ScopeAdmin,
+				func(s ledger.Store, who gates.Actor) (any, error) {
+					w, e, err := gates.RecordWaiver(ctx, s, args[0], gate, reason, exp, who, time.Now())
+					return map[string]any{"id": e.ID, "index": e.Index, "waiver": w}, err
+				})
+			if err != nil {
+				return err
 			}
 			if a.JSON {
 				return a.printJSON(out)
@@ -333,27 +357,13 @@ func releaseSignoff(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			var out any
-			if a.Server != "" {
-				body, _ := json.Marshal(signoffRequest{Gate: gate, Note: note})
-				if _, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(args[0])+"/signoffs", "application/json", body, &out); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-			} else {
-				s, err := a.openStore(ctx)
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				defer s.Close()
-				who, err := actor(ctx, s, as, ledger.ScopeRecord)
-				if err != nil {
-					return err
-				}
-				so, e, err := gates.RecordSignoff(ctx, s, args[0], gate, note, who, time.Now())
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				out = map[string]any{"id": e.ID, "index": e.Index, "signoff": so}
+			out, err := a.releaseAction(ctx, args[0], "signoffs", signoffRequest{Gate: gate, Note: note}, as, ledger.ScopeRecord,
+				func(s ledger.Store, who gates.Actor) (any, error) {
+					so, e, err := gates.RecordSignoff(ctx, s, args[0], gate, note, who, time.Now())
+					return map[string]any{"id": e.ID, "index": e.Index, "signoff": so}, err
+				})
+			if err != nil {
+				return err
 			}
 			if a.JSON {
 				return a.printJSON(out)
@@ -381,34 +391,13 @@ func releaseApprove(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			var out any
-			if a.Server != "" {
-				body, _ := json.Marshal(approvalRequest{Note: note})
-				st, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(args[0])+"/approvals", "application/json", body, &out)
-				if err != nil {
-					if st == http.StatusConflict {
-						return errExit(exitNotReady, "%v", err)
-					}
-					return errExit(exitErr, "%v", err)
-				}
-			} else {
-				s, err := a.openStore(ctx)
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				defer s.Close()
-				who, err := actor(ctx, s, as, ledger.ScopeAdmin)
-				if err != nil {
-					return err
-				}
-				ap, e, sv, err := gates.RecordApproval(ctx, s, args[0], note, who, time.Now())
-				if err != nil {
-					if ledger.ErrorCode(err) == ledger.CodePrecondition {
-						return errExit(exitNotReady, "%v", err)
-					}
-					return errExit(exitErr, "%v", err)
-				}
-				out = map[string]any{"id": e.ID, "index": e.Index, "approval": ap, "verdict": sv}
+			out, err := a.releaseAction(ctx, args[0], "approvals", approvalRequest{Note: note}, as, ledger.ScopeAdmin,
+				func(s ledger.Store, who gates.Actor) (any, error) {
+					ap, e, sv, err := gates.RecordApproval(ctx, s, args[0], note, who, time.Now())
+					return map[string]any{"id": e.ID, "index": e.Index, "approval": ap, "verdict": sv}, err
+				})
+			if err != nil {
+				return err
 			}
 			if a.JSON {
 				return a.printJSON(out)
