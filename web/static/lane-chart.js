@@ -22,6 +22,8 @@
     if (xs.indexOf(r.t) < 0) { xs.push(r.t); }
     if (backends.indexOf(r.backend) < 0) { backends.push(r.backend); }
   });
+  // A single instant has no time span to zoom over: keep the server's SVG.
+  if (xs.length < 2) { return; }
   function column() { return xs.map(function () { return null; }); }
   var exact = {}, total = column(), miss = column();
   backends.forEach(function (b) { exact[b] = column(); });
