@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -121,6 +122,11 @@ func VerifyHead(ctx context.Context, o VerifyHeadOptions) (ledger.HeadVerificati
 func openRepo(p string) (*git.Repository, error) {
 	if p == "" {
 		return nil, fmt.Errorf("repository path is empty")
+	}
+	// DetectDotGit walks up from p like git does from a subdirectory; a path
+	// that does not exist must not silently resolve to an enclosing repository.
+	if _, err := os.Stat(p); err != nil {
+		return nil, fmt.Errorf("open repository %s: %w", p, err)
 	}
 	repo, err := git.PlainOpenWithOptions(p, &git.PlainOpenOptions{DetectDotGit: true})
 	if err != nil {
