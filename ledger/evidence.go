@@ -99,10 +99,8 @@ type Evidence struct {
 }
 
 var (
-	laneRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,95}/v[1-9][0-9]{0,5}$`)
-	objectIDRe = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
-	digestRe   = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	nameRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,254}$`)
+	laneRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,95}/v[1-9][0-9]{0,5}$`)
+	nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,254}$`)
 )
 
 // ValidLane reports whether s is a lane name of the form "name/vN".
@@ -110,10 +108,22 @@ func ValidLane(s string) bool { return laneRe.MatchString(s) }
 
 // ValidObjectID reports whether s is a git object id: 40 (SHA-1) or 64
 // (SHA-256) lowercase hex digits.
-func ValidObjectID(s string) bool { return objectIDRe.MatchString(s) }
+func ValidObjectID(s string) bool { return (len(s) == 40 || len(s) == 64) && lowerHex(s) }
 
 // ValidDigest reports whether s is "sha256:" followed by 64 lowercase hex.
-func ValidDigest(s string) bool { return digestRe.MatchString(s) }
+func ValidDigest(s string) bool {
+	return len(s) == 7+64 && strings.HasPrefix(s, "sha256:") && lowerHex(s[7:])
+}
+
+// lowerHex reports whether s is all lowercase hexadecimal digits.
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // LaneName splits "name/vN" into its name; it returns s when there is no
 // version part.

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -61,16 +63,12 @@ func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string
 		return nil, ledger.FieldError("Idempotency-Key", "at most 256 characters")
 	}
 	req := &appendReq{ctx: ctx, idemKey: idemKey, resp: make(chan appendResp, 1)}
+	var err error
+	if req.recs, err = prepareAll(recs); err != nil {
+		return nil, err
+	}
 	h := sha256.New()
-	for i, r := range recs {
-		p, err := prepare(r)
-		if err != nil {
-			if len(recs) > 1 {
-				err = prefixField(err, fmt.Sprintf("[%d]", i))
-			}
-			return nil, err
-		}
-		req.recs = append(req.recs, p)
+	for _, p := range req.recs {
 		h.Write([]byte(p.id))
 	}
 	req.reqHash = h.Sum(nil)
@@ -133,6 +131,51 @@ func prefixField(err error, prefix string) error {
 		return &c
 	}
 	return err
+}
+
+// prepareParallelMin is the batch size from which prepareAll spreads the
+// records over GOMAXPROCS goroutines.
+const prepareParallelMin = 32
+
+// prepareAll validates and canonicalizes recs, in parallel for large
+// batches. The error is the one of the first invalid record in order,
+// with its position as the field prefix when there are several records.
+func prepareAll(recs []ledger.Record) ([]prepared, error) {
+	out := make([]prepared, len(recs))
+	errs := make([]error, len(recs))
+	workers := min(runtime.GOMAXPROCS(0), len(recs)/(prepareParallelMin/2))
+	if workers <= 1 {
+		for i, r := range recs {
+			if out[i], errs[i] = prepare(r); errs[i] != nil {
+				break
+			}
+		}
+	} else {
+		var wg sync.WaitGroup
+		per := (len(recs) + workers - 1) / workers
+		for lo := 0; lo < len(recs); lo += per {
+			hi := min(len(recs), lo+per)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := lo; i < hi; i++ {
+					if out[i], errs[i] = prepare(recs[i]); errs[i] != nil {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	for i, err := range errs {
+		if err != nil {
+			if len(recs) > 1 {
+				err = prefixField(err, fmt.Sprintf("[%d]", i))
+			}
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func prepare(r ledger.Record) (prepared, error) {
@@ -241,18 +284,22 @@ func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 
 // rowBuf buffers rows of one table and writes them with multi-row
 // INSERTs: per-statement overhead, not SQLite's B-tree work, dominates
-// single-row inserts through database/sql.
+// single-row inserts through database/sql. Rows go out in chunks of
+// 64, 32, ..., 2, 1 rows, each chunk size's statement prepared once on the
+// writer connection, so that no batch size compiles a statement.
 type rowBuf struct {
-	head   string // "INSERT INTO t(a, b) VALUES "
-	tuple  string // "(?,?)"
-	ncol   int
-	args   []any
-	db     *sql.DB   // the writer; statements are prepared on it once
-	multi  *sql.Stmt // chunkRows rows, prepared on first use
-	single *sql.Stmt // one row, prepared on first use
+	head  string // "INSERT INTO t(a, b) VALUES "
+	tuple string // "(?,?)"
+	ncol  int
+	args  []any
+	db    *sql.DB                  // the writer; statements are prepared on it once
+	stmts [chunkBits + 1]*sql.Stmt // stmts[k] inserts 1<<k rows
 }
 
-const chunkRows = 64
+const (
+	chunkBits = 6
+	chunkRows = 1 << chunkBits
+)
 
 func newRowBuf(db *sql.DB, table, cols string, ncol int) *rowBuf {
 	return &rowBuf{db: db, head: "INSERT INTO " + table + "(" + cols + ") VALUES ", tuple: "(" + strings.TrimSuffix(strings.Repeat("?,", ncol), ",") + ")", ncol: ncol}
@@ -264,24 +311,30 @@ func (r *rowBuf) query(n int) string {
 	return r.head + strings.TrimSuffix(strings.Repeat(r.tuple+",", n), ",")
 }
 
-// flush writes the buffered rows inside tx.
-func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
-	n := len(r.args) / r.ncol
-	i := 0
-	for ; n-i >= chunkRows; i += chunkRows {
-		if _, err := tx.StmtContext(ctx, r.multi).ExecContext(ctx, r.args[i*r.ncol:(i+chunkRows)*r.ncol]...); err != nil {
+// prepare prepares every chunk size's statement on the writer connection
+// (before any transaction: the writer pool's one connection is then free).
+func (r *rowBuf) prepare(ctx context.Context) error {
+	for k := range r.stmts {
+		var err error
+		if r.stmts[k], err = r.db.PrepareContext(ctx, r.query(1<<k)); err != nil {
 			return err
 		}
 	}
-	switch rest := n - i; {
-	case rest == 1:
-		if _, err := tx.StmtContext(ctx, r.single).ExecContext(ctx, r.args[i*r.ncol:]...); err != nil {
+	return nil
+}
+
+// flush writes the buffered rows inside tx.
+func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
+	n := len(r.args) / r.ncol
+	for i, k := 0, chunkBits; i < n; {
+		for 1<<k > n-i {
+			k--
+		}
+		rows := 1 << k
+		if _, err := tx.StmtContext(ctx, r.stmts[k]).ExecContext(ctx, r.args[i*r.ncol:(i+rows)*r.ncol]...); err != nil {
 			return err
 		}
-	case rest > 1:
-		if _, err := tx.ExecContext(ctx, r.query(rest), r.args[i*r.ncol:]...); err != nil {
-			return err
-		}
+		i += rows
 	}
 	r.args = r.args[:0]
 	return nil
@@ -290,7 +343,7 @@ func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
 func (r *rowBuf) reset() { r.args = r.args[:0] }
 
 func (r *rowBuf) close() {
-	for _, s := range []*sql.Stmt{r.multi, r.single} {
+	for _, s := range r.stmts {
 		if s != nil {
 			s.Close()
 		}
@@ -360,11 +413,7 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 	// Prepared before the transaction begins: the writer pool has exactly
 	// one connection, which an open transaction holds.
 	for _, b := range st.bufs() {
-		if b.single, err = db.PrepareContext(ctx, b.query(1)); err != nil {
-			st.close()
-			return nil, err
-		}
-		if b.multi, err = db.PrepareContext(ctx, b.query(chunkRows)); err != nil {
+		if err = b.prepare(ctx); err != nil {
 			st.close()
 			return nil, err
 		}
@@ -383,7 +432,25 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 
 // commitBatch appends a batch of requests in one IMMEDIATE transaction
 // with one signed checkpoint, answering every request.
+//
+// The first attempt is optimistic: no savepoints (a savepoint journals every
+// page it touches) and no query for records already in the log (the UNIQUE
+// index on leaves.id rejects a duplicate anyway). When any write fails, the
+// whole transaction is rolled back and the batch runs again carefully: each
+// request in its own savepoint, so that only a failing request fails, and
+// each record looked up first, so that a resubmitted record is answered
+// with its original entry instead of an error.
 func (s *Store) commitBatch(batch []*appendReq) {
+	if retry := s.runBatch(batch, false); retry {
+		s.runBatch(batch, true)
+	}
+}
+
+// runBatch is one attempt at commitBatch. Not careful, it returns true,
+// having answered nothing and written nothing, when a request's writes
+// failed; the caller then runs the batch again carefully, where every
+// request is answered.
+func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	ctx := context.Background()
 	results := make([]appendResp, len(batch))
 	fail := func(err error) {
@@ -397,7 +464,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 	if s.tree == nil {
 		if err := s.loadTree(ctx); err != nil {
 			fail(dbErr("load log", err))
-			return
+			return false
 		}
 	}
 	now := s.opts.Now().UTC()
@@ -405,12 +472,12 @@ func (s *Store) commitBatch(batch []*appendReq) {
 	st, err := s.prepareStmts(ctx)
 	if err != nil {
 		fail(dbErr("prepare", err))
-		return
+		return false
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		fail(dbErr("begin", err))
-		return
+		return false
 	}
 	// Another process (a CLI `ledger record --db` beside a running server)
 	// may have appended since this writer last looked: under the write lock,
@@ -419,7 +486,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&stored); err != nil {
 		tx.Rollback()
 		fail(dbErr("size", err))
-		return
+		return false
 	}
 	if stored != s.tree.size() {
 		s.log.Info("log grew outside this process; reloading the tree", "ours", s.tree.size(), "stored", stored)
@@ -427,12 +494,15 @@ func (s *Store) commitBatch(batch []*appendReq) {
 			tx.Rollback()
 			s.tree = nil
 			fail(dbErr("reload log", err))
-			return
+			return false
 		}
 		before = s.tree.clone()
 	}
 	st.newOrds, st.newHashes, st.reqOrds = st.newOrds[:0], st.newHashes[:0], 0
 	defer st.reset()
+	// A request alone in its batch needs no savepoint: the transaction is
+	// its savepoint.
+	savepoints := careful && len(batch) > 1
 	type idem struct {
 		req *appendReq
 		i   int
@@ -450,30 +520,50 @@ func (s *Store) commitBatch(batch []*appendReq) {
 				continue
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
-			results[i].err = dbErr("savepoint", err)
-			continue
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
+				results[i].err = dbErr("savepoint", err)
+				continue
+			}
 		}
 		saved := s.tree.clone()
 		st.reqOrds = len(st.newOrds)
-		res, replay, err := s.applyReq(ctx, tx, st, r, now)
+		// applyReq only reads; its rows are buffered in st until flush.
+		res, replay, err := s.applyReq(ctx, tx, st, r, now, careful)
+		wrote := false
 		if err == nil {
+			wrote = true
 			err = st.flush(ctx, tx)
 		}
 		if err != nil {
 			st.reset()
 			st.dropRequest()
-			tx.ExecContext(ctx, "ROLLBACK TO req")
-			tx.ExecContext(ctx, "RELEASE req")
 			s.tree = saved
+			if wrote && !savepoints {
+				// Some of this request's rows may be written, and there is
+				// no savepoint to return to.
+				s.tree = before
+				tx.Rollback()
+				if !careful {
+					return true
+				}
+				fail(dbErr("append", err))
+				return false
+			}
+			if savepoints {
+				tx.ExecContext(ctx, "ROLLBACK TO req")
+				tx.ExecContext(ctx, "RELEASE req")
+			}
 			results[i].err = dbErr("append", err)
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
-			s.tree = before
-			tx.Rollback()
-			fail(dbErr("release savepoint", err))
-			return
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
+				s.tree = before
+				tx.Rollback()
+				fail(dbErr("release savepoint", err))
+				return false
+			}
 		}
 		results[i] = res
 		if r.idemKey != "" && !replay {
@@ -492,7 +582,7 @@ func (s *Store) commitBatch(batch []*appendReq) {
 			s.tree = before
 			tx.Rollback()
 			fail(dbErr("idempotency", err))
-			return
+			return false
 		}
 	}
 	if size != before.size() {
@@ -503,22 +593,23 @@ func (s *Store) commitBatch(batch []*appendReq) {
 			s.tree = before
 			tx.Rollback()
 			fail(err)
-			return
+			return false
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)", size, root[:], signed, now.UnixNano()); err != nil {
 			s.tree = before
 			tx.Rollback()
 			fail(dbErr("checkpoint", err))
-			return
+			return false
 		}
 		s.tree.latest = ledger.Checkpoint{Origin: s.origin, Size: size, Root: root, Note: signed, CreatedAt: now}
 	}
 	if err := tx.Commit(); err != nil {
 		s.tree = nil // reload from disk on the next batch
 		fail(dbErr("commit", err))
-		return
+		return false
 	}
 	s.r.nodes.add(st.newOrds, st.newHashes)
+	s.walFramesCommitted()
 	latest := s.tree.latest
 	for i, r := range batch {
 		if results[i].err == nil && results[i].size == 0 {
@@ -529,11 +620,15 @@ func (s *Store) commitBatch(batch []*appendReq) {
 		}
 		r.resp <- results[i]
 	}
+	return false
 }
 
 // applyReq appends one request's records inside the open transaction.
 // replay is true when the answer comes from a stored idempotency key.
-func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendReq, now time.Time) (appendResp, bool, error) {
+//
+// With lookup false the records are assumed new (see commitBatch): only
+// duplicates within the request are detected here.
+func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendReq, now time.Time, lookup bool) (appendResp, bool, error) {
 	var res appendResp
 	if r.idemKey != "" {
 		var hash []byte
@@ -563,9 +658,12 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		}
 	}
 	pending := map[string]ledger.Entry{} // inserted by this request, not flushed yet
-	present, err := existingIDs(ctx, tx, st, r.recs)
-	if err != nil {
-		return res, false, err
+	present := map[string]bool{}
+	if lookup {
+		var err error
+		if present, err = existingIDs(ctx, tx, st, r.recs); err != nil {
+			return res, false, err
+		}
 	}
 	for _, p := range r.recs {
 		if e, ok := pending[p.id]; ok {

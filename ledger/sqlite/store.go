@@ -62,6 +62,8 @@ type Store struct {
 
 	stmts     *stmts // the writer's prepared statements (writer goroutine only)
 	reqs      chan *appendReq
+	ck        *sql.DB       // the background checkpointer's connection
+	ckSignal  chan struct{} // a commit happened (buffered, 1)
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -86,6 +88,9 @@ func dsn(path string, readonly bool) string {
 		q.Add("_pragma", "query_only(1)")
 	} else {
 		q.Add("_pragma", "cache_size(-65536)")
+		// Savepoint and statement journals in memory, not in temporary
+		// files: a savepoint copies every page it first touches.
+		q.Add("_pragma", "temp_store(MEMORY)")
 		q.Add("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()
@@ -148,8 +153,20 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		s.wg.Add(1)
+		// The checkpointer copies committed WAL frames into the database
+		// file from its own connection, off the writer's path; the
+		// writer's own auto-checkpoint (every 1000 frames) stays as the
+		// backstop when it falls behind.
+		if s.ck, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		s.ck.SetMaxOpenConns(1)
+		s.ck.SetConnMaxLifetime(0)
+		s.ckSignal = make(chan struct{}, 1)
+		s.wg.Add(2)
 		go s.writer()
+		go s.checkpointer()
 	}
 	return s, nil
 }
@@ -329,6 +346,9 @@ func (s *Store) Close() error {
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
+	if s.ck != nil {
+		errs = append(errs, s.ck.Close())
+	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}
@@ -351,4 +371,41 @@ func dbErr(op string, err error) error {
 		return err
 	}
 	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
+}
+
+// checkpointInterval is how long the checkpointer lets commits accumulate
+// before it copies them into the database file (one fsync of the database
+// file per checkpoint).
+const checkpointInterval = 20 * time.Millisecond
+
+// checkpointer runs PASSIVE WAL checkpoints after commits, at most one per
+// checkpointInterval, until the store closes. A PASSIVE checkpoint never
+// blocks the writer or readers (https://sqlite.org/c3ref/wal_checkpoint_v2.html).
+func (s *Store) checkpointer() {
+	defer s.wg.Done()
+	ctx := context.Background()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.ckSignal:
+		}
+		select {
+		case <-s.done:
+			return
+		case <-time.After(checkpointInterval):
+		}
+		var busy, frames, copied int
+		if err := s.ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err != nil {
+			s.log.Warn("background WAL checkpoint failed; the writer's auto-checkpoint takes over", "err", err)
+		}
+	}
+}
+
+// walFramesCommitted tells the checkpointer that a commit happened.
+func (s *Store) walFramesCommitted() {
+	select {
+	case s.ckSignal <- struct{}{}:
+	default:
+	}
 }
