@@ -75,17 +75,21 @@ type Store struct {
 
 func dsn(path string, readonly bool) string {
 	q := url.Values{}
-	// page_size only takes effect when the database is created (before WAL).
-	q.Add("_pragma", "page_size(16384)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "foreign_keys(1)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
+	// modernc.org/sqlite runs the _pragma list sorted by name and the
+	// shorthand keys (_busy_timeout first; _foreign_keys, _journal_mode,
+	// _synchronous, _query_only after the list). page_size only takes effect
+	// while the database is still empty, so it must come before
+	// journal_mode=WAL, which writes the first page: as a _pragma it does.
+	q.Add("_pragma", fmt.Sprintf("page_size(%d)", pageSize))
+	q.Add("_busy_timeout", "10000")
+	q.Add("_foreign_keys", "1")
+	q.Add("_journal_mode", "WAL")
+	q.Add("_synchronous", "FULL")
 	// Page cache per connection (negative: KiB). The writer's random index
 	// inserts (content ids) touch pages all over a large log.
 	if readonly {
 		q.Add("_pragma", "cache_size(-16384)")
-		q.Add("_pragma", "query_only(1)")
+		q.Add("_query_only", "1")
 	} else {
 		q.Add("_pragma", "cache_size(-65536)")
 		// Savepoint and statement journals in memory, not in temporary
@@ -95,6 +99,10 @@ func dsn(path string, readonly bool) string {
 	}
 	return "file:" + path + "?" + q.Encode()
 }
+
+// pageSize is the page size of databases this package creates. An existing
+// database keeps the page size it was created with.
+var pageSize = 4096
 
 // Open opens the database at opts.Path, creating it and applying migrations
 // when needed, loads or generates the signing key, and starts the writer.
