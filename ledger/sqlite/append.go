@@ -278,7 +278,11 @@ func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 		}
 		t.latest = cp
 	}
-	s.tree = t
+	ids, err := loadIDs(ctx, q)
+	if err != nil {
+		return fmt.Errorf("recent ids: %w", err)
+	}
+	s.tree, s.ids = t, ids
 	return nil
 }
 
@@ -351,8 +355,9 @@ func (r *rowBuf) close() {
 }
 
 type stmts struct {
-	leaf, node, ev, art, head *rowBuf
-	idem, byID                *sql.Stmt
+	leaf, node, ev, art, head, rid *rowBuf
+	idem                           *sql.Stmt
+	ids                            idLookup
 	// newOrds/newHashes are the tree nodes (leaves included) appended in
 	// this batch, published to the read cache after COMMIT.
 	newOrds   []int64
@@ -360,17 +365,16 @@ type stmts struct {
 	reqOrds   int // len(newOrds) when the current request began
 }
 
-func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.ev, st.art, st.head} }
+func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.ev, st.art, st.head, st.rid} }
 
 func (st *stmts) close() {
 	for _, b := range st.bufs() {
 		b.close()
 	}
-	for _, s := range []*sql.Stmt{st.idem, st.byID} {
-		if s != nil {
-			s.Close()
-		}
+	if st.idem != nil {
+		st.idem.Close()
 	}
+	st.ids.close()
 }
 
 // flush writes every buffered row (leaves first: the projections refer to
@@ -408,6 +412,7 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 		ev:   newRowBuf(db, "evidence_index", "idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at", 10),
 		art:  newRowBuf(db, "evidence_artifacts", "idx, name, digest", 3),
 		head: newRowBuf(db, "heads_index", "idx, repository, ref, commit_id, verdict, decision", 6),
+		rid:  newRowBuf(db, "recent_ids", "idx, id", 2),
 	}
 	var err error
 	// Prepared before the transaction begins: the writer pool has exactly
@@ -418,7 +423,7 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 			return nil, err
 		}
 	}
-	if st.byID, err = db.PrepareContext(ctx, "SELECT idx FROM leaves WHERE id = ?"); err != nil {
+	if err = st.ids.prepare(ctx, db); err != nil {
 		st.close()
 		return nil, err
 	}
@@ -528,8 +533,9 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		}
 		saved := s.tree.clone()
 		st.reqOrds = len(st.newOrds)
+		s.ids.beginRequest()
 		// applyReq only reads; its rows are buffered in st until flush.
-		res, replay, err := s.applyReq(ctx, tx, st, r, now, careful)
+		res, replay, err := s.applyReq(ctx, tx, st, r, now)
 		wrote := false
 		if err == nil {
 			wrote = true
@@ -538,11 +544,13 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		if err != nil {
 			st.reset()
 			st.dropRequest()
+			s.ids.dropRequest()
 			s.tree = saved
 			if wrote && !savepoints {
 				// Some of this request's rows may be written, and there is
 				// no savepoint to return to.
 				s.tree = before
+				s.ids.rollback()
 				tx.Rollback()
 				if !careful {
 					return true
@@ -560,6 +568,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		if savepoints {
 			if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
 				s.tree = before
+				s.ids.rollback()
 				tx.Rollback()
 				fail(dbErr("release savepoint", err))
 				return false
@@ -572,6 +581,17 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		}
 	}
 	size := s.tree.size()
+	merged := false
+	if size != before.size() && s.ids.pending() >= s.opts.RecentIDs {
+		if err := mergeRecentIDs(ctx, tx); err != nil {
+			s.tree = before
+			s.ids.rollback()
+			tx.Rollback()
+			fail(dbErr("merge recent ids", err))
+			return false
+		}
+		merged = true
+	}
 	for _, im := range idems {
 		ids := make([]string, len(results[im.i].entries))
 		for j, e := range results[im.i].entries {
@@ -580,6 +600,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		idsJSON, _ := json.Marshal(ids)
 		if _, err := tx.StmtContext(ctx, st.idem).ExecContext(ctx, im.req.idemKey, im.req.reqHash, string(idsJSON), size, now.UnixNano()); err != nil && !strings.Contains(err.Error(), "UNIQUE") {
 			s.tree = before
+			s.ids.rollback()
 			tx.Rollback()
 			fail(dbErr("idempotency", err))
 			return false
@@ -591,12 +612,14 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		signed, err := s.SignNote(text)
 		if err != nil {
 			s.tree = before
+			s.ids.rollback()
 			tx.Rollback()
 			fail(err)
 			return false
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)", size, root[:], signed, now.UnixNano()); err != nil {
 			s.tree = before
+			s.ids.rollback()
 			tx.Rollback()
 			fail(dbErr("checkpoint", err))
 			return false
@@ -604,10 +627,11 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		s.tree.latest = ledger.Checkpoint{Origin: s.origin, Size: size, Root: root, Note: signed, CreatedAt: now}
 	}
 	if err := tx.Commit(); err != nil {
-		s.tree = nil // reload from disk on the next batch
+		s.tree, s.ids = nil, nil // reload from disk on the next batch
 		fail(dbErr("commit", err))
 		return false
 	}
+	s.ids.committed(merged)
 	s.r.nodes.add(st.newOrds, st.newHashes)
 	s.walFramesCommitted()
 	latest := s.tree.latest
@@ -625,10 +649,9 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 
 // applyReq appends one request's records inside the open transaction.
 // replay is true when the answer comes from a stored idempotency key.
-//
-// With lookup false the records are assumed new (see commitBatch): only
-// duplicates within the request are detected here.
-func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendReq, now time.Time, lookup bool) (appendResp, bool, error) {
+// Records already in the log (by content id) are answered with their
+// original entries; only new records are buffered for insertion.
+func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendReq, now time.Time) (appendResp, bool, error) {
 	var res appendResp
 	if r.idemKey != "" {
 		var hash []byte
@@ -658,12 +681,17 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		}
 	}
 	pending := map[string]ledger.Entry{} // inserted by this request, not flushed yet
-	present := map[string]bool{}
-	if lookup {
-		var err error
-		if present, err = existingIDs(ctx, tx, st, r.recs); err != nil {
-			return res, false, err
+	// Which records are already in the log: the open transaction's and
+	// recent_ids' ids are in memory, the rest are looked up in entry_ids.
+	var ask []string
+	for _, p := range r.recs {
+		if _, ok := s.ids.known(p.id); !ok {
+			ask = append(ask, p.id)
 		}
+	}
+	stored, err := st.ids.find(ctx, tx, ask)
+	if err != nil {
+		return res, false, err
 	}
 	for _, p := range r.recs {
 		if e, ok := pending[p.id]; ok {
@@ -671,10 +699,17 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 			res.existing = append(res.existing, true)
 			continue
 		}
-		if present[p.id] {
-			e, err := entryByID(ctx, tx, p.id)
+		idx, ok := s.ids.known(p.id)
+		if !ok {
+			idx, ok = stored[p.id]
+		}
+		if ok {
+			e, err := entryAt(ctx, tx, idx)
 			if err != nil {
 				return res, false, err
+			}
+			if e.ID != p.id {
+				return res, false, fmt.Errorf("id index names leaf %d for %s, which holds %s: run `ledger audit`", idx, p.id, e.ID)
 			}
 			res.entries = append(res.entries, e)
 			res.existing = append(res.existing, true)
@@ -691,47 +726,6 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 	return res, false, nil
 }
 
-// existingIDs returns which of the records' ids are already in the log,
-// with one query per 500 ids (one prepared lookup when there is one).
-func existingIDs(ctx context.Context, tx *sql.Tx, st *stmts, recs []prepared) (map[string]bool, error) {
-	present := map[string]bool{}
-	if len(recs) == 1 {
-		var idx int64
-		err := tx.StmtContext(ctx, st.byID).QueryRowContext(ctx, recs[0].id).Scan(&idx)
-		if err == nil {
-			present[recs[0].id] = true
-		} else if !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
-		}
-		return present, nil
-	}
-	for i := 0; i < len(recs); i += 500 {
-		chunk := recs[i:min(len(recs), i+500)]
-		args := make([]any, len(chunk))
-		for j, p := range chunk {
-			args[j] = p.id
-		}
-		rows, err := tx.QueryContext(ctx, "SELECT id FROM leaves WHERE id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+")", args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			present[id] = true
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, err
-		}
-	}
-	return present, nil
-}
-
 func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time) (ledger.Entry, error) {
 	idx := s.tree.size()
 	// p.body came out of prepare (compact canonical JSON), so the leaf can
@@ -739,6 +733,8 @@ func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time
 	raw := ledger.AppendLeaf(make([]byte, 0, len(p.body)+160), ledger.Leaf{V: 1, Index: idx, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
 	lh := ledger.LeafHash(raw)
 	st.leaf.add(idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:])
+	st.rid.add(idx, p.id)
+	s.ids.add(p.id, idx)
 	if err := s.tree.rng.Append(lh[:], func(id compact.NodeID, h []byte) {
 		if id.Level > 0 {
 			st.node.add(nodeOrd(id), h)

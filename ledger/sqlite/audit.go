@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +115,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	var nodeProblem string
 	var nodeBad int64 = -1
 	var verified uint64
+	var idPairs []idPair
 	visit := func(id compact.NodeID, h []byte) {
 		if nodeProblem != "" || id.Level == 0 {
 			return
@@ -203,6 +206,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 				return bad(int64(idx), "leaf %d: %s", idx, r.problem)
 			}
 			artifacts += r.artifacts
+			idPairs = append(idPairs, idPair{id: r.idBytes, idx: idx})
 			if err := rng.Append(r.hash[:], visit); err != nil {
 				return rep, err
 			}
@@ -235,6 +239,11 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	}
 	if nodeRows.Next() {
 		return bad(int64(expect), "tree_nodes holds nodes beyond the last leaf")
+	}
+	if idx, problem, err := auditIDTables(ctx, tx, idPairs); err != nil {
+		return rep, dbErr("audit", err)
+	} else if problem != "" {
+		return bad(idx, "%s", problem)
 	}
 	var nEv, nHead, nArt int64
 	if err := tx.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM evidence_index), (SELECT COUNT(*) FROM heads_index), (SELECT COUNT(*) FROM evidence_artifacts)").Scan(&nEv, &nHead, &nArt); err != nil {
@@ -272,6 +281,7 @@ type auditRow struct {
 	hRepo, hRef, hCommit, hVerdict, hDecision         sql.NullString
 
 	hash      ledger.Hash
+	idBytes   [16]byte
 	problem   string
 	artifacts int64
 }
@@ -315,6 +325,7 @@ func (r *auditRow) check() {
 		r.problem = "id or kind column is malformed"
 		return
 	}
+	hex.Decode(r.idBytes[:], []byte(r.id))
 	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, r.idx, r.kind, r.id, time.Unix(0, r.rec).UTC().Format(time.RFC3339Nano))
 	if !bytes.HasPrefix(r.raw, []byte(prefix)) || len(r.raw) < len(prefix)+3 || r.raw[len(r.raw)-1] != '}' {
 		var l ledger.Leaf
@@ -375,4 +386,93 @@ func (r *auditRow) check() {
 			r.problem = "non-evidence leaf has an index row"
 		}
 	}
+}
+
+// idPair is a leaf's content id (16 bytes, decoded) and index.
+type idPair struct {
+	id  [16]byte
+	idx uint64
+}
+
+// auditIDTables checks the id tables (ids.go) against the leaves' ids
+// (leaves[i] is leaf i's): recent_ids must hold exactly leaves [w, n) in
+// order, entry_ids exactly leaves [0, w), each with its own index. It
+// returns the leaf index a problem concerns and the problem ("" when none).
+// Memory: 24 bytes per leaf (the ids sorted for a merge with entry_ids,
+// which is read in id order).
+func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, error) {
+	n := uint64(len(leaves))
+	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM recent_ids ORDER BY idx")
+	if err != nil {
+		return 0, "", err
+	}
+	w := int64(-1)
+	next := uint64(0)
+	for rows.Next() {
+		var idx int64
+		var id string
+		if err := rows.Scan(&idx, &id); err != nil {
+			rows.Close()
+			return 0, "", err
+		}
+		if w < 0 {
+			w, next = idx, uint64(idx)
+		}
+		if idx < 0 || uint64(idx) != next || uint64(idx) >= n {
+			rows.Close()
+			return min(idx, int64(next)), fmt.Sprintf("recent_ids holds leaf %d where leaf %d was expected (the id index was edited)", idx, next), nil
+		}
+		if hex.EncodeToString(leaves[idx].id[:]) != id {
+			rows.Close()
+			return idx, fmt.Sprintf("recent_ids names id %s for leaf %d, which holds %x (the id index was edited)", id, idx, leaves[idx].id), nil
+		}
+		next++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, "", err
+	}
+	if w < 0 {
+		w = int64(n)
+	} else if next != n {
+		return int64(next), fmt.Sprintf("recent_ids stops at leaf %d of %d (the id index was edited)", next, n), nil
+	}
+	older := slices.Clone(leaves[:w])
+	slices.SortFunc(older, func(a, b idPair) int { return bytes.Compare(a.id[:], b.id[:]) })
+	rows, err = tx.QueryContext(ctx, "SELECT id, idx FROM entry_ids ORDER BY id")
+	if err != nil {
+		return 0, "", err
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var id string
+		var idx int64
+		if err := rows.Scan(&id, &idx); err != nil {
+			return 0, "", err
+		}
+		if i == len(older) {
+			return idx, fmt.Sprintf("entry_ids holds id %s for leaf %d, which no leaf before %d accounts for (the id index was edited)", id, idx, w), nil
+		}
+		want := older[i]
+		wantID := hex.EncodeToString(want.id[:])
+		switch {
+		case id == wantID && uint64(idx) == want.idx:
+			i++
+			continue
+		case id == wantID:
+			return int64(want.idx), fmt.Sprintf("entry_ids names leaf %d for the id of leaf %d (the id index was edited)", idx, want.idx), nil
+		case id > wantID:
+			return int64(want.idx), fmt.Sprintf("entry_ids lacks the id of leaf %d (the id index was edited)", want.idx), nil
+		default:
+			return idx, fmt.Sprintf("entry_ids holds id %s for leaf %d, which no leaf before %d accounts for (the id index was edited)", id, idx, w), nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, "", err
+	}
+	if i < len(older) {
+		return int64(older[i].idx), fmt.Sprintf("entry_ids lacks the id of leaf %d (the id index was edited)", older[i].idx), nil
+	}
+	return -1, "", nil
 }

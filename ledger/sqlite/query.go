@@ -37,12 +37,17 @@ func scanEntry(sc scanner) (ledger.Entry, error) {
 	return e, nil
 }
 
+// entryByID finds a leaf by content id through the id tables (ids.go).
 func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) {
-	e, err := scanEntry(q.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.id = ?", id))
+	e, err := scanEntry(q.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx = "+idxOfID+" AND l.id = ?1", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, ledger.NotFound("entry %q not found", id)
 	}
 	return e, err
+}
+
+func entryAt(ctx context.Context, q queryer, idx uint64) (ledger.Entry, error) {
+	return scanEntry(q.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx = ?", idx))
 }
 
 // Entry implements ledger.Store.

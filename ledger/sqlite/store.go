@@ -45,6 +45,11 @@ type Options struct {
 	// 500µs; negative disables). It never delays a lone writer, and it
 	// stops waiting as soon as the batch is as large as the previous one.
 	Linger time.Duration
+	// RecentIDs is how many content ids recent_ids collects before the
+	// writer merges them into entry_ids (default DefaultRecentIDs; see
+	// ids.go). Larger values mean fewer merges and longer scans when an
+	// entry is looked up by id.
+	RecentIDs int
 	// ReadOnly opens without starting the writer or migrating (used by audit
 	// of a database that must not change). Appends fail.
 	ReadOnly bool
@@ -60,7 +65,8 @@ type Store struct {
 	vkey   string
 	origin string
 
-	stmts     *stmts // the writer's prepared statements (writer goroutine only)
+	stmts     *stmts   // the writer's prepared statements (writer goroutine only)
+	ids       *idIndex // the writer's view of the id tables (writer goroutine only; loaded with tree)
 	reqs      chan *appendReq
 	ck        *sql.DB       // the background checkpointer's connection
 	ckSignal  chan struct{} // a commit happened (buffered, 1)
@@ -119,6 +125,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 256
+	}
+	if opts.RecentIDs <= 0 {
+		opts.RecentIDs = DefaultRecentIDs
 	}
 	if opts.Linger == 0 {
 		opts.Linger = 500 * time.Microsecond
@@ -188,6 +197,13 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 // MigrateTo applies migrations up to version (0: all) and returns the
 // resulting version.
 func MigrateTo(ctx context.Context, db *sql.DB, version int64) (int64, error) {
+	// goose holds one connection for its version table while a Go
+	// migration (migrations.Go) takes another: a pool of one would wait
+	// forever.
+	if db.Stats().MaxOpenConnections == 1 {
+		db.SetMaxOpenConns(2)
+		defer db.SetMaxOpenConns(1)
+	}
 	p, err := newProvider(db)
 	if err != nil {
 		return 0, err
@@ -227,7 +243,7 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithGoMigrations(migrations.Go...))
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}

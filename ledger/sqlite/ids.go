@@ -1,0 +1,181 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+)
+
+// Content ids (ledger.EntryID) are hashes. Kept in one B-tree keyed by id,
+// every appended record lands on a random page, so a batch of 100 records
+// dirties about 100 pages (and writes about 100 WAL frames). Migration 5
+// splits the id index in two (an LSM tree of two levels):
+//
+//   - recent_ids(idx, id): the ids of the newest leaves, appended in leaf
+//     order (a sequential insert per record) and scanned by lookups;
+//   - entry_ids(id, idx): every older id, keyed by id. When recent_ids
+//     reaches Options.RecentIDs rows, the writer merges them into entry_ids
+//     in sorted order and empties recent_ids, in the transaction of the
+//     batch that crossed the threshold. A merge of k sorted ids into a tree
+//     of p pages dirties at most min(k, p) pages, instead of about k.
+//
+// Together the two tables hold every leaf's id exactly once: recent_ids the
+// leaves [w, size) and entry_ids the leaves [0, w). The UNIQUE constraint
+// that used to enforce one leaf per id is now the writer's check (idIndex):
+// the ids of the request, of the open transaction, of recent_ids (kept in
+// memory) and then a lookup in entry_ids. `ledger audit` checks both tables
+// against the leaves.
+
+// DefaultRecentIDs is the default Options.RecentIDs.
+const DefaultRecentIDs = 4096
+
+// idIndex is the writer's in-memory side of the id tables. It is owned by
+// the writer goroutine.
+type idIndex struct {
+	recent map[string]uint64 // recent_ids as committed: id -> leaf index
+	txNew  map[string]uint64 // ids appended in the open transaction
+	reqNew []string          // ids appended by the current request
+}
+
+// loadIDs reads recent_ids into a fresh idIndex.
+func loadIDs(ctx context.Context, q queryer) (*idIndex, error) {
+	rows, err := q.QueryContext(ctx, "SELECT idx, id FROM recent_ids")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ix := &idIndex{recent: map[string]uint64{}, txNew: map[string]uint64{}}
+	for rows.Next() {
+		var idx uint64
+		var id string
+		if err := rows.Scan(&idx, &id); err != nil {
+			return nil, err
+		}
+		ix.recent[id] = idx
+	}
+	return ix, rows.Err()
+}
+
+// known returns the leaf index of id when the open transaction or
+// recent_ids holds it.
+func (ix *idIndex) known(id string) (uint64, bool) {
+	if idx, ok := ix.txNew[id]; ok {
+		return idx, true
+	}
+	idx, ok := ix.recent[id]
+	return idx, ok
+}
+
+func (ix *idIndex) add(id string, idx uint64) {
+	ix.txNew[id] = idx
+	ix.reqNew = append(ix.reqNew, id)
+}
+
+// beginRequest starts tracking a request's ids; dropRequest forgets them
+// (the request was rolled back).
+func (ix *idIndex) beginRequest() { ix.reqNew = ix.reqNew[:0] }
+
+func (ix *idIndex) dropRequest() {
+	for _, id := range ix.reqNew {
+		delete(ix.txNew, id)
+	}
+	ix.reqNew = ix.reqNew[:0]
+}
+
+// rollback forgets the open transaction's ids.
+func (ix *idIndex) rollback() {
+	clear(ix.txNew)
+	ix.reqNew = ix.reqNew[:0]
+}
+
+// committed records the transaction's ids as committed; merged reports
+// that the transaction moved recent_ids into entry_ids.
+func (ix *idIndex) committed(merged bool) {
+	if merged {
+		clear(ix.recent)
+	} else {
+		for id, idx := range ix.txNew {
+			ix.recent[id] = idx
+		}
+	}
+	clear(ix.txNew)
+	ix.reqNew = ix.reqNew[:0]
+}
+
+// pending is the number of ids recent_ids holds once the open transaction
+// commits.
+func (ix *idIndex) pending() int { return len(ix.recent) + len(ix.txNew) }
+
+// mergeRecentIDs moves recent_ids into entry_ids (sorted by id, so that
+// consecutive inserts share pages) inside tx.
+func mergeRecentIDs(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO entry_ids(id, idx) SELECT id, idx FROM recent_ids ORDER BY id"); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "DELETE FROM recent_ids")
+	return err
+}
+
+// idLookup finds ids in entry_ids with prepared statements for chunks of
+// 64, 32, ..., 1 ids.
+type idLookup struct {
+	stmts [chunkBits + 1]*sql.Stmt
+}
+
+func (l *idLookup) prepare(ctx context.Context, db *sql.DB) error {
+	for k := range l.stmts {
+		q := "SELECT id, idx FROM entry_ids WHERE id IN (" + strings.TrimSuffix(strings.Repeat("?,", 1<<k), ",") + ")"
+		var err error
+		if l.stmts[k], err = db.PrepareContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *idLookup) close() {
+	for _, s := range l.stmts {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// find returns the leaf index of each of ids that entry_ids holds.
+func (l *idLookup) find(ctx context.Context, tx *sql.Tx, ids []string) (map[string]uint64, error) {
+	found := map[string]uint64{}
+	args := make([]any, 0, chunkRows)
+	for i, k := 0, chunkBits; i < len(ids); {
+		for 1<<k > len(ids)-i {
+			k--
+		}
+		args = args[:0]
+		for _, id := range ids[i : i+1<<k] {
+			args = append(args, id)
+		}
+		i += 1 << k
+		rows, err := tx.StmtContext(ctx, l.stmts[k]).QueryContext(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			var idx uint64
+			if err := rows.Scan(&id, &idx); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			found[id] = idx
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+// idxOfID is the lookup of a content id for readers: entry_ids first (a
+// seek), then recent_ids (a scan of at most Options.RecentIDs rows).
+const idxOfID = "(SELECT idx FROM entry_ids WHERE id = ?1 UNION ALL SELECT idx FROM recent_ids WHERE id = ?1)"

@@ -1,0 +1,232 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+func countIDs(t *testing.T, db *sql.DB) (entry, recent int) {
+	t.Helper()
+	if err := db.QueryRow("SELECT (SELECT COUNT(*) FROM entry_ids), (SELECT COUNT(*) FROM recent_ids)").Scan(&entry, &recent); err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+// Ids move from recent_ids into entry_ids every RecentIDs records; a record
+// already logged is found (and not appended again) wherever its id is: in
+// entry_ids, in recent_ids, earlier in the same transaction or earlier in
+// the same request; lookups by id find every entry.
+func TestIDIndexMergesAndDedupes(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(ctx, Options{Path: path, RecentIDs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := map[int]string{}
+	for i := 0; i < 30; i += 3 {
+		res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i)), evRecord(t, sampleEvidence(i+1)), evRecord(t, sampleEvidence(i+2))}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, e := range res.Entries {
+			ids[i+j] = e.ID
+		}
+	}
+	// Merges happened after 9, 18 and 27 leaves.
+	if e, r := countIDs(t, s.DB()); e != 27 || r != 3 {
+		t.Fatalf("entry_ids %d, recent_ids %d; want 27, 3", e, r)
+	}
+	for i := 0; i < 30; i++ {
+		e, err := s.Entry(ctx, ids[i])
+		if err != nil || e.Index != uint64(i) {
+			t.Fatalf("entry %d by id: index %d, %v", i, e.Index, err)
+		}
+	}
+	if _, err := s.Entry(ctx, fmt.Sprintf("%032x", 7)); ledger.ErrorCode(err) != ledger.CodeNotFound {
+		t.Fatalf("unknown id: %v", err)
+	}
+	// Resubmissions: merged (0, 13), recent (28), new (30) twice.
+	res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(0)), evRecord(t, sampleEvidence(13)), evRecord(t, sampleEvidence(28)), evRecord(t, sampleEvidence(30)), evRecord(t, sampleEvidence(30))}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range res.Entries {
+		got = append(got, fmt.Sprintf("%d:%v", e.Index, e.Existing))
+	}
+	if fmt.Sprint(got) != "[0:true 13:true 28:true 30:false 30:true]" || res.Checkpoint.Size != 31 {
+		t.Fatalf("got %v, size %d", got, res.Checkpoint.Size)
+	}
+	// Concurrent requests in one transaction, repeating each other.
+	errs := make(chan error, 8)
+	for w := 0; w < 8; w++ {
+		go func() {
+			_, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(40 + w%2)), evRecord(t, sampleEvidence(13))}, "")
+			errs <- err
+		}()
+	}
+	for w := 0; w < 8; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := s.Audit(ctx)
+	if err != nil || !rep.OK || rep.Leaves != 33 {
+		t.Fatalf("audit %+v %v", rep, err)
+	}
+}
+
+// A second process appending (and merging) beside this one: each writer
+// reloads the id tables with the tree and still refuses duplicates.
+func TestIDIndexTwoWriters(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	a, err := Open(ctx, Options{Path: path, RecentIDs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, Options{Path: path, RecentIDs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := 0; i < 12; i++ {
+		s := a
+		if i%3 == 0 {
+			s = b
+		}
+		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 12; i++ {
+		for _, s := range []*Store{a, b} {
+			res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, "")
+			if err != nil || !res.Entries[0].Existing || res.Entries[0].Index != uint64(i) {
+				t.Fatalf("resubmitting %d: %+v %v", i, res, err)
+			}
+		}
+	}
+	if rep, err := b.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 12 {
+		t.Fatalf("audit %+v %v", rep, err)
+	}
+}
+
+// Edits of the id tables behind the service's back fail the audit, which
+// names the leaf concerned.
+func TestAuditDetectsIDIndexTampering(t *testing.T) {
+	build := func(t *testing.T) string {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		s, err := Open(context.Background(), Options{Path: path, RecentIDs: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 15; i++ {
+			if _, err := s.Append(context.Background(), []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Close()
+		return path // entry_ids: leaves 0..9, recent_ids: 10..14
+	}
+	if rep := auditPath(t, build(t)); !rep.OK {
+		t.Fatalf("clean log: %+v", rep)
+	}
+	cases := []struct {
+		name  string
+		sql   []string
+		index int64
+	}{
+		{"delete-entry-id", []string{"DELETE FROM entry_ids WHERE idx = 4"}, 4},
+		{"repoint-entry-id", []string{"UPDATE entry_ids SET idx = 7 WHERE idx = 3"}, 3},
+		{"extra-entry-id", []string{"INSERT INTO entry_ids(id, idx) VALUES ('00000000000000000000000000000000', 2)"}, 2},
+		{"merged-recent-id-duplicated", []string{"INSERT INTO entry_ids(id, idx) SELECT id, idx FROM recent_ids WHERE idx = 12"}, 12},
+		{"delete-recent-id", []string{"DELETE FROM recent_ids WHERE idx = 12"}, 12},
+		{"delete-last-recent-id", []string{"DELETE FROM recent_ids WHERE idx = 14"}, 14},
+		{"edit-recent-id", []string{"UPDATE recent_ids SET id = '0123456789abcdef0123456789abcdef' WHERE idx = 11"}, 11},
+		{"recent-id-moved", []string{"DELETE FROM recent_ids WHERE idx = 10"}, 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := build(t)
+			rawExec(t, path, tc.sql...)
+			rep := auditPath(t, path)
+			if rep.OK || rep.FirstBadIndex != tc.index {
+				t.Fatalf("audit: ok %v, index %d, want %d (%s)", rep.OK, rep.FirstBadIndex, tc.index, rep.Problem)
+			}
+			t.Log(rep.Problem)
+		})
+	}
+}
+
+// Migration 5 rebuilds the leaves table: down to 4 and up again keeps
+// every leaf, projection and foreign key, and the log audits and dedupes.
+func TestMigration5DownAndUp(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 25; i += 5 {
+		var recs []ledger.Record
+		for j := i; j < i+5; j++ {
+			recs = append(recs, evRecord(t, sampleEvidence(j)))
+		}
+		if _, err := s.Append(ctx, recs, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newProvider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	db.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('entry_ids', 'recent_ids')").Scan(&n)
+	var unique string
+	db.QueryRow("SELECT sql FROM sqlite_master WHERE name = 'leaves'").Scan(&unique)
+	if n != 0 || !strings.Contains(unique, "UNIQUE") {
+		t.Fatalf("down to 4: id tables %d, leaves %s", n, unique)
+	}
+	if _, err := db.Exec("INSERT INTO evidence_index(idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at) VALUES (999, 'x', 'cpu', 'passed', 'none', 'r', 'c', 't', 0, 0)"); err == nil {
+		t.Fatal("foreign keys do not hold after the down migration")
+	}
+	db.Close()
+	s, err = Open(ctx, Options{Path: path}) // upgrades again
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if e, r := countIDs(t, s.DB()); e != 25 || r != 0 {
+		t.Fatalf("after upgrade: entry_ids %d, recent_ids %d", e, r)
+	}
+	if _, err := s.DB().Exec("INSERT INTO evidence_artifacts(digest, idx, name) VALUES ('d', 999, 'n')"); err == nil {
+		t.Fatal("foreign keys do not hold after the upgrade")
+	}
+	res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(3)), evRecord(t, sampleEvidence(25))}, "")
+	if err != nil || !res.Entries[0].Existing || res.Entries[0].Index != 3 || res.Entries[1].Existing || res.Entries[1].Index != 25 {
+		t.Fatalf("after upgrade: %+v %v", res, err)
+	}
+	if rep, err := s.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 26 {
+		t.Fatalf("audit after upgrade %+v %v", rep, err)
+	}
+}
+
