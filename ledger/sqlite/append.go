@@ -32,6 +32,7 @@ type prepared struct {
 type appendReq struct {
 	ctx     context.Context
 	recs    []prepared
+	lookup  callerLookup // what the caller found in entry_ids
 	idemKey string
 	reqHash []byte
 	resp    chan appendResp
@@ -67,6 +68,7 @@ func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string
 	if req.recs, err = prepareAll(recs); err != nil {
 		return nil, err
 	}
+	req.lookup = lookupIDs(ctx, s.r, req.recs)
 	h := sha256.New()
 	for _, p := range req.recs {
 		h.Write([]byte(p.id))
@@ -278,7 +280,7 @@ func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 		}
 		t.latest = cp
 	}
-	ids, err := loadIDs(ctx, q)
+	ids, err := loadIDs(ctx, q, n)
 	if err != nil {
 		return fmt.Errorf("recent ids: %w", err)
 	}
@@ -631,7 +633,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		fail(dbErr("commit", err))
 		return false
 	}
-	s.ids.committed(merged)
+	s.ids.committed(merged, size)
 	s.r.nodes.add(st.newOrds, st.newHashes)
 	s.walFramesCommitted()
 	latest := s.tree.latest
@@ -683,15 +685,19 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 	pending := map[string]ledger.Entry{} // inserted by this request, not flushed yet
 	// Which records are already in the log: the open transaction's and
 	// recent_ids' ids are in memory, the rest are looked up in entry_ids.
-	var ask []string
-	for _, p := range r.recs {
-		if _, ok := s.ids.known(p.id); !ok {
-			ask = append(ask, p.id)
+	stored := r.lookup.found
+	if r.lookup.w != s.ids.w {
+		// entry_ids changed since the caller looked (or it could not look).
+		var ask []string
+		for _, p := range r.recs {
+			if _, ok := s.ids.known(p.id); !ok {
+				ask = append(ask, p.id)
+			}
 		}
-	}
-	stored, err := st.ids.find(ctx, tx, ask)
-	if err != nil {
-		return res, false, err
+		var err error
+		if stored, err = st.ids.find(ctx, tx, ask); err != nil {
+			return res, false, err
+		}
 	}
 	for _, p := range r.recs {
 		if e, ok := pending[p.id]; ok {

@@ -32,19 +32,20 @@ const DefaultRecentIDs = 4096
 // idIndex is the writer's in-memory side of the id tables. It is owned by
 // the writer goroutine.
 type idIndex struct {
+	w      int64             // the first leaf index not in entry_ids
 	recent map[string]uint64 // recent_ids as committed: id -> leaf index
 	txNew  map[string]uint64 // ids appended in the open transaction
 	reqNew []string          // ids appended by the current request
 }
 
-// loadIDs reads recent_ids into a fresh idIndex.
-func loadIDs(ctx context.Context, q queryer) (*idIndex, error) {
+// loadIDs reads recent_ids into a fresh idIndex for a log of n leaves.
+func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
 	rows, err := q.QueryContext(ctx, "SELECT idx, id FROM recent_ids")
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	ix := &idIndex{recent: map[string]uint64{}, txNew: map[string]uint64{}}
+	ix := &idIndex{w: int64(n), recent: map[string]uint64{}, txNew: map[string]uint64{}}
 	for rows.Next() {
 		var idx uint64
 		var id string
@@ -52,6 +53,7 @@ func loadIDs(ctx context.Context, q queryer) (*idIndex, error) {
 			return nil, err
 		}
 		ix.recent[id] = idx
+		ix.w = min(ix.w, int64(idx))
 	}
 	return ix, rows.Err()
 }
@@ -89,10 +91,12 @@ func (ix *idIndex) rollback() {
 }
 
 // committed records the transaction's ids as committed; merged reports
-// that the transaction moved recent_ids into entry_ids.
-func (ix *idIndex) committed(merged bool) {
+// that the transaction moved recent_ids into entry_ids, making the log's
+// size the new watermark.
+func (ix *idIndex) committed(merged bool, size uint64) {
 	if merged {
 		clear(ix.recent)
+		ix.w = int64(size)
 	} else {
 		for id, idx := range ix.txNew {
 			ix.recent[id] = idx
@@ -175,6 +179,74 @@ func (l *idLookup) find(ctx context.Context, tx *sql.Tx, ids []string) (map[stri
 	}
 	return found, nil
 }
+
+// callerLookup is what an appending caller found in entry_ids before
+// handing its records to the writer (on the read pool, so that the writer
+// does not spend its time on it): the leaf index of each id found, and the
+// watermark w (see idIndex) of the snapshot it read. entry_ids only grows,
+// and only when w moves, so when the writer's w still equals w the ids not
+// found are not in entry_ids. w is -1 when the lookup is unusable (chunks
+// read different snapshots, or an error): the writer then looks up itself.
+type callerLookup struct {
+	found map[string]uint64
+	w     int64
+}
+
+// lookupIDs is the callers' entry_ids lookup, through the read pool's
+// cached statements (one per chunk size), each chunk also reading the
+// watermark in the same statement, hence the same snapshot.
+func lookupIDs(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}, recs []prepared) callerLookup {
+	out := callerLookup{found: map[string]uint64{}, w: -2}
+	args := make([]any, 0, chunkRows)
+	for i, k := 0, chunkBits; i < len(recs); {
+		for 1<<k > len(recs)-i {
+			k--
+		}
+		args = args[:0]
+		for _, p := range recs[i : i+1<<k] {
+			args = append(args, p.id)
+		}
+		i += 1 << k
+		rows, err := q.QueryContext(ctx, callerLookupQuery[k], args...)
+		if err != nil {
+			return callerLookup{w: -1}
+		}
+		for rows.Next() {
+			var id string
+			var idx int64
+			if err := rows.Scan(&id, &idx); err != nil {
+				rows.Close()
+				return callerLookup{w: -1}
+			}
+			if id == "" { // the watermark row
+				if out.w != -2 && out.w != idx {
+					rows.Close()
+					return callerLookup{w: -1}
+				}
+				out.w = idx
+				continue
+			}
+			out.found[id] = uint64(idx)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil || out.w < 0 {
+			return callerLookup{w: -1}
+		}
+	}
+	return out
+}
+
+// callerLookupQuery[k] looks up 1<<k ids and reads the watermark.
+var callerLookupQuery = func() (qs [chunkBits + 1]string) {
+	for k := range qs {
+		qs[k] = "SELECT '', COALESCE((SELECT MIN(idx) FROM recent_ids), (SELECT COALESCE(MAX(idx)+1, 0) FROM leaves)) " +
+			"UNION ALL SELECT id, idx FROM entry_ids WHERE id IN (" + strings.TrimSuffix(strings.Repeat("?,", 1<<k), ",") + ")"
+	}
+	return
+}()
 
 // idxOfID is the lookup of a content id for readers: entry_ids first (a
 // seek), then recent_ids (a scan of at most Options.RecentIDs rows).

@@ -230,3 +230,45 @@ func TestMigration5DownAndUp(t *testing.T) {
 	}
 }
 
+
+// A caller's entry_ids lookup that a merge made stale is not trusted: the
+// writer looks again and finds the record (no duplicate leaf).
+func TestStaleCallerLookup(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(ctx, Options{Path: path, RecentIDs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 3; i++ {
+		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := prepare(evRecord(t, sampleEvidence(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := lookupIDs(ctx, s.r, []prepared{p})
+	if stale.w != 0 || len(stale.found) != 0 {
+		t.Fatalf("lookup before the merge: %+v", stale)
+	}
+	for i := 3; i < 6; i++ { // the 4th id triggers a merge: leaf 1 moves to entry_ids
+		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fresh := lookupIDs(ctx, s.r, []prepared{p}); fresh.w != 4 || fresh.found[p.id] != 1 {
+		t.Fatalf("lookup after the merge: %+v", fresh)
+	}
+	req := &appendReq{ctx: ctx, recs: []prepared{p}, lookup: stale, resp: make(chan appendResp, 1)}
+	s.reqs <- req
+	resp := <-req.resp
+	if resp.err != nil || len(resp.entries) != 1 || !resp.existing[0] || resp.entries[0].Index != 1 {
+		t.Fatalf("stale lookup: %+v", resp)
+	}
+	if rep, err := s.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 6 {
+		t.Fatalf("audit %+v %v", rep, err)
+	}
+}
