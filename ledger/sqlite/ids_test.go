@@ -70,7 +70,7 @@ func TestIDIndexMergesAndDedupes(t *testing.T) {
 	errs := make(chan error, 8)
 	for w := 0; w < 8; w++ {
 		go func() {
-			_, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(40 + w%2)), evRecord(t, sampleEvidence(13))}, "")
+			_, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(40+w%2)), evRecord(t, sampleEvidence(13))}, "")
 			errs <- err
 		}()
 	}
@@ -229,7 +229,6 @@ func TestMigration5DownAndUp(t *testing.T) {
 		t.Fatalf("audit after upgrade %+v %v", rep, err)
 	}
 }
-
 
 // A caller's entry_ids lookup that a merge made stale is not trusted: the
 // writer looks again and finds the record (no duplicate leaf).
