@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 
@@ -47,6 +48,7 @@ func BenchmarkHTTPAppendConcurrent16(b *testing.B) {
 					b.Error(err)
 					return
 				}
+				io.Copy(io.Discard, resp.Body) // read the answer, as a client does (and keep the connection)
 				resp.Body.Close()
 				if resp.StatusCode != 201 {
 					b.Errorf("status %d", resp.StatusCode)
@@ -97,6 +99,7 @@ func BenchmarkHTTPAppendBatch100(b *testing.B) {
 							b.Error(err)
 							return
 						}
+						io.Copy(io.Discard, resp.Body) // read the answer, as a client does (and keep the connection)
 						resp.Body.Close()
 						if resp.StatusCode != 201 {
 							b.Errorf("status %d", resp.StatusCode)
