@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,6 +51,30 @@ func TestAppendLeafEqualsEncodeLeaf(t *testing.T) {
 		}
 		if got := AppendLeaf(nil, l); string(got) != string(want) {
 			t.Fatalf("AppendLeaf:\n%s\nEncodeLeaf:\n%s", got, want)
+		}
+	}
+}
+
+// Strict decoding (encoding/json/v2 semantics): every rejection names the
+// field and says why.
+func TestDecodeStrictErrors(t *testing.T) {
+	for _, c := range []struct{ in, field, msg string }{
+		{`{"lane":"x/v1","lane":"y/v1"}`, "lane", "duplicate field"},
+		{`{"Lane":"x/v1"}`, "Lane", "unknown field"},
+		{`{"subject":{"commit":1}}`, "subject.commit", "wrong type: got JSON number, want string"},
+		{`{"cases_exact":"3"}`, "cases_exact", "wrong type: got JSON string, want int"},
+		{`{"failing_cases":["a",7]}`, "failing_cases[1]", "wrong type: got JSON number, want string"},
+		{`{"started_at":"yesterday"}`, "started_at", "bad time (want RFC 3339)"},
+		{`{"lane":"x/v1"} {}`, "", "trailing data after the JSON value"},
+		{`{"lane":`, "", "empty or truncated JSON"},
+		{``, "", "empty or truncated JSON"},
+		{"{\"lane\":\"\xff\"}", "lane", "malformed JSON at byte 9: invalid UTF-8"},
+	} {
+		var e Evidence
+		err := DecodeStrict([]byte(c.in), &e)
+		le, ok := err.(*Error)
+		if !ok || le.Code != CodeInvalid || le.Field != c.field || !strings.HasPrefix(le.Message, c.msg) {
+			t.Errorf("%q: got %#v, want field %q, message %q...", c.in, err, c.field, c.msg)
 		}
 	}
 }
