@@ -507,6 +507,14 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	}
 	st.newOrds, st.newHashes, st.reqOrds = st.newOrds[:0], st.newHashes[:0], 0
 	defer st.reset()
+	if s.ids.covered < s.tree.size() {
+		if err := s.indexUncovered(ctx, tx, st); err != nil {
+			s.ids.rollback()
+			tx.Rollback()
+			fail(dbErr("index content ids", err))
+			return false
+		}
+	}
 	// A request alone in its batch needs no savepoint: the transaction is
 	// its savepoint.
 	savepoints := careful && len(batch) > 1

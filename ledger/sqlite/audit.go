@@ -408,6 +408,13 @@ type idPair struct {
 // which is read in id order).
 func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, error) {
 	n := uint64(len(leaves))
+	// Every mismatch is examined and the smallest leaf index reported.
+	badIdx, problem := int64(-1), ""
+	report := func(idx int64, format string, args ...any) {
+		if badIdx < 0 || idx < badIdx {
+			badIdx, problem = idx, fmt.Sprintf(format, args...)+" (the id index was edited, or a ledger older than schema 5 appended)"
+		}
+	}
 	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM recent_ids ORDER BY idx")
 	if err != nil {
 		return 0, "", err
@@ -424,15 +431,17 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 		if w < 0 {
 			w, next = idx, uint64(idx)
 		}
-		if idx < 0 || uint64(idx) != next || uint64(idx) >= n {
-			rows.Close()
-			return min(idx, int64(next)), fmt.Sprintf("recent_ids holds leaf %d where leaf %d was expected (the id index was edited)", idx, next), nil
+		switch {
+		case idx < 0 || uint64(idx) >= n:
+			report(int64(next), "recent_ids holds leaf %d, beyond the log's %d leaves", idx, n)
+		case uint64(idx) != next:
+			report(int64(next), "recent_ids lacks leaf %d", next)
+		case hex.EncodeToString(leaves[idx].id[:]) != id:
+			report(idx, "recent_ids names id %s for leaf %d, which holds %x", id, idx, leaves[idx].id)
 		}
-		if hex.EncodeToString(leaves[idx].id[:]) != id {
-			rows.Close()
-			return idx, fmt.Sprintf("recent_ids names id %s for leaf %d, which holds %x (the id index was edited)", id, idx, leaves[idx].id), nil
+		if idx >= 0 {
+			next = uint64(idx) + 1
 		}
-		next++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -440,9 +449,10 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 	}
 	if w < 0 {
 		w = int64(n)
-	} else if next != n {
-		return int64(next), fmt.Sprintf("recent_ids stops at leaf %d of %d (the id index was edited)", next, n), nil
+	} else if next < n {
+		report(int64(next), "recent_ids stops at leaf %d of %d", next, n)
 	}
+	w = min(w, int64(n))
 	older := slices.Clone(leaves[:w])
 	slices.SortFunc(older, func(a, b idPair) int { return bytes.Compare(a.id[:], b.id[:]) })
 	rows, err = tx.QueryContext(ctx, "SELECT id, idx FROM entry_ids ORDER BY id")
@@ -457,28 +467,28 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 		if err := rows.Scan(&id, &idx); err != nil {
 			return 0, "", err
 		}
-		if i == len(older) {
-			return idx, fmt.Sprintf("entry_ids holds id %s for leaf %d, which no leaf before %d accounts for (the id index was edited)", id, idx, w), nil
+		// Leaves whose ids sort before this row's have no row.
+		for ; i < len(older) && hex.EncodeToString(older[i].id[:]) < id; i++ {
+			report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
 		}
-		want := older[i]
-		wantID := hex.EncodeToString(want.id[:])
-		switch {
-		case id == wantID && uint64(idx) == want.idx:
+		if i < len(older) && hex.EncodeToString(older[i].id[:]) == id {
+			if uint64(idx) != older[i].idx {
+				report(int64(older[i].idx), "entry_ids names leaf %d for the id of leaf %d", idx, older[i].idx)
+			}
 			i++
 			continue
-		case id == wantID:
-			return int64(want.idx), fmt.Sprintf("entry_ids names leaf %d for the id of leaf %d (the id index was edited)", idx, want.idx), nil
-		case id > wantID:
-			return int64(want.idx), fmt.Sprintf("entry_ids lacks the id of leaf %d (the id index was edited)", want.idx), nil
-		default:
-			return idx, fmt.Sprintf("entry_ids holds id %s for leaf %d, which no leaf before %d accounts for (the id index was edited)", id, idx, w), nil
 		}
+		at := idx // the leaf the stray row names, when there is one
+		if at < 0 || uint64(at) >= n {
+			at = w
+		}
+		report(at, "entry_ids holds id %s for leaf %d, which no leaf before %d accounts for", id, idx, w)
 	}
 	if err := rows.Err(); err != nil {
 		return 0, "", err
 	}
-	if i < len(older) {
-		return int64(older[i].idx), fmt.Sprintf("entry_ids lacks the id of leaf %d (the id index was edited)", older[i].idx), nil
+	for ; i < len(older); i++ {
+		report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
 	}
-	return -1, "", nil
+	return badIdx, problem, nil
 }

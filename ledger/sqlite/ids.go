@@ -32,13 +32,18 @@ const DefaultRecentIDs = 4096
 // idIndex is the writer's in-memory side of the id tables. It is owned by
 // the writer goroutine.
 type idIndex struct {
-	w      int64             // the first leaf index not in entry_ids
+	w       int64  // the first leaf index not in entry_ids
+	covered uint64 // leaves [0, covered) have their ids in the tables
 	recent map[string]uint64 // recent_ids as committed: id -> leaf index
 	txNew  map[string]uint64 // ids appended in the open transaction
 	reqNew []string          // ids appended by the current request
 }
 
-// loadIDs reads recent_ids into a fresh idIndex for a log of n leaves.
+// loadIDs reads recent_ids into a fresh idIndex for a log of n leaves and
+// finds how many leaves the id tables cover. Normally all of them; fewer
+// when a ledger older than migration 5 appended to this database (it
+// writes leaves without ids): the writer then indexes the rest (see
+// indexUncovered).
 func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
 	rows, err := q.QueryContext(ctx, "SELECT idx, id FROM recent_ids")
 	if err != nil {
@@ -46,6 +51,7 @@ func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
 	}
 	defer rows.Close()
 	ix := &idIndex{w: int64(n), recent: map[string]uint64{}, txNew: map[string]uint64{}}
+	var top uint64
 	for rows.Next() {
 		var idx uint64
 		var id string
@@ -54,8 +60,102 @@ func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
 		}
 		ix.recent[id] = idx
 		ix.w = min(ix.w, int64(idx))
+		top = max(top, idx+1)
 	}
-	return ix, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	if len(ix.recent) > 0 {
+		ix.covered = top
+		return ix, nil
+	}
+	// recent_ids is empty: entry_ids covers a prefix of the leaves; find
+	// its end (normally all n, checked with one lookup).
+	inEntryIDs := func(idx uint64) (bool, error) {
+		var ok bool
+		err := q.QueryRowContext(ctx, "SELECT EXISTS(SELECT 1 FROM leaves l JOIN entry_ids e ON e.id = l.id AND e.idx = l.idx WHERE l.idx = ?)", idx).Scan(&ok)
+		return ok, err
+	}
+	lo, hi := uint64(0), n // leaves [0, lo) covered, [hi, n) not
+	if n > 0 {
+		ok, err := inEntryIDs(n - 1)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo = n
+		}
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		ok, err := inEntryIDs(mid)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	ix.w, ix.covered = int64(lo), lo
+	return ix, nil
+}
+
+// indexUncovered adds the ids of leaves [covered, n) to recent_ids inside
+// tx (see loadIDs). A leaf whose id another leaf already has (an older
+// ledger appended a duplicate) is indexed too and reported in the log.
+func (s *Store) indexUncovered(ctx context.Context, tx *sql.Tx, st *stmts) error {
+	ix := s.ids
+	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM leaves WHERE idx >= ? ORDER BY idx", ix.covered)
+	if err != nil {
+		return err
+	}
+	type leafID struct {
+		idx uint64
+		id  string
+	}
+	var tail []leafID
+	for rows.Next() {
+		var l leafID
+		if err := rows.Scan(&l.idx, &l.id); err != nil {
+			rows.Close()
+			return err
+		}
+		tail = append(tail, l)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	ids := make([]string, len(tail))
+	for i, l := range tail {
+		ids[i] = l.id
+	}
+	inEntry, err := st.ids.find(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	for _, l := range tail {
+		if first, ok := ix.known(l.id); ok {
+			s.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5)", "leaf", l.idx, "first", first)
+		} else if first, ok := inEntry[l.id]; ok {
+			s.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5)", "leaf", l.idx, "first", first)
+		}
+		st.rid.add(l.idx, l.id)
+		if _, ok := ix.known(l.id); !ok {
+			ix.txNew[l.id] = l.idx
+		}
+	}
+	if err := st.rid.flush(ctx, tx); err != nil {
+		return err
+	}
+	if ix.w > int64(ix.covered) {
+		ix.w = int64(ix.covered)
+	}
+	s.log.Warn("indexed the content ids of leaves appended without them (by a ledger older than schema 5)", "from", ix.covered, "to", ix.covered+uint64(len(tail)))
+	return nil
 }
 
 // known returns the leaf index of id when the open transaction or
@@ -94,6 +194,7 @@ func (ix *idIndex) rollback() {
 // that the transaction moved recent_ids into entry_ids, making the log's
 // size the new watermark.
 func (ix *idIndex) committed(merged bool, size uint64) {
+	ix.covered = size
 	if merged {
 		clear(ix.recent)
 		ix.w = int64(size)

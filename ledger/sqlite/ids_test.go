@@ -271,3 +271,81 @@ func TestStaleCallerLookup(t *testing.T) {
 		t.Fatalf("audit %+v %v", rep, err)
 	}
 }
+
+// A database from a newer ledger is refused (its writer would not keep what
+// newer migrations added); a read-only open (audit) of an older schema says
+// to migrate instead of failing on a missing table.
+func TestSchemaVersionGuards(t *testing.T) {
+	ctx := context.Background()
+	path := buildLog(t, 3)
+	rawExec(t, path, "INSERT INTO goose_db_version(version_id, is_applied) VALUES (99, 1)")
+	for _, ro := range []bool{false, true} {
+		if _, err := Open(ctx, Options{Path: path, ReadOnly: ro}); err == nil || !strings.Contains(err.Error(), "schema version 99 is newer") {
+			t.Fatalf("read-only %v: %v", ro, err)
+		}
+	}
+	old := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", dsn(old, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MigrateTo(ctx, db, 4); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := Open(ctx, Options{Path: old, ReadOnly: true}); err == nil || !strings.Contains(err.Error(), "run `ledger migrate`") {
+		t.Fatalf("read-only open of schema 4: %v", err)
+	}
+}
+
+// Leaves appended without content ids (a ledger older than schema 5 writing
+// to a migrated database) are found when the tables are loaded and indexed
+// by the next append, so resubmitting them appends nothing.
+func TestUncoveredLeavesAreIndexed(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		recent int
+		drop   string
+	}{
+		{"tail-after-recent", 100, "DELETE FROM recent_ids WHERE idx >= 3"},
+		{"tail-after-merge", 4, "DELETE FROM recent_ids"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			s, err := Open(ctx, Options{Path: path, RecentIDs: tc.recent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 6; i++ {
+				if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.Close()
+			rawExec(t, path, tc.drop)
+			if rep := auditPath(t, path); rep.OK {
+				t.Fatal("audit passed with ids missing")
+			}
+			s, err = Open(ctx, Options{Path: path, RecentIDs: tc.recent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(5)), evRecord(t, sampleEvidence(0)), evRecord(t, sampleEvidence(10))}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range res.Entries {
+				got = append(got, fmt.Sprintf("%d:%v", e.Index, e.Existing))
+			}
+			if fmt.Sprint(got) != "[5:true 0:true 6:false]" {
+				t.Fatalf("got %v", got)
+			}
+			if rep, err := s.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 7 {
+				t.Fatalf("audit %+v %v", rep, err)
+			}
+		})
+	}
+}

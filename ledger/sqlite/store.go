@@ -159,10 +159,28 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// Keep every reader connection (and its prepared statements) alive.
 	s.r.SetMaxIdleConns(max(4, 2*runtime.NumCPU()))
 	s.r.SetConnMaxLifetime(0)
-	if !opts.ReadOnly {
+	// A database written by a newer ledger must not be written (or read)
+	// by this one: its writer would not keep what newer migrations added.
+	cur, latest, err := MigrationStatus(ctx, s.w)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store: read schema version: %w", err)
+	}
+	if cur > latest {
+		s.Close()
+		return nil, fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
+	}
+	if opts.ReadOnly && cur < latest {
+		s.Close()
+		return nil, fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate` (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)", cur, latest)
+	}
+	if !opts.ReadOnly && cur < latest {
 		if err := Migrate(ctx, s.w); err != nil {
 			s.Close()
 			return nil, err
+		}
+		if cur > 0 {
+			s.log.Info("migrated the database schema", "from", cur, "to", latest, "path", opts.Path)
 		}
 	}
 	if err := s.loadKey(); err != nil {
