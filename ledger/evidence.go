@@ -182,8 +182,11 @@ func (e *Evidence) Validate() error {
 	if len(e.Device.Model) > 512 || len(e.Device.Driver) > 512 || e.Device.Cores < 0 || len(e.Device.Attrs) > 64 {
 		return FieldError("device", "model/driver at most 512 characters, cores >= 0, at most 64 attrs")
 	}
-	if e.CasesTotal < 0 || e.CasesExact < 0 {
-		return FieldError("cases_total", "counts must be >= 0")
+	if e.CasesExact < 0 {
+		return FieldError("cases_exact", "must be >= 0, got %d", e.CasesExact)
+	}
+	if e.CasesTotal < 0 {
+		return FieldError("cases_total", "must be >= 0, got %d", e.CasesTotal)
 	}
 	if e.CasesExact > e.CasesTotal {
 		return FieldError("cases_exact", "cases_exact (%d) exceeds cases_total (%d)", e.CasesExact, e.CasesTotal)

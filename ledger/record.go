@@ -51,10 +51,16 @@ func jsonError(err error) error {
 			return FieldError(field, "unknown field")
 		case se.GoType == reflect.TypeFor[time.Time]():
 			return FieldError(field, "bad time (want RFC 3339): %v", se.Err)
-		case se.JSONKind != 0 && se.GoType != nil && se.Err == nil:
-			return FieldError(field, "wrong type: got JSON %s, want %s", kindName(se.JSONKind), se.GoType)
+		case se.JSONKind != 0 && se.GoType != nil && (se.Err == nil || se.JSONKind == '0'):
+			// A JSON value of the wrong kind, or a number that does not
+			// fit (1.5 or 2e2 for an integer): name the value when short.
+			got := kindName(se.JSONKind)
+			if v := string(se.JSONValue); v != "" && len(v) <= 40 {
+				got += " " + v
+			}
+			return FieldError(field, "wrong type: got JSON %s, want %s", got, se.GoType)
 		case se.Err != nil:
-			return FieldError(field, "%v", se.Err)
+			return FieldError(field, "%s", clip(se.Err.Error()))
 		}
 		return FieldError(field, "cannot decode JSON %s into %v", kindName(se.JSONKind), se.GoType)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -69,6 +75,10 @@ func jsonError(err error) error {
 func pointerField(p jsontext.Pointer) string {
 	var b strings.Builder
 	for tok := range p.Tokens() {
+		if b.Len() > 200 { // a deeply nested value: the start of its path is enough
+			b.WriteString("…")
+			break
+		}
 		if tok != "" && strings.Trim(tok, "0123456789") == "" {
 			b.WriteString("[" + tok + "]")
 			continue

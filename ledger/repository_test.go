@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,8 @@ func TestDecodeStrictErrors(t *testing.T) {
 		{`{"Lane":"x/v1"}`, "Lane", "unknown field"},
 		{`{"subject":{"commit":1}}`, "subject.commit", "wrong type: got JSON number, want string"},
 		{`{"cases_exact":"3"}`, "cases_exact", "wrong type: got JSON string, want int"},
+		{`{"cases_exact":1.5}`, "cases_exact", "wrong type: got JSON number 1.5, want int"},
+		{`{"cases_exact":2e2}`, "cases_exact", "wrong type: got JSON number 2e2, want int"},
 		{`{"failing_cases":["a",7]}`, "failing_cases[1]", "wrong type: got JSON number, want string"},
 		{`{"started_at":"yesterday"}`, "started_at", "bad time (want RFC 3339)"},
 		{`{"lane":"x/v1"} {}`, "", "trailing data after the JSON value"},
@@ -76,5 +79,25 @@ func TestDecodeStrictErrors(t *testing.T) {
 		if !ok || le.Code != CodeInvalid || le.Field != c.field || !strings.HasPrefix(le.Message, c.msg) {
 			t.Errorf("%q: got %#v, want field %q, message %q...", c.in, err, c.field, c.msg)
 		}
+	}
+}
+
+func TestValidateNamesTheNegativeCount(t *testing.T) {
+	var e Evidence
+	if err := DecodeStrict(benchEvidenceBody(1), &e); err != nil {
+		t.Fatal(err)
+	}
+	e.CasesExact = -1
+	if le, ok := e.Validate().(*Error); !ok || le.Field != "cases_exact" {
+		t.Fatalf("got %v", e.Validate())
+	}
+}
+
+func TestDeeplyNestedErrorIsShort(t *testing.T) {
+	deep := `{"details":` + strings.Repeat("[", 5000) + "1," + strings.Repeat("]", 5000) + "}"
+	var e Evidence
+	err := DecodeStrict([]byte(deep), &e)
+	if err == nil || len(err.Error()) > 600 {
+		t.Fatalf("error of %d bytes: %.200v", len(fmt.Sprint(err)), err)
 	}
 }

@@ -1,6 +1,9 @@
 package ledger
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // SplitArray splits a JSON array of objects into its elements without
 // decoding them: one pass over data that follows strings (and their
@@ -32,7 +35,10 @@ func SplitArray(data []byte) ([]json.RawMessage, error) {
 			return nil, FieldError("", "malformed JSON: unexpected end of input at byte %d", i)
 		}
 		if data[i] != '{' {
-			return nil, FieldError("", "malformed JSON at byte %d: array element %d is not an object", i, len(out))
+			if data[i] == ']' && len(out) > 0 {
+				return nil, FieldError("", "malformed JSON at byte %d: trailing comma before ']'", i)
+			}
+			return nil, FieldError(fmt.Sprintf("[%d]", len(out)), "must be a JSON object, got %s (at byte %d)", valueKind(data[i]), i)
 		}
 		end, err := objectEnd(data, i)
 		if err != nil {
@@ -93,4 +99,21 @@ func skipSpace(data []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// valueKind names the kind of the JSON value that starts with c.
+func valueKind(c byte) string {
+	switch {
+	case c == 'n':
+		return "null"
+	case c == 't' || c == 'f':
+		return "a boolean"
+	case c == '"':
+		return "a string"
+	case c == '[':
+		return "an array"
+	case c == '-' || c >= '0' && c <= '9':
+		return "a number"
+	}
+	return fmt.Sprintf("%q", c)
 }

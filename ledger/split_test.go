@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -71,3 +72,18 @@ func checkSplit(t *testing.T, data []byte) {
 }
 
 var errNotObject = FieldError("", "not an object")
+
+func TestSplitArrayErrorsNameTheElement(t *testing.T) {
+	for _, c := range []struct{ in, field, msg string }{
+		{`[1,2]`, "[0]", "must be a JSON object, got a number"},
+		{`[{"a":1},null]`, "[1]", "must be a JSON object, got null"},
+		{`[[{}]]`, "[0]", "must be a JSON object, got an array"},
+		{`[{},{},]`, "", "malformed JSON at byte 7: trailing comma before ']'"},
+	} {
+		_, err := SplitArray([]byte(c.in))
+		var le *Error
+		if !errors.As(err, &le) || le.Field != c.field || !strings.HasPrefix(le.Message, c.msg) {
+			t.Errorf("%s: got %v, want field %q, message %q", c.in, err, c.field, c.msg)
+		}
+	}
+}

@@ -32,11 +32,11 @@ const DefaultRecentIDs = 4096
 // idIndex is the writer's in-memory side of the id tables. It is owned by
 // the writer goroutine.
 type idIndex struct {
-	w       int64  // the first leaf index not in entry_ids
-	covered uint64 // leaves [0, covered) have their ids in the tables
-	recent map[string]uint64 // recent_ids as committed: id -> leaf index
-	txNew  map[string]uint64 // ids appended in the open transaction
-	reqNew []string          // ids appended by the current request
+	w       int64             // the first leaf index not in entry_ids
+	covered uint64            // leaves [0, covered) have their ids in the tables
+	recent  map[string]uint64 // recent_ids as committed: id -> leaf index
+	txNew   map[string]uint64 // ids appended in the open transaction
+	reqNew  []string          // ids appended by the current request
 }
 
 // loadIDs reads recent_ids into a fresh idIndex for a log of n leaves and
