@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,12 +76,17 @@ func newMigrateCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if status {
-				st, err := sqlite.Open(cmd.Context(), sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), ReadOnly: true})
+				// Read the version without opening the store: that refuses
+				// an older schema read-only, and this is how to see it.
+				if _, err := os.Stat(a.DB); err != nil {
+					return errExit(2, "migrate: %v", err)
+				}
+				db, err := sql.Open("sqlite", "file:"+a.DB+"?mode=ro&_busy_timeout=10000")
 				if err != nil {
 					return errExit(2, "migrate: %v", err)
 				}
-				defer st.Close()
-				cur, latest, err := sqlite.MigrationStatus(cmd.Context(), st.DB())
+				defer db.Close()
+				cur, latest, err := sqlite.MigrationStatus(cmd.Context(), db)
 				if err != nil {
 					return errExit(2, "migrate: %v", err)
 				}
