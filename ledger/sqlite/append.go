@@ -17,6 +17,10 @@ import (
 	"github.com/transparency-dev/merkle/compact"
 )
 
+// lingerRecords: a batch with this many records starts at once (see
+// writer).
+const lingerRecords = 64
+
 // MaxRecordsPerAppend caps one Append call.
 const MaxRecordsPerAppend = 10000
 
@@ -225,9 +229,12 @@ func (s *Store) writer() {
 			}
 		case r := <-s.reqs:
 			batch := []*appendReq{r}
+			recs := len(r.recs)
 			// Under concurrency (the last batch had company) linger briefly
 			// so that more appends share this transaction's fsync; a lone
-			// writer is never delayed.
+			// writer is never delayed, and neither is a batch that already
+			// has lingerRecords records of work (the fsync is then a small
+			// share of its cost, and waiting would idle the writer).
 			var linger <-chan time.Time
 			if lastBatch > 1 && s.opts.Linger > 0 {
 				linger = time.After(s.opts.Linger)
@@ -237,15 +244,17 @@ func (s *Store) writer() {
 				select {
 				case r := <-s.reqs:
 					batch = append(batch, r)
+					recs += len(r.recs)
 					continue
 				default:
 				}
-				if linger == nil || len(batch) >= lastBatch {
+				if linger == nil || len(batch) >= lastBatch || recs >= lingerRecords {
 					break drain
 				}
 				select {
 				case r := <-s.reqs:
 					batch = append(batch, r)
+					recs += len(r.recs)
 				case <-linger:
 					break drain
 				}
