@@ -340,18 +340,28 @@ func (r *rowBuf) prepare(ctx context.Context) error {
 
 // flush writes the buffered rows inside tx.
 func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
-	n := len(r.args) / r.ncol
-	for i, k := 0, chunkBits; i < n; {
-		for 1<<k > n-i {
-			k--
-		}
-		rows := 1 << k
-		if _, err := tx.StmtContext(ctx, r.stmts[k]).ExecContext(ctx, r.args[i*r.ncol:(i+rows)*r.ncol]...); err != nil {
-			return err
-		}
-		i += rows
+	err := chunks(len(r.args)/r.ncol, func(lo, k int) error {
+		_, err := tx.StmtContext(ctx, r.stmts[k]).ExecContext(ctx, r.args[lo*r.ncol:(lo+1<<k)*r.ncol]...)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	r.args = r.args[:0]
+	return nil
+}
+
+// chunks calls f(lo, k) for consecutive chunks [lo, lo+1<<k) that cover
+// [0, n), largest first (k <= chunkBits), and stops at f's first error.
+func chunks(n int, f func(lo, k int) error) error {
+	for lo, k := 0, chunkBits; lo < n; lo += 1 << k {
+		for 1<<k > n-lo {
+			k--
+		}
+		if err := f(lo, k); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

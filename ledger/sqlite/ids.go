@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 )
 
@@ -249,36 +250,41 @@ func (l *idLookup) close() {
 // find returns the leaf index of each of ids that entry_ids holds.
 func (l *idLookup) find(ctx context.Context, tx *sql.Tx, ids []string) (map[string]uint64, error) {
 	found := map[string]uint64{}
+	err := queryIDChunks(ids, func(k int, args []any) (*sql.Rows, error) {
+		return tx.StmtContext(ctx, l.stmts[k]).QueryContext(ctx, args...)
+	}, func(id string, idx int64) error {
+		found[id] = uint64(idx)
+		return nil
+	})
+	return found, err
+}
+
+// queryIDChunks runs query for ids in chunks (see chunks), with the
+// chunk's ids as arguments, and calls row for every (id, idx) row.
+func queryIDChunks(ids []string, query func(k int, args []any) (*sql.Rows, error), row func(id string, idx int64) error) error {
 	args := make([]any, 0, chunkRows)
-	for i, k := 0, chunkBits; i < len(ids); {
-		for 1<<k > len(ids)-i {
-			k--
-		}
+	return chunks(len(ids), func(lo, k int) error {
 		args = args[:0]
-		for _, id := range ids[i : i+1<<k] {
+		for _, id := range ids[lo : lo+1<<k] {
 			args = append(args, id)
 		}
-		i += 1 << k
-		rows, err := tx.StmtContext(ctx, l.stmts[k]).QueryContext(ctx, args...)
+		rows, err := query(k, args)
 		if err != nil {
-			return nil, err
+			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var id string
-			var idx uint64
+			var idx int64
 			if err := rows.Scan(&id, &idx); err != nil {
-				rows.Close()
-				return nil, err
+				return err
 			}
-			found[id] = idx
+			if err := row(id, idx); err != nil {
+				return err
+			}
 		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, err
-		}
-	}
-	return found, nil
+		return rows.Err()
+	})
 }
 
 // callerLookup is what an appending caller found in entry_ids before
@@ -300,42 +306,26 @@ func lookupIDs(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }, recs []prepared) callerLookup {
 	out := callerLookup{found: map[string]uint64{}, w: -2}
-	args := make([]any, 0, chunkRows)
-	for i, k := 0, chunkBits; i < len(recs); {
-		for 1<<k > len(recs)-i {
-			k--
-		}
-		args = args[:0]
-		for _, p := range recs[i : i+1<<k] {
-			args = append(args, p.id)
-		}
-		i += 1 << k
-		rows, err := q.QueryContext(ctx, callerLookupQuery[k], args...)
-		if err != nil {
-			return callerLookup{w: -1}
-		}
-		for rows.Next() {
-			var id string
-			var idx int64
-			if err := rows.Scan(&id, &idx); err != nil {
-				rows.Close()
-				return callerLookup{w: -1}
+	ids := make([]string, len(recs))
+	for i, p := range recs {
+		ids[i] = p.id
+	}
+	errStale := errors.New("chunks read different snapshots")
+	err := queryIDChunks(ids, func(k int, args []any) (*sql.Rows, error) {
+		return q.QueryContext(ctx, callerLookupQuery[k], args...)
+	}, func(id string, idx int64) error {
+		if id == "" { // the watermark row
+			if out.w != -2 && out.w != idx {
+				return errStale
 			}
-			if id == "" { // the watermark row
-				if out.w != -2 && out.w != idx {
-					rows.Close()
-					return callerLookup{w: -1}
-				}
-				out.w = idx
-				continue
-			}
-			out.found[id] = uint64(idx)
+			out.w = idx
+			return nil
 		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil || out.w < 0 {
-			return callerLookup{w: -1}
-		}
+		out.found[id] = uint64(idx)
+		return nil
+	})
+	if err != nil || out.w < 0 {
+		return callerLookup{w: -1}
 	}
 	return out
 }
