@@ -90,6 +90,9 @@ func newMigrateCmd(a *app) *cobra.Command {
 				if err != nil {
 					return errExit(2, "migrate: %v", err)
 				}
+				if a.JSON {
+					return a.printJSON(map[string]int64{"version": cur, "newest": latest})
+				}
 				fmt.Fprintf(a.stdout, "schema version %d, newest %d\n", cur, latest)
 				return nil
 			}

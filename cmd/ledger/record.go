@@ -71,7 +71,8 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 				} else {
 					var raws []json.RawMessage
 					if trimmed[0] == '[' {
-						if err := ledger.DecodeStrict(trimmed, &raws); err != nil {
+						var err error
+						if raws, err = ledger.SplitArray(trimmed); err != nil {
 							return errExit(2, "record %s: %v", args[0], err)
 						}
 						if len(raws) == 0 {
