@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -202,8 +203,8 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dest := args[0]
-			if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
-				dest = filepath.Join(dest, "ledger.db")
+			if fi, err := os.Stat(dest); err == nil && fi.IsDir() || strings.HasSuffix(dest, string(filepath.Separator)) {
+				dest = filepath.Join(dest, "ledger.db") // a directory, existing or to be made
 			}
 			if _, err := os.Stat(dest); err == nil {
 				return errExit(2, "backup: %s already exists: choose a new file or an empty directory", dest)
@@ -213,6 +214,18 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 			}
 			if _, err := os.Stat(a.DB); err != nil {
 				return errExit(2, "backup: database %s: %v", a.DB, err)
+			}
+			// The copy is verified with the key files beside it: refuse a
+			// directory that holds another ledger's keys.
+			for _, f := range []string{"ledger.key", "ledger.pub"} {
+				src, dst := filepath.Join(a.dataDir(), f), filepath.Join(filepath.Dir(dest), f)
+				theirs, err := os.ReadFile(dst)
+				if err != nil || filepath.Clean(src) == filepath.Clean(dst) {
+					continue
+				}
+				if ours, err := os.ReadFile(src); err == nil && !bytes.Equal(bytes.TrimSpace(ours), bytes.TrimSpace(theirs)) {
+					return errExit(2, "backup: %s belongs to another ledger (it differs from %s): back up into an empty directory", dst, src)
+				}
 			}
 			st, err := a.openStore(cmd.Context())
 			if err != nil {
