@@ -102,9 +102,14 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	case <-ctx.Done():
 	}
+	c.Log.Info("ledger shutting down: finishing requests in flight (up to 15 s)")
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	return hs.Shutdown(sctx)
+	if err := hs.Shutdown(sctx); err != nil {
+		return err
+	}
+	c.Log.Info("ledger stopped")
+	return nil
 }
 
 func init() {
