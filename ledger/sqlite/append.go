@@ -460,12 +460,11 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 // with one signed checkpoint, answering every request.
 //
 // The first attempt is optimistic: no savepoints (a savepoint journals every
-// page it touches) and no query for records already in the log (the UNIQUE
-// index on leaves.id rejects a duplicate anyway). When any write fails, the
-// whole transaction is rolled back and the batch runs again carefully: each
-// request in its own savepoint, so that only a failing request fails, and
-// each record looked up first, so that a resubmitted record is answered
-// with its original entry instead of an error.
+// page it touches). When a write of one request in a batch of several
+// fails, the whole transaction is rolled back and the batch runs again
+// carefully, each request in its own savepoint, so that only the failing
+// request fails. Records already in the log are found by content id in
+// either attempt (applyReq) and answered with their original entries.
 func (s *Store) commitBatch(batch []*appendReq) {
 	if retry := s.runBatch(batch, false); retry {
 		s.runBatch(batch, true)
