@@ -108,15 +108,15 @@ func ValidLane(s string) bool { return laneRe.MatchString(s) }
 
 // ValidObjectID reports whether s is a git object id: 40 (SHA-1) or 64
 // (SHA-256) lowercase hex digits.
-func ValidObjectID(s string) bool { return (len(s) == 40 || len(s) == 64) && lowerHex(s) }
+func ValidObjectID(s string) bool { return (len(s) == 40 || len(s) == 64) && LowerHex(s) }
 
 // ValidDigest reports whether s is "sha256:" followed by 64 lowercase hex.
 func ValidDigest(s string) bool {
-	return len(s) == 7+64 && strings.HasPrefix(s, "sha256:") && lowerHex(s[7:])
+	return len(s) == 7+64 && strings.HasPrefix(s, "sha256:") && LowerHex(s[7:])
 }
 
-// lowerHex reports whether s is all lowercase hexadecimal digits.
-func lowerHex(s string) bool {
+// LowerHex reports whether s is all lowercase hexadecimal digits ("" is).
+func LowerHex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false

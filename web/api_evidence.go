@@ -109,7 +109,7 @@ func appendBatchJSON(entries []AppendedJSON, cp ledger.Checkpoint) ([]byte, erro
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if !hexOnly(e.ID) {
+		if !ledger.LowerHex(e.ID) {
 			return nil, fmt.Errorf("entry id %q is not hex", e.ID)
 		}
 		b = append(b, `{"id":"`...)
@@ -146,15 +146,6 @@ func appendBatchJSON(entries []AppendedJSON, cp ledger.Checkpoint) ([]byte, erro
 	}
 	b = append(b, "]}\n"...)
 	return b, nil
-}
-
-func hexOnly(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // handlePostEvidence appends one evidence object or an array of them,

@@ -18,6 +18,38 @@ import (
 	"testing"
 )
 
+// postAll POSTs b.N bodies to /api/v1/evidence from clients concurrent
+// clients, each reading its answer (as a client does, which also keeps its
+// connection), and fails the benchmark on any status but 201.
+func postAll(b *testing.B, e *apiEnv, clients int, bodies <-chan []byte) {
+	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Add(1) <= int64(b.N) {
+				req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence", bytes.NewReader(<-bodies))
+				req.Header.Set("Authorization", "Bearer "+e.record)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := cl.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 201 {
+					b.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // BenchmarkHTTPAppendConcurrent16: single-record durable appends through
 // HTTP from 16 concurrent clients (compare with
 // ledger/sqlite.BenchmarkRawInsertPerRowTx run in the same invocation).
@@ -31,33 +63,8 @@ func BenchmarkHTTPAppendConcurrent16(b *testing.B) {
 			bodies <- j
 		}
 	}()
-	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	var done atomic.Int64
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for done.Add(1) <= int64(b.N) {
-				req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence", bytes.NewReader(<-bodies))
-				req.Header.Set("Authorization", "Bearer "+e.record)
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := cl.Do(req)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body) // read the answer, as a client does (and keep the connection)
-				resp.Body.Close()
-				if resp.StatusCode != 201 {
-					b.Errorf("status %d", resp.StatusCode)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	postAll(b, e, 16, bodies)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
 
@@ -82,33 +89,8 @@ func BenchmarkHTTPAppendBatch100(b *testing.B) {
 				bodies <- body
 			}
 			runtime.GC()
-			cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 			b.ResetTimer()
-			var wg sync.WaitGroup
-			var done atomic.Int64
-			for c := 0; c < clients; c++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for done.Add(1) <= int64(b.N) {
-						req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence", bytes.NewReader(<-bodies))
-						req.Header.Set("Authorization", "Bearer "+e.record)
-						req.Header.Set("Content-Type", "application/json")
-						resp, err := cl.Do(req)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						io.Copy(io.Discard, resp.Body) // read the answer, as a client does (and keep the connection)
-						resp.Body.Close()
-						if resp.StatusCode != 201 {
-							b.Errorf("status %d", resp.StatusCode)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			postAll(b, e, clients, bodies)
 			b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
