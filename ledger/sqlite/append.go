@@ -72,7 +72,7 @@ func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string
 	if req.recs, err = prepareAll(recs); err != nil {
 		return nil, err
 	}
-	req.lookup = lookupIDs(ctx, s.r, req.recs)
+	req.lookup = s.lookupIDs(ctx, req.recs)
 	h := sha256.New()
 	for _, p := range req.recs {
 		h.Write([]byte(p.id))
@@ -525,6 +525,12 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	}
 	st.newOrds, st.newHashes, st.reqOrds = st.newOrds[:0], st.newHashes[:0], 0
 	defer st.reset()
+	if err := s.idf.writerSync(ctx, tx, s.tree.size()); err != nil {
+		tx.Rollback()
+		fail(dbErr("content-id filter", err))
+		return false
+	}
+	s.pubW.Store(s.ids.w)
 	if s.ids.covered < s.tree.size() {
 		if err := s.indexUncovered(ctx, tx, st); err != nil {
 			s.ids.rollback()
@@ -659,7 +665,11 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		fail(dbErr("commit", err))
 		return false
 	}
+	// The filter holds the batch's ids before the watermark that they
+	// may be merged under is published (see idFilter).
+	s.idf.addCommitted(s.ids.txNew, size)
 	s.ids.committed(merged, size)
+	s.pubW.Store(s.ids.w)
 	s.r.nodes.add(st.newOrds, st.newHashes)
 	s.walFramesCommitted()
 	latest := s.tree.latest

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 )
@@ -141,4 +142,29 @@ func BenchmarkRawInsertPerRowTx(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkIDFilterBuild1M: opening a 1,000,000-leaf log until the
+// content-id filter's builder has read every id (appends meanwhile look
+// ids up in the database). Reports the filter's size.
+func BenchmarkIDFilterBuild1M(b *testing.B) {
+	path := bigLog(b, logSize())
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		s, err := Open(ctx, Options{Path: path})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for len(s.idf.built) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		b.StopTimer()
+		var bits uint
+		for _, st := range s.idf.stages {
+			bits += st.Cap()
+		}
+		b.ReportMetric(float64(bits)/8/1e6, "filter-MB")
+		s.Close()
+		b.StartTimer()
+	}
 }

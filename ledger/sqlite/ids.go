@@ -299,10 +299,31 @@ type callerLookup struct {
 	w     int64
 }
 
-// lookupIDs is the callers' entry_ids lookup, through the read pool's
+// lookupIDs is the callers' lookup (see callerLookup): the ids the
+// content-id filter may hold are looked up in entry_ids (lookupIDsDB), the
+// others are in no table at the watermark read before the filter was
+// tested.
+func (s *Store) lookupIDs(ctx context.Context, recs []prepared) callerLookup {
+	w := s.pubW.Load()
+	if w < 0 || !s.idf.ready.Load() {
+		return lookupIDsDB(ctx, s.r, recs)
+	}
+	maybe := s.idf.maybe(recs)
+	if len(maybe) == 0 {
+		return callerLookup{w: w}
+	}
+	l := lookupIDsDB(ctx, s.r, maybe)
+	if l.w != w {
+		// A merge between the two reads: let the writer look.
+		return callerLookup{w: -1}
+	}
+	return l
+}
+
+// lookupIDsDB is the callers' entry_ids lookup, through the read pool's
 // cached statements (one per chunk size), each chunk also reading the
 // watermark in the same statement, hence the same snapshot.
-func lookupIDs(ctx context.Context, q interface {
+func lookupIDsDB(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 }, recs []prepared) callerLookup {
 	out := callerLookup{found: map[string]uint64{}, w: -2}

@@ -249,7 +249,7 @@ func TestStaleCallerLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := lookupIDs(ctx, s.r, []prepared{p})
+	stale := lookupIDsDB(ctx, s.r, []prepared{p})
 	if stale.w != 0 || len(stale.found) != 0 {
 		t.Fatalf("lookup before the merge: %+v", stale)
 	}
@@ -258,7 +258,7 @@ func TestStaleCallerLookup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if fresh := lookupIDs(ctx, s.r, []prepared{p}); fresh.w != 4 || fresh.found[p.id] != 1 {
+	if fresh := lookupIDsDB(ctx, s.r, []prepared{p}); fresh.w != 4 || fresh.found[p.id] != 1 {
 		t.Fatalf("lookup after the merge: %+v", fresh)
 	}
 	req := &appendReq{ctx: ctx, recs: []prepared{p}, lookup: stale, resp: make(chan appendResp, 1)}

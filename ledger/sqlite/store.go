@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -65,8 +66,11 @@ type Store struct {
 	vkey   string
 	origin string
 
-	stmts     *stmts   // the writer's prepared statements (writer goroutine only)
-	ids       *idIndex // the writer's view of the id tables (writer goroutine only; loaded with tree)
+	stmts     *stmts       // the writer's prepared statements (writer goroutine only)
+	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded with tree)
+	idf       *idFilter    // content ids seen (nil when read-only)
+	pubW      atomic.Int64 // ids.w as last published by the writer; -1 before
+	stopBuild context.CancelFunc
 	reqs      chan *appendReq
 	ck        *sql.DB       // the background checkpointer's connection
 	ckSignal  chan struct{} // a commit happened (buffered, 1)
@@ -143,6 +147,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: create directory: %w", err)
 	}
 	s := &Store{opts: opts, log: opts.Logger, done: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
+	s.pubW.Store(-1)
 	var err error
 	if s.w, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -199,9 +204,18 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.ck.SetMaxOpenConns(1)
 		s.ck.SetConnMaxLifetime(0)
 		s.ckSignal = make(chan struct{}, 1)
-		s.wg.Add(2)
+		var n uint64
+		if err := s.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		s.idf = newIDFilter(uint(2 * n))
+		var bctx context.Context
+		bctx, s.stopBuild = context.WithCancel(context.Background())
+		s.wg.Add(3)
 		go s.writer()
 		go s.checkpointer()
+		go s.buildIDFilter(bctx)
 	}
 	return s, nil
 }
@@ -378,6 +392,9 @@ func (s *Store) SignNote(text string) (string, error) {
 // Close stops the writer after pending appends and closes the database.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.stopBuild != nil {
+			s.stopBuild()
+		}
 		close(s.done)
 		s.wg.Wait()
 		if s.stmts != nil {
