@@ -140,8 +140,12 @@ func prefixField(err error, prefix string) error {
 }
 
 // prepareParallelMin is the batch size from which prepareAll spreads the
-// records over GOMAXPROCS goroutines.
-const prepareParallelMin = 32
+// records over GOMAXPROCS goroutines. Below it, waking idle processors
+// costs more than it saves: on the 2-core benchmark machine, batches of
+// 100 prepared by one goroutine gave 17,000-19,700 records/s from one HTTP
+// client against 14,300-17,500 prepared by two (medians of 8 interleaved
+// runs each, BENCHMARKS.md), and no less from four clients.
+const prepareParallelMin = 1024
 
 // prepareAll validates and canonicalizes recs, in parallel for large
 // batches. The error is the one of the first invalid record in order,
