@@ -140,11 +140,10 @@ func prefixField(err error, prefix string) error {
 }
 
 // prepareParallelMin is the batch size from which prepareAll spreads the
-// records over GOMAXPROCS goroutines. Below it, waking idle processors
-// costs more than it saves: on the 2-core benchmark machine, batches of
-// 100 prepared by one goroutine gave 17,000-19,700 records/s from one HTTP
-// client against 14,300-17,500 prepared by two (medians of 8 interleaved
-// runs each, BENCHMARKS.md), and no less from four clients.
+// records over GOMAXPROCS goroutines. Below it one goroutine does: on the
+// 2-core benchmark machine, two goroutines gave no measurable gain for
+// batches of 100 (interleaved runs, BENCHMARKS.md), while a batch of 1024
+// or more is long enough to pay for waking another processor.
 const prepareParallelMin = 1024
 
 // prepareAll validates and canonicalizes recs, in parallel for large
