@@ -67,6 +67,7 @@ func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string
 	if len(idemKey) > 256 {
 		return nil, ledger.FieldError("Idempotency-Key", "at most 256 characters")
 	}
+	s.startIDFilter()
 	req := &appendReq{ctx: ctx, idemKey: idemKey, resp: make(chan appendResp, 1)}
 	var err error
 	if req.recs, err = prepareAll(recs); err != nil {

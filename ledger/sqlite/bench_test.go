@@ -155,6 +155,7 @@ func BenchmarkIDFilterBuild1M(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		s.startIDFilter() // as the first Append does
 		for len(s.idf.built) == 0 {
 			time.Sleep(time.Millisecond)
 		}

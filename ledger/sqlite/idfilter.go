@@ -15,8 +15,8 @@ import (
 // 1 in 1,000 per stage, costs one indexed lookup).
 //
 // What it holds is a superset of the ids of the leaves [0, upTo) once
-// ready: a builder goroutine adds the ids of a snapshot of the id tables
-// at Open, the writer adds every id it commits and every id another
+// ready: a builder goroutine, started by the store's first Append, adds the
+// ids of a snapshot of the id tables, the writer adds every id it commits and every id another
 // process appended (when it reloads the log). The writer publishes the
 // id watermark (idIndex.w, in Store.pubW) only after adding a commit's
 // ids, so a caller that reads the watermark before testing the filter
@@ -92,7 +92,23 @@ func (f *idFilter) maybe(recs []prepared) []prepared {
 	return out
 }
 
-// build adds the ids of the id tables as one read snapshot sees them and
+// startIDFilter starts the filter's builder once (Append calls it: a
+// one-shot command that opens the store for a single append closes it
+// before the filter would help).
+func (s *Store) startIDFilter() {
+	s.buildOnce.Do(func() {
+		s.lifeMu.Lock()
+		defer s.lifeMu.Unlock()
+		select {
+		case <-s.done:
+		default:
+			s.wg.Add(1)
+			go s.buildIDFilter(s.buildCtx)
+		}
+	})
+}
+
+// buildIDFilter adds the ids of the id tables as one read snapshot sees them and
 // sends the log size of that snapshot to the writer (f.built), which
 // closes any gap and then marks the filter ready (see writerSync). On an
 // error the filter stays not ready: callers keep looking ids up in the

@@ -70,6 +70,9 @@ type Store struct {
 	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded with tree)
 	idf       *idFilter    // content ids seen (nil when read-only)
 	pubW      atomic.Int64 // ids.w as last published by the writer; -1 before
+	buildOnce sync.Once    // the filter's builder starts with the first append
+	lifeMu    sync.Mutex   // orders closing done with starting goroutines
+	buildCtx  context.Context
 	stopBuild context.CancelFunc
 	reqs      chan *appendReq
 	ck        *sql.DB       // the background checkpointer's connection
@@ -210,12 +213,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 		s.idf = newIDFilter(uint(2 * n))
-		var bctx context.Context
-		bctx, s.stopBuild = context.WithCancel(context.Background())
-		s.wg.Add(3)
+		s.buildCtx, s.stopBuild = context.WithCancel(context.Background())
+		s.wg.Add(2)
 		go s.writer()
 		go s.checkpointer()
-		go s.buildIDFilter(bctx)
 	}
 	return s, nil
 }
@@ -395,7 +396,9 @@ func (s *Store) Close() error {
 		if s.stopBuild != nil {
 			s.stopBuild()
 		}
+		s.lifeMu.Lock()
 		close(s.done)
+		s.lifeMu.Unlock()
 		s.wg.Wait()
 		if s.stmts != nil {
 			s.stmts.close()
