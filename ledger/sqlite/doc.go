@@ -28,7 +28,9 @@
 // one leaf per id; `ledger audit` checks both tables against the leaves.
 //
 // Callers prepare (validate, canonicalize) their records and look their
-// ids up in entry_ids on their own goroutines; the writer goroutine does
-// only what must be serial: assigning indexes, the Merkle tree, the SQL
-// inserts and the commit.
+// ids up on their own goroutines: first in an in-memory Bloom filter of
+// every id in the log (idfilter.go; a new record's id is almost never in
+// it, so nothing is read), then in entry_ids for the ids it may hold. The
+// writer goroutine does only what must be serial: assigning indexes, the
+// Merkle tree, the SQL inserts and the commit.
 package sqlite
