@@ -529,7 +529,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	}
 	st.newOrds, st.newHashes, st.reqOrds = st.newOrds[:0], st.newHashes[:0], 0
 	defer st.reset()
-	if err := s.idf.writerSync(ctx, tx, s.tree.size()); err != nil {
+	if err := s.idf.writerSync(ctx, tx, s.tree.size(), s.ids.covered); err != nil {
 		tx.Rollback()
 		fail(dbErr("content-id filter", err))
 		return false

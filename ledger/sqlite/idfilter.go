@@ -163,9 +163,12 @@ func (s *Store) buildIDFilter(ctx context.Context) {
 // writerSync brings the filter up to the log size n that the writer has
 // just loaded (inside its write transaction, q): the ids of leaves another
 // process appended are added, and once the builder has finished, the
-// leaves between its snapshot and the writer's start too; the filter is
-// then ready. Called by the writer goroutine only.
-func (f *idFilter) writerSync(ctx context.Context, q queryer, n uint64) error {
+// leaves its snapshot of the id tables did not hold too: those between
+// its snapshot and the writer's start, and those the id tables do not
+// cover yet (leaves [covered, n), appended by a ledger older than schema
+// 5, which this batch indexes). The filter is then ready. Called by the
+// writer goroutine only.
+func (f *idFilter) writerSync(ctx context.Context, q queryer, n, covered uint64) error {
 	if !f.started {
 		f.started, f.from, f.upTo = true, n, n
 	}
@@ -180,8 +183,8 @@ func (f *idFilter) writerSync(ctx context.Context, q queryer, n uint64) error {
 	}
 	select {
 	case snap := <-f.built:
-		if snap < f.from {
-			if err := f.addLeaves(ctx, q, snap, f.from); err != nil {
+		if lo := min(snap, covered); lo < f.from {
+			if err := f.addLeaves(ctx, q, lo, f.from); err != nil {
 				// Try again at the next batch.
 				f.built <- snap
 				return err
