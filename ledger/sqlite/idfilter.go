@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -115,6 +116,7 @@ func (s *Store) startIDFilter() {
 // database.
 func (s *Store) buildIDFilter(ctx context.Context) {
 	defer s.wg.Done()
+	start := time.Now()
 	size, err := func() (uint64, error) {
 		tx, err := s.r.BeginTx(ctx, nil)
 		if err != nil {
@@ -156,6 +158,9 @@ func (s *Store) buildIDFilter(ctx context.Context) {
 			s.log.Warn("content-id filter not built; appends look every id up in the database", "err", err)
 		}
 		return
+	}
+	if size > 0 {
+		s.log.Info("content-id filter built", "leaves", size, "took", time.Since(start).Round(time.Millisecond))
 	}
 	s.idf.built <- size
 }
