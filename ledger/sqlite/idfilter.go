@@ -160,7 +160,7 @@ func (s *Store) buildIDFilter(ctx context.Context) {
 		return
 	}
 	if size > 0 {
-		s.log.Info("content-id filter built", "leaves", size, "took", time.Since(start).Round(time.Millisecond))
+		s.log.Debug("content-id filter built", "leaves", size, "took", time.Since(start).Round(time.Millisecond))
 	}
 	s.idf.built <- size
 }
