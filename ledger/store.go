@@ -115,6 +115,13 @@ type AuditReport struct {
 	// or when the problem is not tied to one leaf).
 	FirstBadIndex int64  `json:"first_bad_index"`
 	Problem       string `json:"problem,omitempty"`
+	// DuplicateLeaves counts leaves whose content id an earlier leaf
+	// already has (only a ledger older than schema 5, appending to a
+	// migrated database, could append them; they are signed history and
+	// stay, and their id names the earlier leaf). FirstDuplicate is the
+	// smallest such index (-1 when none). Duplicates do not fail an audit.
+	DuplicateLeaves uint64 `json:"duplicate_leaves,omitempty"`
+	FirstDuplicate  int64  `json:"first_duplicate"`
 }
 
 // Store is the evidence ledger's persistence: an append-only Merkle log of

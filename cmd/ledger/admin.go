@@ -58,6 +58,9 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 				a.printJSON(rep)
 			} else if rep.OK {
 				fmt.Fprintf(a.stdout, "audit passed: %d leaves, %d signed checkpoints, root %s\n", rep.Leaves, rep.Checkpoints, rep.Root)
+				if rep.DuplicateLeaves > 0 {
+					fmt.Fprintf(a.stdout, "note: %d leaves repeat an earlier leaf's content id (the first at index %d), appended by a ledger older than schema 5; they stay in the log, and their id names the earlier leaf\n", rep.DuplicateLeaves, rep.FirstDuplicate)
+				}
 			} else {
 				fmt.Fprintf(a.stdout, "audit FAILED at index %d: %s\n", rep.FirstBadIndex, rep.Problem)
 			}

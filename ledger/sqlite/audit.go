@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/hex"
@@ -33,7 +34,7 @@ type auditCP struct {
 // may run while the service appends (it audits the prefix covered by the
 // latest checkpoint it sees at the start).
 func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
-	rep := ledger.AuditReport{FirstBadIndex: -1}
+	rep := ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}
 	bad := func(idx int64, format string, args ...any) (ledger.AuditReport, error) {
 		rep.OK = false
 		rep.FirstBadIndex = idx
@@ -248,9 +249,12 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	if nodeRows.Next() {
 		return bad(int64(expect), "tree_nodes holds nodes beyond the last leaf")
 	}
-	if idx, problem, err := auditIDTables(ctx, tx, idPairs); err != nil {
+	idx, problem, dups, err := auditIDTables(ctx, tx, idPairs)
+	if err != nil {
 		return rep, dbErr("audit", err)
-	} else if problem != "" {
+	}
+	rep.DuplicateLeaves, rep.FirstDuplicate = dups.count, dups.first
+	if problem != "" {
 		return bad(idx, "%s", problem)
 	}
 	var nEv, nHead, nArt int64
@@ -395,6 +399,12 @@ func (r *auditRow) check() {
 }
 
 // idPair is a leaf's content id (16 bytes, decoded) and index.
+// dupLeaves counts leaves that repeat an earlier leaf's content id.
+type dupLeaves struct {
+	count uint64
+	first int64
+}
+
 type idPair struct {
 	id  [16]byte
 	idx uint64
@@ -406,8 +416,9 @@ type idPair struct {
 // returns the leaf index a problem concerns and the problem ("" when none).
 // Memory: 24 bytes per leaf (the ids sorted for a merge with entry_ids,
 // which is read in id order).
-func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, error) {
+func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, dupLeaves, error) {
 	n := uint64(len(leaves))
+	dups := dupLeaves{first: -1}
 	// Every mismatch is examined and the smallest leaf index reported.
 	badIdx, problem := int64(-1), ""
 	report := func(idx int64, format string, args ...any) {
@@ -417,7 +428,7 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 	}
 	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM recent_ids ORDER BY idx")
 	if err != nil {
-		return 0, "", err
+		return 0, "", dups, err
 	}
 	w := int64(-1)
 	next := uint64(0)
@@ -426,7 +437,7 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 		var id string
 		if err := rows.Scan(&idx, &id); err != nil {
 			rows.Close()
-			return 0, "", err
+			return 0, "", dups, err
 		}
 		if w < 0 {
 			w, next = idx, uint64(idx)
@@ -445,7 +456,7 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, "", err
+		return 0, "", dups, err
 	}
 	if w < 0 {
 		w = int64(n)
@@ -453,11 +464,32 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 		report(int64(next), "recent_ids stops at leaf %d of %d", next, n)
 	}
 	w = min(w, int64(n))
-	older := slices.Clone(leaves[:w])
-	slices.SortFunc(older, func(a, b idPair) int { return bytes.Compare(a.id[:], b.id[:]) })
+	// entry_ids holds, for every id whose first leaf is before w, that
+	// first leaf. Later leaves with the same id (appended by a ledger older
+	// than schema 5) have no row; they are counted, not failed.
+	byID := slices.Clone(leaves)
+	slices.SortFunc(byID, func(a, b idPair) int {
+		if c := bytes.Compare(a.id[:], b.id[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.idx, b.idx)
+	})
+	older := byID[:0]
+	for i, l := range byID {
+		if i > 0 && byID[i-1].id == l.id {
+			dups.count++
+			if dups.first < 0 || int64(l.idx) < dups.first {
+				dups.first = int64(l.idx)
+			}
+			continue
+		}
+		if l.idx < uint64(w) {
+			older = append(older, l)
+		}
+	}
 	rows, err = tx.QueryContext(ctx, "SELECT id, idx FROM entry_ids ORDER BY id")
 	if err != nil {
-		return 0, "", err
+		return 0, "", dups, err
 	}
 	defer rows.Close()
 	i := 0
@@ -465,7 +497,7 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 		var id string
 		var idx int64
 		if err := rows.Scan(&id, &idx); err != nil {
-			return 0, "", err
+			return 0, "", dups, err
 		}
 		// Leaves whose ids sort before this row's have no row.
 		for ; i < len(older) && hex.EncodeToString(older[i].id[:]) < id; i++ {
@@ -485,10 +517,10 @@ func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, str
 		report(at, "entry_ids holds id %s for leaf %d, which no leaf before %d accounts for", id, idx, w)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, "", err
+		return 0, "", dups, err
 	}
 	for ; i < len(older); i++ {
 		report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
 	}
-	return badIdx, problem, nil
+	return badIdx, problem, dups, nil
 }

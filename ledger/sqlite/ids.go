@@ -46,7 +46,9 @@ type idIndex struct {
 // writes leaves without ids): the writer then indexes the rest (see
 // indexUncovered).
 func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
-	rows, err := q.QueryContext(ctx, "SELECT idx, id FROM recent_ids")
+	// A leaf that repeats an earlier leaf's id (see indexUncovered) has a
+	// row here too; the id keeps naming the earlier leaf.
+	rows, err := q.QueryContext(ctx, "SELECT r.idx, r.id, EXISTS(SELECT 1 FROM entry_ids e WHERE e.id = r.id) FROM recent_ids r ORDER BY r.idx")
 	if err != nil {
 		return nil, err
 	}
@@ -56,10 +58,13 @@ func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
 	for rows.Next() {
 		var idx uint64
 		var id string
-		if err := rows.Scan(&idx, &id); err != nil {
+		var merged bool
+		if err := rows.Scan(&idx, &id, &merged); err != nil {
 			return nil, err
 		}
-		ix.recent[id] = idx
+		if _, seen := ix.recent[id]; !seen && !merged {
+			ix.recent[id] = idx
+		}
 		ix.w = min(ix.w, int64(idx))
 		top = max(top, idx+1)
 	}
@@ -139,15 +144,18 @@ func (s *Store) indexUncovered(ctx context.Context, tx *sql.Tx, st *stmts) error
 		return err
 	}
 	for _, l := range tail {
-		if first, ok := ix.known(l.id); ok {
-			s.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5)", "leaf", l.idx, "first", first)
-		} else if first, ok := inEntry[l.id]; ok {
-			s.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5)", "leaf", l.idx, "first", first)
-		}
+		// Every leaf gets its recent_ids row; an id an earlier leaf has
+		// keeps naming that leaf (mergeRecentIDs keeps the first too).
 		st.rid.add(l.idx, l.id)
-		if _, ok := ix.known(l.id); !ok {
-			ix.txNew[l.id] = l.idx
+		first, ok := ix.known(l.id)
+		if !ok {
+			first, ok = inEntry[l.id]
 		}
+		if ok {
+			s.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5); the id keeps naming the earlier leaf", "leaf", l.idx, "first", first)
+			continue
+		}
+		ix.txNew[l.id] = l.idx
 	}
 	if err := st.rid.flush(ctx, tx); err != nil {
 		return err
@@ -213,9 +221,11 @@ func (ix *idIndex) committed(merged bool, size uint64) {
 func (ix *idIndex) pending() int { return len(ix.recent) + len(ix.txNew) }
 
 // mergeRecentIDs moves recent_ids into entry_ids (sorted by id, so that
-// consecutive inserts share pages) inside tx.
+// consecutive inserts share pages) inside tx. An id keeps its first leaf:
+// a leaf that repeats an earlier leaf's id (appended by a ledger older than
+// schema 5, see indexUncovered) gets no row of its own.
 func mergeRecentIDs(ctx context.Context, tx *sql.Tx) error {
-	if _, err := tx.ExecContext(ctx, "INSERT INTO entry_ids(id, idx) SELECT id, idx FROM recent_ids ORDER BY id"); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT OR IGNORE INTO entry_ids(id, idx) SELECT id, MIN(idx) FROM recent_ids GROUP BY id ORDER BY id"); err != nil {
 		return err
 	}
 	_, err := tx.ExecContext(ctx, "DELETE FROM recent_ids")
@@ -362,4 +372,5 @@ var callerLookupQuery = func() (qs [chunkBits + 1]string) {
 
 // idxOfID is the lookup of a content id for readers: entry_ids first (a
 // seek), then recent_ids (a scan of at most Options.RecentIDs rows).
-const idxOfID = "(SELECT idx FROM entry_ids WHERE id = ?1 UNION ALL SELECT idx FROM recent_ids WHERE id = ?1)"
+// A repeated id (see indexUncovered) names its first leaf.
+const idxOfID = "(SELECT idx FROM entry_ids WHERE id = ?1 UNION ALL SELECT MIN(idx) FROM recent_ids WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM entry_ids WHERE id = ?1))"

@@ -349,3 +349,78 @@ func TestUncoveredLeavesAreIndexed(t *testing.T) {
 		})
 	}
 }
+
+// A ledger older than schema 5 could append a record the log already holds
+// (migration 5 removed the UNIQUE index it relied on). The repeated leaf is
+// signed history and stays; its id keeps naming the first leaf for
+// resubmissions and readers, merges into entry_ids keep working (they used
+// to fail on the UNIQUE key and refuse every later append), and the audit
+// passes, counting the duplicate.
+func TestDuplicateLeafFromOlderLedger(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s, err := Open(ctx, Options{Path: path, RecentIDs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ { // leaves 0..3 merged into entry_ids
+		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Leaf 6 repeats leaf 0: a lookup that claims the id is nowhere makes
+	// the writer append it, as an older ledger would have.
+	p, err := prepare(evRecord(t, sampleEvidence(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &appendReq{ctx: ctx, recs: []prepared{p}, lookup: callerLookup{w: s.pubW.Load()}, resp: make(chan appendResp, 1)}
+	s.reqs <- req
+	if resp := <-req.resp; resp.err != nil || resp.entries[0].Index != 6 || resp.existing[0] {
+		t.Fatalf("forged duplicate: %+v", resp)
+	}
+	s.Close()
+	rawExec(t, path, "DELETE FROM recent_ids WHERE idx = 6") // the older ledger wrote no id row
+	if rep := auditPath(t, path); rep.OK || rep.FirstBadIndex != 6 {
+		t.Fatalf("audit before the id is indexed: %+v; want a failure naming leaf 6", rep)
+	}
+
+	resubmit := func(s *Store) {
+		t.Helper()
+		res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(0))}, "")
+		if err != nil || !res.Entries[0].Existing || res.Entries[0].Index != 0 {
+			if err == nil {
+				t.Fatalf("resubmitting leaf 0's record: index %d, existing %v; want 0, true", res.Entries[0].Index, res.Entries[0].Existing)
+			}
+			t.Fatalf("resubmitting leaf 0's record: %v", err)
+		}
+		if e, err := s.Entry(ctx, p.id); err != nil || e.Index != 0 {
+			t.Fatalf("entry by id: index %d, %v", e.Index, err)
+		}
+	}
+	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	resubmit(s) // indexes leaf 6 without letting it take the id
+	s.Close()
+	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	resubmit(s) // recent_ids holds leaf 6 under leaf 0's id
+	for i := 6; i < 16; i++ { // several merges with leaf 6 in recent_ids
+		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
+			t.Fatalf("append %d after the duplicate: %v", i, err)
+		}
+	}
+	resubmit(s)
+	rep, err := s.Audit(ctx)
+	if err != nil || !rep.OK || rep.Leaves != 17 || rep.DuplicateLeaves != 1 || rep.FirstDuplicate != 6 {
+		t.Fatalf("audit %+v %v; want OK, 17 leaves, one duplicate at 6", rep, err)
+	}
+	s.Close()
+	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resubmit(s)
+}
