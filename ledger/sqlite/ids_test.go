@@ -406,7 +406,7 @@ func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
 		t.Fatal(err)
 	}
-	resubmit(s) // recent_ids holds leaf 6 under leaf 0's id
+	resubmit(s)               // recent_ids holds leaf 6 under leaf 0's id
 	for i := 6; i < 16; i++ { // several merges with leaf 6 in recent_ids
 		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
 			t.Fatalf("append %d after the duplicate: %v", i, err)
