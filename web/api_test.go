@@ -242,6 +242,9 @@ func TestBadRequestsAppendNothing(t *testing.T) {
 			if c.field != "" && ae.Field != c.field {
 				t.Fatalf("field %q, want %q (%s)", ae.Field, c.field, ae.Message)
 			}
+			if code == 413 && !strings.Contains(ae.Message, "limit of 4096 bytes") {
+				t.Fatalf("413 message does not give the limit: %q", ae.Message)
+			}
 			if e.size(t) != 0 {
 				t.Fatalf("something was appended")
 			}

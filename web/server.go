@@ -209,7 +209,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, ledger.Errorf(ledger.CodeTooLarge, "request body is larger than %d bytes", s.cfg.MaxBody)
+			return nil, ledger.Errorf(ledger.CodeTooLarge, "request body is larger than the limit of %d bytes: send fewer records per request, or raise the server's --max-body", s.cfg.MaxBody)
 		}
 		return nil, ledger.FieldError("", "read body: %v", err)
 	}
