@@ -45,7 +45,7 @@ func errorBody(err error) (int, APIError) {
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return http.StatusRequestEntityTooLarge, APIError{Code: ledger.CodeTooLarge, Message: fmt.Sprintf("request body is larger than the limit of %d bytes: send fewer records per request, or raise the server's --max-body", mbe.Limit)}
+		return http.StatusRequestEntityTooLarge, APIError{Code: ledger.CodeTooLarge, Message: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
 	}
 	return http.StatusInternalServerError, APIError{Code: ledger.CodeInternal, Message: "internal error"}
 }
