@@ -47,10 +47,7 @@ func TestIDFilterNoFalseNegatives(t *testing.T) {
 	idFilterMinCap = 8
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := Open(ctx, Options{Path: path, RecentIDs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRecent(t, path, 4)
 	n := 0
 	waitFilterReady(t, s, &n)
 	for ; n < 60; n++ {
@@ -78,18 +75,13 @@ func TestIDFilterNoFalseNegatives(t *testing.T) {
 	s.Close()
 
 	// Reopened: the builder reads the id tables.
-	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
-		t.Fatal(err)
-	}
+	s = openRecent(t, path, 4)
 	defer s.Close()
 	waitFilterReady(t, s, &n)
 	resubmitAll(t, s, n)
 
 	// Another process appends (and merges) 20 records beside this one.
-	b, err := Open(ctx, Options{Path: path, RecentIDs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openRecent(t, path, 4)
 	for i := n; i < n+20; i++ {
 		if _, err := b.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
 			t.Fatal(err)

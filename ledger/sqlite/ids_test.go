@@ -11,6 +11,17 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
+// openRecent opens the store at path with Options.RecentIDs = recent; the
+// caller closes it.
+func openRecent(t *testing.T, path string, recent int) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Options{Path: path, RecentIDs: recent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func countIDs(t *testing.T, db *sql.DB) (entry, recent int) {
 	t.Helper()
 	if err := db.QueryRow("SELECT (SELECT COUNT(*) FROM entry_ids), (SELECT COUNT(*) FROM recent_ids)").Scan(&entry, &recent); err != nil {
@@ -26,10 +37,7 @@ func countIDs(t *testing.T, db *sql.DB) (entry, recent int) {
 func TestIDIndexMergesAndDedupes(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := Open(ctx, Options{Path: path, RecentIDs: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRecent(t, path, 8)
 	defer s.Close()
 	ids := map[int]string{}
 	for i := 0; i < 30; i += 3 {
@@ -90,15 +98,9 @@ func TestIDIndexMergesAndDedupes(t *testing.T) {
 func TestIDIndexTwoWriters(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	a, err := Open(ctx, Options{Path: path, RecentIDs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := openRecent(t, path, 4)
 	defer a.Close()
-	b, err := Open(ctx, Options{Path: path, RecentIDs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openRecent(t, path, 4)
 	defer b.Close()
 	for i := 0; i < 12; i++ {
 		s := a
@@ -235,10 +237,7 @@ func TestMigration5DownAndUp(t *testing.T) {
 func TestStaleCallerLookup(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := Open(ctx, Options{Path: path, RecentIDs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRecent(t, path, 4)
 	defer s.Close()
 	for i := 0; i < 3; i++ {
 		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
@@ -313,10 +312,7 @@ func TestUncoveredLeavesAreIndexed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.db")
-			s, err := Open(ctx, Options{Path: path, RecentIDs: tc.recent})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openRecent(t, path, tc.recent)
 			for i := 0; i < 6; i++ {
 				if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
 					t.Fatal(err)
@@ -327,10 +323,7 @@ func TestUncoveredLeavesAreIndexed(t *testing.T) {
 			if rep := auditPath(t, path); rep.OK {
 				t.Fatal("audit passed with ids missing")
 			}
-			s, err = Open(ctx, Options{Path: path, RecentIDs: tc.recent})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s = openRecent(t, path, tc.recent)
 			defer s.Close()
 			res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(5)), evRecord(t, sampleEvidence(0)), evRecord(t, sampleEvidence(10))}, "")
 			if err != nil {
@@ -359,10 +352,7 @@ func TestUncoveredLeavesAreIndexed(t *testing.T) {
 func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	s, err := Open(ctx, Options{Path: path, RecentIDs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRecent(t, path, 4)
 	for i := 0; i < 6; i++ { // leaves 0..3 merged into entry_ids
 		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
 			t.Fatal(err)
@@ -398,14 +388,10 @@ func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 			t.Fatalf("entry by id: index %d, %v", e.Index, err)
 		}
 	}
-	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
-		t.Fatal(err)
-	}
+	s = openRecent(t, path, 4)
 	resubmit(s) // indexes leaf 6 without letting it take the id
 	s.Close()
-	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
-		t.Fatal(err)
-	}
+	s = openRecent(t, path, 4)
 	resubmit(s)               // recent_ids holds leaf 6 under leaf 0's id
 	for i := 6; i < 16; i++ { // several merges with leaf 6 in recent_ids
 		if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(i))}, ""); err != nil {
@@ -418,9 +404,7 @@ func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 		t.Fatalf("audit %+v %v; want OK, 17 leaves, one duplicate at 6", rep, err)
 	}
 	s.Close()
-	if s, err = Open(ctx, Options{Path: path, RecentIDs: 4}); err != nil {
-		t.Fatal(err)
-	}
+	s = openRecent(t, path, 4)
 	defer s.Close()
 	resubmit(s)
 }
