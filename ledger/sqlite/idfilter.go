@@ -73,12 +73,9 @@ func (f *idFilter) addLocked(id string) {
 	f.n++
 }
 
-// maybe returns the ids of recs that the filter may hold (all of them
-// while it is not ready).
+// maybe returns the ids of recs that the filter may hold. Only a ready
+// filter answers for the whole log (Store.lookupIDs checks).
 func (f *idFilter) maybe(recs []prepared) []prepared {
-	if !f.ready.Load() {
-		return recs
-	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []prepared
