@@ -529,18 +529,21 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	}
 	st.newOrds, st.newHashes, st.reqOrds = st.newOrds[:0], st.newHashes[:0], 0
 	defer st.reset()
-	if err := s.idf.writerSync(ctx, tx, s.tree.size(), s.ids.covered); err != nil {
+	// abort rolls the batch back and answers every request with err.
+	abort := func(err error) bool {
+		s.tree = before
+		s.ids.rollback()
 		tx.Rollback()
-		fail(dbErr("content-id filter", err))
+		fail(err)
 		return false
+	}
+	if err := s.idf.writerSync(ctx, tx, s.tree.size(), s.ids.covered); err != nil {
+		return abort(dbErr("content-id filter", err))
 	}
 	s.pubW.Store(s.ids.w)
 	if s.ids.covered < s.tree.size() {
 		if err := s.indexUncovered(ctx, tx, st); err != nil {
-			s.ids.rollback()
-			tx.Rollback()
-			fail(dbErr("index content ids", err))
-			return false
+			return abort(dbErr("index content ids", err))
 		}
 	}
 	// A request alone in its batch needs no savepoint: the transaction is
@@ -605,11 +608,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		}
 		if savepoints {
 			if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
-				s.tree = before
-				s.ids.rollback()
-				tx.Rollback()
-				fail(dbErr("release savepoint", err))
-				return false
+				return abort(dbErr("release savepoint", err))
 			}
 		}
 		results[i] = res
@@ -622,11 +621,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	merged := false
 	if size != before.size() && s.ids.pending() >= s.opts.RecentIDs {
 		if err := mergeRecentIDs(ctx, tx); err != nil {
-			s.tree = before
-			s.ids.rollback()
-			tx.Rollback()
-			fail(dbErr("merge recent ids", err))
-			return false
+			return abort(dbErr("merge recent ids", err))
 		}
 		merged = true
 	}
@@ -637,11 +632,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		}
 		idsJSON, _ := json.Marshal(ids)
 		if _, err := tx.StmtContext(ctx, st.idem).ExecContext(ctx, im.req.idemKey, im.req.reqHash, string(idsJSON), size, now.UnixNano()); err != nil && !strings.Contains(err.Error(), "UNIQUE") {
-			s.tree = before
-			s.ids.rollback()
-			tx.Rollback()
-			fail(dbErr("idempotency", err))
-			return false
+			return abort(dbErr("idempotency", err))
 		}
 	}
 	if size != before.size() {
@@ -649,18 +640,10 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		text := checkpointText(s.origin, size, root)
 		signed, err := s.SignNote(text)
 		if err != nil {
-			s.tree = before
-			s.ids.rollback()
-			tx.Rollback()
-			fail(err)
-			return false
+			return abort(err)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)", size, root[:], signed, now.UnixNano()); err != nil {
-			s.tree = before
-			s.ids.rollback()
-			tx.Rollback()
-			fail(dbErr("checkpoint", err))
-			return false
+			return abort(dbErr("checkpoint", err))
 		}
 		s.tree.latest = ledger.Checkpoint{Origin: s.origin, Size: size, Root: root, Note: signed, CreatedAt: now}
 	}
