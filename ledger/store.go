@@ -120,7 +120,7 @@ type AuditReport struct {
 	// migrated database, could append them; they are signed history and
 	// stay, and their id names the earlier leaf). FirstDuplicate is the
 	// smallest such index (-1 when none). Duplicates do not fail an audit.
-	DuplicateLeaves uint64 `json:"duplicate_leaves,omitempty"`
+	DuplicateLeaves uint64 `json:"duplicate_leaves"`
 	FirstDuplicate  int64  `json:"first_duplicate"`
 }
 

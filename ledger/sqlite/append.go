@@ -62,7 +62,7 @@ func (s *Store) Append(ctx context.Context, recs []ledger.Record, idemKey string
 		return nil, ledger.FieldError("", "no records to append")
 	}
 	if len(recs) > MaxRecordsPerAppend {
-		return nil, ledger.FieldError("", "at most %d records per append, got %d", MaxRecordsPerAppend, len(recs))
+		return nil, ledger.FieldError("", "at most %d records per append, got %d: split them over several requests", MaxRecordsPerAppend, len(recs))
 	}
 	if len(idemKey) > 256 {
 		return nil, ledger.FieldError("Idempotency-Key", "at most 256 characters")
