@@ -12,6 +12,7 @@ import (
 // *.sql files.
 var Go = []*goose.Migration{
 	goose.NewGoMigration(5, &goose.GoFunc{RunDB: up5}, &goose.GoFunc{RunDB: down5}),
+	goose.NewGoMigration(6, &goose.GoFunc{RunDB: up6}, &goose.GoFunc{RunDB: down6}),
 }
 
 // Migration 5: content ids leave the leaves table's UNIQUE index. Ids are

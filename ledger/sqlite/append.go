@@ -380,9 +380,9 @@ func (r *rowBuf) close() {
 }
 
 type stmts struct {
-	leaf, node, ev, art, head, rid *rowBuf
-	idem                           *sql.Stmt
-	ids                            idLookup
+	leaf, node, art, head, rid *rowBuf
+	idem                       *sql.Stmt
+	ids                        idLookup
 	// newOrds/newHashes are the tree nodes (leaves included) appended in
 	// this batch, published to the read cache after COMMIT.
 	newOrds   []int64
@@ -390,7 +390,7 @@ type stmts struct {
 	reqOrds   int // len(newOrds) when the current request began
 }
 
-func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.ev, st.art, st.head, st.rid} }
+func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.art, st.head, st.rid} }
 
 func (st *stmts) close() {
 	for _, b := range st.bufs() {
@@ -432,9 +432,8 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 	}
 	db := s.w
 	st := &stmts{
-		leaf: newRowBuf(db, "leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash", 7),
+		leaf: newRowBuf(db, "leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash, backend, status, repository, commit_id", 11),
 		node: newRowBuf(db, "tree_nodes", "ord, hash", 2),
-		ev:   newRowBuf(db, "evidence_index", "idx, lane, backend, status, control, repository, commit_id, tree_id, dirty, recorded_at", 10),
 		art:  newRowBuf(db, "evidence_artifacts", "idx, name, digest", 3),
 		head: newRowBuf(db, "heads_index", "idx, repository, ref, commit_id, verdict, decision", 6),
 		rid:  newRowBuf(db, "recent_ids", "idx, id", 2),
@@ -761,7 +760,13 @@ func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time
 	// be assembled without re-encoding it (ledger.AppendLeaf).
 	raw := ledger.AppendLeaf(make([]byte, 0, len(p.body)+160), ledger.Leaf{V: 1, Index: idx, Kind: p.kind, ID: p.id, RecordedAt: now, Body: p.body})
 	lh := ledger.LeafHash(raw)
-	st.leaf.add(idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:])
+	// The evidence projection lives in the leaf's row (migration 6; the
+	// lane is p.key); other kinds leave it NULL.
+	var backend, status, repo, commit any
+	if e := p.ev; e != nil {
+		backend, status, repo, commit = string(e.Backend), string(e.Status), e.Subject.Repository, e.Subject.Commit
+	}
+	st.leaf.add(idx, p.id, string(p.kind), p.key, now.UnixNano(), raw, lh[:], backend, status, repo, commit)
 	st.rid.add(idx, p.id)
 	s.ids.add(p.id, idx)
 	if err := s.tree.rng.Append(lh[:], func(id compact.NodeID, h []byte) {
@@ -773,27 +778,20 @@ func (s *Store) insert(ctx context.Context, st *stmts, p prepared, now time.Time
 	}); err != nil {
 		return ledger.Entry{}, err
 	}
-	insertProjection(st, idx, p, now)
+	insertProjection(st, idx, p)
 	return ledger.Entry{Index: idx, ID: p.id, Kind: p.kind, RecordedAt: now, LeafHash: lh, Body: p.body, Raw: raw}, nil
 }
 
-func insertProjection(st *stmts, idx uint64, p prepared, now time.Time) {
+// insertProjection buffers the projection rows of a record kept outside
+// its leaf row: evidence artifacts and head verifications.
+func insertProjection(st *stmts, idx uint64, p prepared) {
 	switch {
 	case p.ev != nil:
-		e := p.ev
-		st.ev.add(idx, e.Lane, string(e.Backend), string(e.Status), string(e.Control), e.Subject.Repository, e.Subject.Commit, e.Subject.Tree, boolInt(e.Subject.Dirty), now.UnixNano())
-		for name, d := range e.Subject.Artifacts {
+		for name, d := range p.ev.Subject.Artifacts {
 			st.art.add(idx, name, d)
 		}
 	case p.head != nil:
 		h := p.head
 		st.head.add(idx, h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

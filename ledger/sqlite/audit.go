@@ -92,9 +92,9 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 
 	// 2. Leaves, streamed with their projections, against tree nodes.
 	leafRows, err := tx.QueryContext(ctx, `SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.leaf, l.leaf_hash,
-		e.lane, e.backend, e.status, e.control, e.repository, e.commit_id, e.tree_id, e.dirty, e.recorded_at,
+		l.backend, l.status, l.repository, l.commit_id,
 		h.repository, h.ref, h.commit_id, h.verdict, h.decision
-		FROM leaves l LEFT JOIN evidence_index e ON e.idx = l.idx LEFT JOIN heads_index h ON h.idx = l.idx
+		FROM leaves l LEFT JOIN heads_index h ON h.idx = l.idx
 		ORDER BY l.idx`)
 	if err != nil {
 		return rep, dbErr("audit", err)
@@ -114,7 +114,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	rng := rangeFactory.NewEmptyRange(0)
 	cpi := 0
 	var expect uint64
-	var artifacts, wantEv, wantHead int64 // counted from the leaves
+	var artifacts, wantHead int64 // counted from the leaves
 	var nodeProblem string
 	var nodeBad int64 = -1
 	var verified uint64
@@ -157,7 +157,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 			batch := make([]auditRow, 0, auditBatch)
 			for len(batch) < auditBatch && leafRows.Next() {
 				var r auditRow
-				if err := leafRows.Scan(&r.idx, &r.id, &r.kind, &r.key, &r.rec, &r.raw, &r.lh, &r.eLane, &r.eBackend, &r.eStatus, &r.eControl, &r.eRepo, &r.eC, &r.eT, &r.eDirty, &r.eRec, &r.hRepo, &r.hRef, &r.hCommit, &r.hVerdict, &r.hDecision); err != nil {
+				if err := leafRows.Scan(&r.idx, &r.id, &r.kind, &r.key, &r.rec, &r.raw, &r.lh, &r.eBackend, &r.eStatus, &r.eRepo, &r.eC, &r.hRepo, &r.hRef, &r.hCommit, &r.hVerdict, &r.hDecision); err != nil {
 					readErr <- err
 					return
 				}
@@ -209,10 +209,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 				return bad(int64(idx), "leaf %d: %s", idx, r.problem)
 			}
 			artifacts += r.artifacts
-			switch ledger.Kind(r.kind) {
-			case ledger.KindEvidence:
-				wantEv++
-			case ledger.KindHead:
+			if ledger.Kind(r.kind) == ledger.KindHead {
 				wantHead++
 			}
 			idPairs = append(idPairs, idPair{id: r.idBytes, idx: idx})
@@ -257,12 +254,12 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	if problem != "" {
 		return bad(idx, "%s", problem)
 	}
-	var nEv, nHead, nArt int64
-	if err := tx.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM evidence_index), (SELECT COUNT(*) FROM heads_index), (SELECT COUNT(*) FROM evidence_artifacts)").Scan(&nEv, &nHead, &nArt); err != nil {
+	var nHead, nArt int64
+	if err := tx.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM heads_index), (SELECT COUNT(*) FROM evidence_artifacts)").Scan(&nHead, &nArt); err != nil {
 		return rep, dbErr("audit", err)
 	}
-	if nEv != wantEv || nHead != wantHead || nArt != artifacts {
-		return bad(-1, "query projections hold rows that no leaf accounts for (evidence %d/%d, heads %d/%d, artifacts %d/%d)", nEv, wantEv, nHead, wantHead, nArt, artifacts)
+	if nHead != wantHead || nArt != artifacts {
+		return bad(-1, "query projections hold rows that no leaf accounts for (heads %d/%d, artifacts %d/%d)", nHead, wantHead, nArt, artifacts)
 	}
 	rep.OK = true
 	rep.Leaves = expect
@@ -280,13 +277,12 @@ var idRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // auditRow is one stored leaf with its projection columns, and what
 // check found.
 type auditRow struct {
-	idx                                               uint64
-	id, kind, key                                     string
-	rec                                               int64
-	raw, lh                                           []byte
-	eLane, eBackend, eStatus, eControl, eRepo, eC, eT sql.NullString
-	eDirty, eRec                                      sql.NullInt64
-	hRepo, hRef, hCommit, hVerdict, hDecision         sql.NullString
+	idx                                       uint64
+	id, kind, key                             string
+	rec                                       int64
+	raw, lh                                   []byte
+	eBackend, eStatus, eRepo, eC              sql.NullString // evidence projection (leaves columns; the lane is key)
+	hRepo, hRef, hCommit, hVerdict, hDecision sql.NullString // heads_index
 
 	hash      ledger.Hash
 	idBytes   [16]byte
@@ -370,10 +366,11 @@ func (r *auditRow) check() {
 	l := struct{ Kind ledger.Kind }{kind}
 	switch l.Kind {
 	case ledger.KindEvidence:
-		if !r.eLane.Valid || r.eLane.String != b.Lane || r.eBackend.String != b.Backend || r.eStatus.String != b.Status ||
-			r.eControl.String != b.Control || r.eRepo.String != b.Subject.Repository || r.eC.String != b.Subject.Commit ||
-			r.eT.String != b.Subject.Tree || (r.eDirty.Int64 != 0) != b.Subject.Dirty || r.eRec.Int64 != r.rec {
-			r.problem = "evidence index row does not match the leaf"
+		// The key column (the lane) was compared above.
+		if !r.eBackend.Valid || !r.eStatus.Valid || !r.eRepo.Valid || !r.eC.Valid ||
+			r.eBackend.String != b.Backend || r.eStatus.String != b.Status ||
+			r.eRepo.String != b.Subject.Repository || r.eC.String != b.Subject.Commit {
+			r.problem = "evidence projection columns do not match the leaf"
 			return
 		}
 		// The body's hash is verified, and it was validated when appended:
@@ -388,14 +385,20 @@ func (r *auditRow) check() {
 			r.problem = "head index row does not match the leaf"
 			return
 		}
-		if r.eLane.Valid {
-			r.problem = "head leaf has an evidence index row"
+		if r.hasEvidenceColumns() {
+			r.problem = "head leaf has evidence projection columns"
 		}
 	default:
-		if r.eLane.Valid || r.hRepo.Valid {
-			r.problem = "non-evidence leaf has an index row"
+		if r.hasEvidenceColumns() || r.hRepo.Valid {
+			r.problem = "non-evidence leaf has projection columns or an index row"
 		}
 	}
+}
+
+// hasEvidenceColumns reports whether any evidence projection column of
+// the row is set (it must not be, unless the leaf is evidence).
+func (r *auditRow) hasEvidenceColumns() bool {
+	return r.eBackend.Valid || r.eStatus.Valid || r.eRepo.Valid || r.eC.Valid
 }
 
 // idPair is a leaf's content id (16 bytes, decoded) and index.

@@ -101,56 +101,11 @@ func hexPrefix(field, p string) error {
 
 // Evidence implements ledger.Store.
 func (s *Store) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger.EvidenceEntry, string, error) {
-	where := []string{"1=1"}
-	var args []any
-	if f.Lane != "" {
-		where, args = append(where, "e.lane = ?"), append(args, f.Lane)
-	}
-	if f.Backend != "" {
-		where, args = append(where, "e.backend = ?"), append(args, string(f.Backend))
-	}
-	if f.Status != "" {
-		where, args = append(where, "e.status = ?"), append(args, string(f.Status))
-	}
-	if f.Repository != "" {
-		where, args = append(where, "e.repository = ?"), append(args, f.Repository)
-	}
-	if f.Commit != "" {
-		if err := hexPrefix("commit", f.Commit); err != nil {
-			return nil, "", err
-		}
-		if ledger.ValidObjectID(f.Commit) {
-			where, args = append(where, "e.commit_id = ?"), append(args, f.Commit)
-		} else {
-			w, a := prefixRange("e.commit_id", f.Commit)
-			where, args = append(where, w), append(args, a...)
-		}
-	}
-	if f.ArtifactDigest != "" {
-		d := f.ArtifactDigest
-		if !strings.HasPrefix(d, "sha256:") {
-			d = "sha256:" + d
-		}
-		if err := hexPrefix("artifact", strings.TrimPrefix(d, "sha256:")); err != nil {
-			return nil, "", err
-		}
-		w, a := prefixRange("a.digest", d)
-		where = append(where, "e.idx IN (SELECT a.idx FROM evidence_artifacts a WHERE "+w+")")
-		args = append(args, a...)
-	}
-	if !f.Since.IsZero() {
-		where, args = append(where, "e.recorded_at >= ?"), append(args, f.Since.UnixNano())
-	}
-	cur, err := parseCursor(f.Cursor)
+	q, args, lim, err := evidenceQuery(f)
 	if err != nil {
 		return nil, "", err
 	}
-	if cur >= 0 {
-		where, args = append(where, "e.idx < ?"), append(args, cur)
-	}
-	lim := limitOf(f.Limit)
-	args = append(args, lim+1)
-	rows, err := s.r.QueryContext(ctx, "SELECT "+leafCols+" FROM evidence_index e JOIN leaves l ON l.idx = e.idx WHERE "+strings.Join(where, " AND ")+" ORDER BY e.idx DESC LIMIT ?", args...)
+	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, "", dbErr("list evidence", err)
 	}
@@ -176,6 +131,63 @@ func (s *Store) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger
 		next = strconv.FormatUint(out[lim-1].Index, 10)
 	}
 	return out, next, nil
+}
+
+// evidenceQuery builds the SELECT of Evidence: leaf columns of evidence
+// leaves matching f, newest first, one row more than the page (lim) to
+// tell whether another page follows. Errors are ledger errors naming the
+// bad filter.
+func evidenceQuery(f ledger.EvidenceFilter) (q string, args []any, lim int, err error) {
+	where := []string{"l.kind = 'evidence'"}
+	if f.Lane != "" {
+		where, args = append(where, "l.key = ?"), append(args, f.Lane) // the lane is an evidence leaf's key
+	}
+	if f.Backend != "" {
+		where, args = append(where, "l.backend = ?"), append(args, string(f.Backend))
+	}
+	if f.Status != "" {
+		where, args = append(where, "l.status = ?"), append(args, string(f.Status))
+	}
+	if f.Repository != "" {
+		where, args = append(where, "l.repository = ?"), append(args, f.Repository)
+	}
+	if f.Commit != "" {
+		if err := hexPrefix("commit", f.Commit); err != nil {
+			return "", nil, 0, err
+		}
+		if ledger.ValidObjectID(f.Commit) {
+			where, args = append(where, "l.commit_id = ?"), append(args, f.Commit)
+		} else {
+			w, a := prefixRange("l.commit_id", f.Commit)
+			where, args = append(where, w), append(args, a...)
+		}
+	}
+	if f.ArtifactDigest != "" {
+		d := f.ArtifactDigest
+		if !strings.HasPrefix(d, "sha256:") {
+			d = "sha256:" + d
+		}
+		if err := hexPrefix("artifact", strings.TrimPrefix(d, "sha256:")); err != nil {
+			return "", nil, 0, err
+		}
+		w, a := prefixRange("a.digest", d)
+		where = append(where, "l.idx IN (SELECT a.idx FROM evidence_artifacts a WHERE "+w+")")
+		args = append(args, a...)
+	}
+	if !f.Since.IsZero() {
+		where, args = append(where, "l.recorded_at >= ?"), append(args, f.Since.UnixNano())
+	}
+	cur, err := parseCursor(f.Cursor)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if cur >= 0 {
+		where, args = append(where, "l.idx < ?"), append(args, cur)
+	}
+	lim = limitOf(f.Limit)
+	args = append(args, lim+1)
+	q = "SELECT " + leafCols + " FROM leaves l WHERE " + strings.Join(where, " AND ") + " ORDER BY l.idx DESC LIMIT ?"
+	return q, args, lim, nil
 }
 
 // Entries implements ledger.Store.

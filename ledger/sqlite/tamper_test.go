@@ -66,15 +66,16 @@ var TamperCases = []struct {
 }{
 	{"edit-a-byte", []string{"UPDATE leaves SET leaf = CAST(replace(CAST(leaf AS TEXT), '\"cases_exact\":216', '\"cases_exact\":215') AS BLOB) WHERE idx = 7"}, 7},
 	{"edit-a-byte-and-rehash", []string{"UPDATE leaves SET leaf = CAST(replace(CAST(leaf AS TEXT), 'test', 'tess') AS BLOB) WHERE idx = 9"}, 9},
-	{"delete-a-row", []string{"DELETE FROM evidence_artifacts WHERE idx = 5", "DELETE FROM evidence_index WHERE idx = 5", "DELETE FROM leaves WHERE idx = 5"}, 5},
+	{"delete-a-row", []string{"DELETE FROM evidence_artifacts WHERE idx = 5", "DELETE FROM leaves WHERE idx = 5"}, 5},
 	{"swap-two-rows", []string{
 		"UPDATE leaves SET idx = -1 WHERE idx = 3",
 		"UPDATE leaves SET idx = 3 WHERE idx = 11",
 		"UPDATE leaves SET idx = 11 WHERE idx = -1",
 	}, 3},
 	{"insert-a-row", []string{"INSERT INTO leaves(idx, id, kind, key, recorded_at, leaf, leaf_hash) SELECT 20, 'forged', kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE idx = 2"}, 20},
-	{"truncate-the-tail", []string{"DELETE FROM evidence_artifacts WHERE idx >= 17", "DELETE FROM evidence_index WHERE idx >= 17", "DELETE FROM leaves WHERE idx >= 17"}, 17},
-	{"edit-projection", []string{"UPDATE evidence_index SET status = 'failed' WHERE idx = 4"}, 4},
+	{"truncate-the-tail", []string{"DELETE FROM evidence_artifacts WHERE idx >= 17", "DELETE FROM leaves WHERE idx >= 17"}, 17},
+	{"edit-projection", []string{"UPDATE leaves SET status = 'failed' WHERE idx = 4"}, 4},
+	{"clear-projection", []string{"UPDATE leaves SET commit_id = NULL WHERE idx = 6"}, 6},
 	{"edit-checkpoint", []string{"UPDATE checkpoints SET root = zeroblob(32) WHERE size = 13"}, 12},
 }
 
