@@ -382,6 +382,7 @@ func (r *rowBuf) close() {
 type stmts struct {
 	leaf, node, art, head, rid *rowBuf
 	idem                       *sql.Stmt
+	entry                      *sql.Stmt // a stored leaf by index (resubmissions)
 	ids                        idLookup
 	// newOrds/newHashes are the tree nodes (leaves included) appended in
 	// this batch, published to the read cache after COMMIT.
@@ -396,8 +397,10 @@ func (st *stmts) close() {
 	for _, b := range st.bufs() {
 		b.close()
 	}
-	if st.idem != nil {
-		st.idem.Close()
+	for _, q := range []*sql.Stmt{st.idem, st.entry} {
+		if q != nil {
+			q.Close()
+		}
 	}
 	st.ids.close()
 }
@@ -452,6 +455,10 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 		return nil, err
 	}
 	if st.idem, err = db.PrepareContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"); err != nil {
+		st.close()
+		return nil, err
+	}
+	if st.entry, err = db.PrepareContext(ctx, entryAtQuery); err != nil {
 		st.close()
 		return nil, err
 	}
@@ -732,7 +739,7 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 			idx, ok = stored[p.id]
 		}
 		if ok {
-			e, err := entryAt(ctx, tx, idx)
+			e, err := scanEntry(tx.StmtContext(ctx, st.entry).QueryRowContext(ctx, idx))
 			if err != nil {
 				return res, false, err
 			}

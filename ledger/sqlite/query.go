@@ -46,9 +46,8 @@ func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) 
 	return e, err
 }
 
-func entryAt(ctx context.Context, q queryer, idx uint64) (ledger.Entry, error) {
-	return scanEntry(q.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx = ?", idx))
-}
+// entryAtQuery selects the leaf at one index.
+const entryAtQuery = "SELECT " + leafCols + " FROM leaves l WHERE l.idx = ?"
 
 // Entry implements ledger.Store.
 func (s *Store) Entry(ctx context.Context, id string) (ledger.Entry, error) {
@@ -58,7 +57,7 @@ func (s *Store) Entry(ctx context.Context, id string) (ledger.Entry, error) {
 
 // EntryAt implements ledger.Store.
 func (s *Store) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
-	e, err := scanEntry(s.r.QueryRowContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx = ?", index))
+	e, err := scanEntry(s.r.QueryRowContext(ctx, entryAtQuery, index))
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, ledger.NotFound("no entry at index %d", index)
 	}
