@@ -234,9 +234,9 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
-			if _, err := st.DB().ExecContext(cmd.Context(), "VACUUM INTO ?", dest); err != nil {
+			if err := st.Backup(cmd.Context(), dest); err != nil {
 				st.Close()
-				return errExit(2, "backup: %v", err)
+				return errExit(2, "%v", err)
 			}
 			st.Close()
 			if err := os.Chmod(dest, 0o600); err != nil {

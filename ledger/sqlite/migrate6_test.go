@@ -146,3 +146,51 @@ func TestMigration6DownAndUp(t *testing.T) {
 		t.Fatalf("audit after upgrade %+v %v", rep, err)
 	}
 }
+
+// A database made with 4 KiB pages (the size before the fourth session)
+// is backed up into a copy with the current page size that audits clean.
+func TestBackupConvertsPageSize(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	old := pageSize
+	pageSize = 4096
+	s, err := Open(ctx, Options{Path: filepath.Join(dir, "old.db")})
+	pageSize = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 3; i++ {
+		recs := []ledger.Record{evRecord(t, sampleEvidence(2*i)), evRecord(t, sampleEvidence(2*i+1))}
+		if _, err := s.Append(ctx, recs, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pageSizeOf := func(db *sql.DB) (n int) {
+		if err := db.QueryRow("PRAGMA page_size").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := pageSizeOf(s.DB()); n != 4096 {
+		t.Fatalf("source page size %d, want 4096", n)
+	}
+	dest := filepath.Join(dir, "copy.db")
+	if err := s.Backup(ctx, dest); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Backup(ctx, dest); err == nil {
+		t.Fatal("backup over an existing file succeeded")
+	}
+	c, err := Open(ctx, Options{Path: dest, KeyDir: dir, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n := pageSizeOf(c.r.DB); n != pageSize {
+		t.Fatalf("copy page size %d, want %d", n, pageSize)
+	}
+	if rep, err := c.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 6 {
+		t.Fatalf("audit of the copy: %+v %v", rep, err)
+	}
+}

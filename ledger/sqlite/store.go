@@ -113,9 +113,20 @@ func dsn(path string, readonly bool) string {
 	return "file:" + path + "?" + q.Encode()
 }
 
-// pageSize is the page size of databases this package creates. An existing
-// database keeps the page size it was created with.
-var pageSize = 4096
+// pageSize is the page size, in bytes, of databases this package creates
+// and of the copies Backup writes. An existing database keeps the page
+// size it was created with (SQLite cannot change it in WAL mode).
+//
+// 16 KiB since the fourth session (4 KiB before): once the random-page
+// content-id index was gone (migration 5) and the evidence projection had
+// moved into the leaf rows (migration 6), a batch's pages are mostly
+// appended in order, and larger pages mean fewer WAL frames (two write
+// calls each), fewer page splits of the leaves table (a 4 KiB page holds
+// about three leaves) and shallower trees. Measured in interleaved runs
+// (BENCHMARKS.md): batched ingest 1.04x at store level on a fresh log and
+// 1.05x on a 1,000,000-leaf log, 1.13x through HTTP with four clients;
+// inclusion proofs and the audit of 1,000,000 leaves unchanged.
+var pageSize = 16384
 
 // Open opens the database at opts.Path, creating it and applying migrations
 // when needed, loads or generates the signing key, and starts the writer.
@@ -281,6 +292,29 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	return p, nil
+}
+
+// Backup writes a consistent copy of the database to dest, which must not
+// exist, with SQLite's VACUUM INTO: it reads one snapshot, so appends may
+// continue meanwhile. The copy has pageSize pages whatever the source's
+// (restoring it is how a database made with 4 KiB pages moves to the
+// current size), and its B-tree pages are packed full, so the first
+// appends to a restored copy split pages until they settle. Errors come
+// from SQLite (dest exists, disk full). Safe for concurrent use.
+func (s *Store) Backup(ctx context.Context, dest string) error {
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	defer conn.Close()
+	// Only VACUUM uses a connection's page_size once the database exists.
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size = %d", pageSize)); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, "VACUUM INTO ?", dest); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	return nil
 }
 
 // DB returns the writer database handle, for tools (migrate, backup) that
