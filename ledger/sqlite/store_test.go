@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +231,78 @@ func TestBatchDedupe(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[true false true]" || res.Entries[1].Index != 1 || res.Entries[2].Index != 1 || res.Checkpoint.Size != 2 {
 		t.Fatalf("existing %v, indexes %d %d, size %d", got, res.Entries[1].Index, res.Entries[2].Index, res.Checkpoint.Size)
+	}
+}
+
+// A write that fails partway through a multi-row INSERT (here a trigger
+// raising FAIL, which keeps the statement's earlier rows, as INSERT OR
+// FAIL does) loses only its own request: the requests that shared its
+// transaction are appended, nothing of the failed one remains, the tree
+// and id state stay in step with the database, and the audit passes.
+func TestWriteFailureLosesOnlyItsRequest(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	if _, err := s.DB().Exec(`CREATE TRIGGER boom BEFORE INSERT ON leaves WHEN NEW.key = 'boom/v1'
+		BEGIN SELECT RAISE(FAIL, 'boom'); END`); err != nil {
+		t.Fatal(err)
+	}
+	boom := func(n int) []ledger.Record {
+		var recs []ledger.Record
+		for j := 0; j < 10; j++ {
+			e := sampleEvidence(n + j)
+			if j == 6 {
+				e.Lane = "boom/v1"
+			}
+			recs = append(recs, evRecord(t, e))
+		}
+		return recs
+	}
+	// Alone in its transaction.
+	if _, err := s.Append(ctx, boom(100000), ""); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("want the trigger's error, got %v", err)
+	}
+	// Sharing transactions with good requests (group commit).
+	var wg sync.WaitGroup
+	var good, failed atomic.Int64
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 15; i++ {
+				n := g*10000 + i*10
+				if g%4 == 0 && i%3 == 0 {
+					if _, err := s.Append(ctx, boom(200000+n), ""); err == nil {
+						t.Error("a request with a failing write succeeded")
+					}
+					failed.Add(1)
+					continue
+				}
+				var recs []ledger.Record
+				for j := 0; j < 10; j++ {
+					recs = append(recs, evRecord(t, sampleEvidence(n+j)))
+				}
+				if _, err := s.Append(ctx, recs, ""); err != nil {
+					t.Error(err)
+					return
+				}
+				good.Add(10)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if failed.Load() == 0 || good.Load() == 0 {
+		t.Fatal("the test did not exercise both paths")
+	}
+	rep, err := s.Audit(ctx)
+	if err != nil || !rep.OK || rep.Leaves != uint64(good.Load()) {
+		t.Fatalf("audit %+v %v, want %d leaves", rep, err, good.Load())
+	}
+	// The failed requests' good records were not appended.
+	es, _, err := s.Evidence(ctx, ledger.EvidenceFilter{Commit: sampleEvidence(200000).Subject.Commit})
+	if err != nil || len(es) != 0 {
+		t.Fatalf("a failed request's record is in the log: %d %v", len(es), err)
+	}
+	if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(999999))}, ""); err != nil {
+		t.Fatal(err)
 	}
 }
