@@ -271,11 +271,14 @@ func (s *Store) writer() {
 
 // loadTree loads the compact range and latest checkpoint, checking that
 // they agree (size and root).
+// storedSizeQuery counts the stored leaves (the next leaf index).
+const storedSizeQuery = "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves"
+
 func (s *Store) loadTree(ctx context.Context) error { return s.loadTreeFrom(ctx, s.w) }
 
 func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {
 	var n uint64
-	if err := q.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, storedSizeQuery).Scan(&n); err != nil {
 		return err
 	}
 	rng, err := rangeAt(ctx, q, n)
@@ -389,8 +392,11 @@ func (r *rowBuf) close() {
 
 type stmts struct {
 	leaf, node, art, head, rid *rowBuf
-	idem                       *sql.Stmt
+	idem                       *sql.Stmt // records an idempotency key's answer
 	entry                      *sql.Stmt // a stored leaf by index (resubmissions)
+	size                       *sql.Stmt // the stored log size (storedSizeQuery)
+	cp                         *sql.Stmt // inserts a signed checkpoint
+	idemGet                    *sql.Stmt // an idempotency key's original answer
 	ids                        idLookup
 	// newOrds/newHashes are the tree nodes (leaves included) appended in
 	// this batch, published to the read cache after COMMIT.
@@ -405,7 +411,7 @@ func (st *stmts) close() {
 	for _, b := range st.bufs() {
 		b.close()
 	}
-	for _, q := range []*sql.Stmt{st.idem, st.entry} {
+	for _, q := range []*sql.Stmt{st.idem, st.entry, st.size, st.cp, st.idemGet} {
 		if q != nil {
 			q.Close()
 		}
@@ -462,13 +468,20 @@ func (s *Store) prepareStmts(ctx context.Context) (*stmts, error) {
 		st.close()
 		return nil, err
 	}
-	if st.idem, err = db.PrepareContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"); err != nil {
-		st.close()
-		return nil, err
-	}
-	if st.entry, err = db.PrepareContext(ctx, entryAtQuery); err != nil {
-		st.close()
-		return nil, err
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&st.idem, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"},
+		{&st.entry, entryAtQuery},
+		{&st.size, storedSizeQuery},
+		{&st.cp, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)"},
+		{&st.idemGet, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ?"},
+	} {
+		if *p.dst, err = db.PrepareContext(ctx, p.q); err != nil {
+			st.close()
+			return nil, err
+		}
 	}
 	s.stmts = st
 	return st, nil
@@ -526,7 +539,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	// may have appended since this writer last looked: under the write lock,
 	// reload the tree when the stored size differs from ours.
 	var stored uint64
-	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&stored); err != nil {
+	if err := tx.StmtContext(ctx, st.size).QueryRowContext(ctx).Scan(&stored); err != nil {
 		tx.Rollback()
 		fail(dbErr("size", err))
 		return false
@@ -656,7 +669,7 @@ func (s *Store) runBatch(batch []*appendReq, careful bool) (retry bool) {
 		if err != nil {
 			return abort(err)
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)", size, root[:], signed, now.UnixNano()); err != nil {
+		if _, err := tx.StmtContext(ctx, st.cp).ExecContext(ctx, size, root[:], signed, now.UnixNano()); err != nil {
 			return abort(dbErr("checkpoint", err))
 		}
 		s.tree.latest = ledger.Checkpoint{Origin: s.origin, Size: size, Root: root, Note: signed, CreatedAt: now}
@@ -696,7 +709,7 @@ func (s *Store) applyReq(ctx context.Context, tx *sql.Tx, st *stmts, r *appendRe
 		var hash []byte
 		var idsJSON string
 		var size uint64
-		err := tx.QueryRowContext(ctx, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ?", r.idemKey).Scan(&hash, &idsJSON, &size)
+		err := tx.StmtContext(ctx, st.idemGet).QueryRowContext(ctx, r.idemKey).Scan(&hash, &idsJSON, &size)
 		if err == nil {
 			if !bytes.Equal(hash, r.reqHash) {
 				return res, false, ledger.Errorf(ledger.CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)

@@ -121,7 +121,7 @@ func (s *Store) buildIDFilter(ctx context.Context) {
 		}
 		defer tx.Rollback()
 		var n uint64
-		if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, storedSizeQuery).Scan(&n); err != nil {
 			return 0, err
 		}
 		for _, q := range []string{"SELECT id FROM entry_ids", "SELECT id FROM recent_ids"} {

@@ -219,7 +219,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.ck.SetConnMaxLifetime(0)
 		s.ckSignal = make(chan struct{}, 1)
 		var n uint64
-		if err := s.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves").Scan(&n); err != nil {
+		if err := s.r.QueryRowContext(ctx, storedSizeQuery).Scan(&n); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("open store: %w", err)
 		}
