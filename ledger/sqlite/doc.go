@@ -22,6 +22,14 @@
 // checkpointer copies committed WAL frames into the database file (PASSIVE
 // checkpoints) off the writer's path.
 //
+// Tables (migrations/): leaves holds one row per leaf (the canonical leaf
+// bytes, their RFC 6962 hash, and, for evidence, the projection the
+// filters query: backend, status, repository, commit, with the lane as the
+// key column; migration 6), tree_nodes the perfect-subtree hashes,
+// checkpoints the signed checkpoints, evidence_artifacts and heads_index
+// the projections with several rows per leaf or another shape. New
+// databases use 16 KiB pages (pageSize).
+//
 // Content ids are kept in two derived tables instead of a UNIQUE index on
 // the leaves (ids.go): recent_ids, appended in leaf order, and entry_ids,
 // keyed by id and fed from recent_ids in sorted runs. The writer enforces

@@ -298,9 +298,8 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 // exist, with SQLite's VACUUM INTO: it reads one snapshot, so appends may
 // continue meanwhile. The copy has pageSize pages whatever the source's
 // (restoring it is how a database made with 4 KiB pages moves to the
-// current size), and its B-tree pages are packed full, so the first
-// appends to a restored copy split pages until they settle. Errors come
-// from SQLite (dest exists, disk full). Safe for concurrent use.
+// current size). Errors come from SQLite (dest exists, disk full). Safe
+// for concurrent use.
 func (s *Store) Backup(ctx context.Context, dest string) error {
 	conn, err := s.w.Conn(ctx)
 	if err != nil {
