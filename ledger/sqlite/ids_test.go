@@ -408,3 +408,50 @@ func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 	defer s.Close()
 	resubmit(s)
 }
+
+// mergeRecentIDs keeps an id's first leaf when recent_ids holds the id
+// more than once (a repeated leaf and its original both still recent),
+// and leaves an id that entry_ids already has alone.
+func TestMergeRecentIDsKeepsFirstLeaf(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", dsn(filepath.Join(t.TempDir(), "m.db"), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO entry_ids(id, idx) VALUES ('c', 1);
+		INSERT INTO recent_ids(idx, id) VALUES (2, 'b'), (3, 'a'), (5, 'c'), (7, 'a'), (8, 'b'), (9, 'd')`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeRecentIDs(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query("SELECT id, idx FROM entry_ids ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var id string
+		var idx int
+		rows.Scan(&id, &idx)
+		got = append(got, fmt.Sprintf("%s:%d", id, idx))
+	}
+	if want := "a:3 b:2 c:1 d:9"; strings.Join(got, " ") != want {
+		t.Fatalf("entry_ids after the merge: %v, want %s", got, want)
+	}
+	if _, r := countIDs(t, db); r != 0 {
+		t.Fatalf("recent_ids keeps %d rows after the merge", r)
+	}
+}
