@@ -146,6 +146,11 @@ func evidenceQuery(f ledger.EvidenceFilter) (q string, args []any, lim int, err 
 	}
 	if f.Status != "" {
 		where, args = append(where, "l.status = ?"), append(args, string(f.Status))
+		if f.Status != ledger.StatusPassed {
+			// Lets SQLite use the partial index evidence_unpassed
+			// (migration 6): the rare statuses are found without a scan.
+			where = append(where, "l.status <> 'passed'")
+		}
 	}
 	if f.Repository != "" {
 		where, args = append(where, "l.repository = ?"), append(args, f.Repository)
