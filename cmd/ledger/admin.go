@@ -199,7 +199,9 @@ func newBackupCmd(a *app) *cobra.Command {
 		Short: "Write a consistent online copy of the database (VACUUM INTO) and audit the copy",
 		Long: `Write a consistent copy of --db to DEST while the service may keep running
 (SQLite's VACUUM INTO reads one snapshot), copy the verifier and signing keys
-beside it, then audit the copy. Restore by stopping the service and putting
+beside it, then audit the copy. The copy has 16 KiB pages whatever the
+source's. Restore by stopping the service, deleting the database's -wal and
+-shm files (a leftover -wal would be replayed onto the copy), and putting
 the copy (and its key files) in place of the database.
 
 Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
