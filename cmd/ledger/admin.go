@@ -62,7 +62,7 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 					fmt.Fprintf(a.stdout, "note: %d leaves repeat an earlier leaf's content id (the first at index %d), appended by a ledger older than schema 5; they stay in the log, and their id names the earlier leaf\n", rep.DuplicateLeaves, rep.FirstDuplicate)
 				}
 			} else {
-				fmt.Fprintf(a.stdout, "audit FAILED at index %d: %s\n", rep.FirstBadIndex, rep.Problem)
+				fmt.Fprintf(a.stdout, "audit FAILED %s: %s\n", auditWhere(rep), rep.Problem)
 			}
 			if !rep.OK {
 				return &exitError{code: 1}
@@ -271,7 +271,7 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 				return errExit(2, "backup: audit copy: %v", err)
 			}
 			if !rep.OK {
-				fmt.Fprintf(a.stdout, "backup written to %s but its audit FAILED at index %d: %s\n", dest, rep.FirstBadIndex, rep.Problem)
+				fmt.Fprintf(a.stdout, "backup written to %s but its audit FAILED %s: %s\n", dest, auditWhere(rep), rep.Problem)
 				return &exitError{code: 1}
 			}
 			if a.JSON {
@@ -281,4 +281,13 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 			return nil
 		},
 	}
+}
+
+// auditWhere says where a failed audit found its problem: at a leaf index,
+// or not tied to one leaf (FirstBadIndex -1, e.g. projection row counts).
+func auditWhere(rep ledger.AuditReport) string {
+	if rep.FirstBadIndex < 0 {
+		return "(not tied to one leaf)"
+	}
+	return fmt.Sprintf("at index %d", rep.FirstBadIndex)
 }

@@ -76,6 +76,7 @@ var TamperCases = []struct {
 	{"truncate-the-tail", []string{"DELETE FROM evidence_artifacts WHERE idx >= 17", "DELETE FROM leaves WHERE idx >= 17"}, 17},
 	{"edit-projection", []string{"UPDATE leaves SET status = 'failed' WHERE idx = 4"}, 4},
 	{"clear-projection", []string{"UPDATE leaves SET commit_id = NULL WHERE idx = 6"}, 6},
+	{"delete-an-artifact-row", []string{"DELETE FROM evidence_artifacts WHERE idx = 5"}, -1},
 	{"edit-checkpoint", []string{"UPDATE checkpoints SET root = zeroblob(32) WHERE size = 13"}, 12},
 }
 
@@ -101,6 +102,9 @@ func TestAuditDetectsTampering(t *testing.T) {
 			}
 			if rep.FirstBadIndex != tc.Index {
 				t.Fatalf("%s: audit names index %d, want %d (%s)", tc.Name, rep.FirstBadIndex, tc.Index, rep.Problem)
+			}
+			if tc.Index < 0 && (rep.Leaves != 20 || rep.Root == (ledger.Hash{})) {
+				t.Fatalf("%s: every leaf verified, yet the report has %d leaves, root %s", tc.Name, rep.Leaves, rep.Root)
 			}
 			t.Logf("%s: %s", tc.Name, rep.Problem)
 			if rep.Problem == "" || !strings.Contains(rep.Problem, "") {
