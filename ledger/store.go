@@ -42,7 +42,7 @@ type HeadEntry struct {
 }
 
 // EvidenceFilter selects evidence. Empty fields do not filter. Commit and
-// ArtifactDigest match as prefixes (at least 4 characters); Cursor is the
+// ArtifactDigest match as prefixes (4 to 64 lowercase hex digits); Cursor is the
 // opaque Next value of a previous page; Limit defaults to 50, at most 1000.
 // Results are newest first (descending log index).
 type EvidenceFilter struct {

@@ -91,9 +91,16 @@ func prefixRange(col, p string) (string, []any) {
 	return col + " >= ? AND " + col + " < ?", []any{p, p + "g"}
 }
 
+// hexPrefix checks a commit or digest prefix filter: 4 to 64 lowercase hex
+// digits. The error names field.
 func hexPrefix(field, p string) error {
 	if len(p) < 4 {
 		return ledger.FieldError(field, "prefix must have at least 4 characters")
+	}
+	if len(p) > 64 || strings.TrimLeft(p, "0123456789abcdef") != "" {
+		// Stored ids and digests are lowercase hex: anything else could
+		// never match, and an empty answer would hide the typo.
+		return ledger.FieldError(field, "must be 4 to 64 lowercase hex digits, got %q", p)
 	}
 	return nil
 }

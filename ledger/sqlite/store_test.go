@@ -306,3 +306,30 @@ func TestWriteFailureLosesOnlyItsRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Commit and artifact filters that could never match (not lowercase hex,
+// too long, another digest algorithm) are refused, naming the filter.
+func TestEvidenceFilterRejectsNonHex(t *testing.T) {
+	s, _ := openTest(t)
+	for _, c := range []struct {
+		f     ledger.EvidenceFilter
+		field string
+	}{
+		{ledger.EvidenceFilter{Commit: "xyz1"}, "commit"},
+		{ledger.EvidenceFilter{Commit: "ABCD1234"}, "commit"},
+		{ledger.EvidenceFilter{Commit: strings.Repeat("a", 65)}, "commit"},
+		{ledger.EvidenceFilter{ArtifactDigest: "md5:abcdef"}, "artifact"},
+		{ledger.EvidenceFilter{ArtifactDigest: "sha256:zz12"}, "artifact"},
+		{ledger.EvidenceFilter{ArtifactDigest: "SHA256:abcd"}, "artifact"},
+	} {
+		_, _, err := s.Evidence(context.Background(), c.f)
+		if le, ok := err.(*ledger.Error); !ok || le.Code != ledger.CodeInvalid || le.Field != c.field {
+			t.Errorf("%+v: %v, want an invalid-%s error", c.f, err, c.field)
+		}
+	}
+	for _, f := range []ledger.EvidenceFilter{{Commit: "abcd"}, {Commit: strings.Repeat("a", 64)}, {ArtifactDigest: "sha256:abcd"}, {ArtifactDigest: "abcd"}} {
+		if _, _, err := s.Evidence(context.Background(), f); err != nil {
+			t.Errorf("%+v: %v", f, err)
+		}
+	}
+}
