@@ -16,7 +16,6 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/transparency-dev/merkle/compact"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -90,6 +89,40 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 		latest = cps[len(cps)-1].size
 	}
 
+	// The artifact rows' multiset hash (auditart.go) is summed on another
+	// connection while the leaves stream. That connection's snapshot may be
+	// newer; rows are only ever added, for new leaves, so counting only the
+	// rows of leaves in this transaction's snapshot makes the two agree.
+	var snapSize uint64
+	if err := tx.QueryRowContext(ctx, storedSizeQuery).Scan(&snapSize); err != nil {
+		return rep, dbErr("audit", err)
+	}
+	type artResult struct {
+		sum artSum
+		err error
+	}
+	artDone := make(chan artResult, 1)
+	go func() {
+		conn3, err := s.r.Conn(ctx)
+		if err != nil {
+			artDone <- artResult{err: err}
+			return
+		}
+		defer conn3.Close()
+		sum, _, err := tableArtifacts(ctx, conn3, snapSize, nil)
+		artDone <- artResult{sum, err}
+	}()
+	// Wait for it on every return path (it uses ctx and the read pool).
+	var art artResult
+	artWaited := false
+	waitArt := func() artResult {
+		if !artWaited {
+			art, artWaited = <-artDone, true
+		}
+		return art
+	}
+	defer waitArt()
+
 	// 2. Leaves, streamed with their projections, against tree nodes.
 	leafRows, err := tx.QueryContext(ctx, `SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.leaf, l.leaf_hash,
 		l.backend, l.status, l.repository, l.commit_id,
@@ -115,6 +148,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	cpi := 0
 	var expect uint64
 	var artifacts, wantHead int64 // counted from the leaves
+	var wantArt artSum            // the artifact rows the leaves imply
 	var nodeProblem string
 	var nodeBad int64 = -1
 	var verified uint64
@@ -209,6 +243,7 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 				return bad(int64(idx), "leaf %d: %s", idx, r.problem)
 			}
 			artifacts += r.artifacts
+			wantArt.add(r.artSum)
 			if ledger.Kind(r.kind) == ledger.KindHead {
 				wantHead++
 			}
@@ -268,6 +303,15 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 	if nHead != wantHead || nArt != artifacts {
 		return bad(-1, "query projections do not match the leaves: heads_index has %d rows for %d head leaves, evidence_artifacts %d rows for %d artifacts in the evidence leaves (rows were added or deleted)", nHead, wantHead, nArt, artifacts)
 	}
+	if a := waitArt(); a.err != nil {
+		return rep, dbErr("audit", a.err)
+	} else if a.sum != wantArt {
+		idx, err := firstArtifactMismatch(ctx, tx)
+		if err != nil {
+			return rep, dbErr("audit", err)
+		}
+		return bad(idx, "evidence_artifacts rows of leaf %d do not match its body's artifacts (a digest, name or index was edited)", idx)
+	}
 	rep.OK = true
 	return rep, nil
 }
@@ -290,6 +334,7 @@ type auditRow struct {
 	idBytes   [16]byte
 	problem   string
 	artifacts int64
+	artSum    artSum
 }
 
 // auditBody holds every body field the audit compares, for all kinds, so
@@ -304,7 +349,7 @@ type auditBody struct {
 		Commit     string         `json:"commit"`
 		Tree       string         `json:"tree"`
 		Dirty      bool           `json:"dirty"`
-		Artifacts  jsontext.Value `json:"artifacts"`
+		Artifacts  map[string]string `json:"artifacts"`
 	} `json:"subject"`
 	Repository string `json:"repository"`
 	Ref        string `json:"ref"`
@@ -375,10 +420,12 @@ func (r *auditRow) check() {
 			r.problem = "evidence projection columns do not match the leaf"
 			return
 		}
-		// The body's hash is verified, and it was validated when appended:
-		// every artifact is one "name":"sha256:..." pair (names hold no
-		// quotes), so counting the separators counts the artifacts.
-		r.artifacts = int64(bytes.Count(b.Subject.Artifacts, []byte(`":"sha256:`)))
+		// The rows evidence_artifacts must hold for this leaf, as a count
+		// and a multiset hash (auditart.go).
+		for name, d := range b.Subject.Artifacts {
+			r.artSum.addRow(r.idx, name, d)
+		}
+		r.artifacts = int64(len(b.Subject.Artifacts))
 		if r.hRepo.Valid {
 			r.problem = "evidence leaf has a head index row"
 		}

@@ -17,7 +17,7 @@ import (
 // appends of 1000 and cached under os.TempDir() for later runs.
 func bigLog(b *testing.B, n int) string {
 	b.Helper()
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ledger-bench-v7-%d", n))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ledger-bench-v8-%d", n))
 	path := filepath.Join(dir, "ledger.db")
 	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
 		return path

@@ -77,6 +77,10 @@ var TamperCases = []struct {
 	{"edit-projection", []string{"UPDATE leaves SET status = 'failed' WHERE idx = 4"}, 4},
 	{"clear-projection", []string{"UPDATE leaves SET commit_id = NULL WHERE idx = 6"}, 6},
 	{"delete-an-artifact-row", []string{"DELETE FROM evidence_artifacts WHERE idx = 5"}, -1},
+	{"edit-an-artifact-digest", []string{"UPDATE evidence_artifacts SET digest = 'sha256:' || hex(zeroblob(32)) WHERE idx = 5"}, 5},
+	{"move-an-artifact-row", []string{"UPDATE evidence_artifacts SET idx = 8 WHERE idx = 5"}, 5},
+	{"replace-an-artifact-row", []string{"DELETE FROM evidence_artifacts WHERE idx = 12", "INSERT INTO evidence_artifacts(digest, idx, name) VALUES ('sha256:' || hex(zeroblob(32)), 12, 'libmlx.so')"}, 12},
+	{"rename-an-artifact", []string{"UPDATE evidence_artifacts SET name = 'other.so' WHERE idx = 3"}, 3},
 	{"edit-checkpoint", []string{"UPDATE checkpoints SET root = zeroblob(32) WHERE size = 13"}, 12},
 }
 
