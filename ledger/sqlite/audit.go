@@ -345,10 +345,10 @@ type auditBody struct {
 	Status  string `json:"status"`
 	Control string `json:"control"`
 	Subject struct {
-		Repository string         `json:"repository"`
-		Commit     string         `json:"commit"`
-		Tree       string         `json:"tree"`
-		Dirty      bool           `json:"dirty"`
+		Repository string            `json:"repository"`
+		Commit     string            `json:"commit"`
+		Tree       string            `json:"tree"`
+		Dirty      bool              `json:"dirty"`
 		Artifacts  map[string]string `json:"artifacts"`
 	} `json:"subject"`
 	Repository string `json:"repository"`
