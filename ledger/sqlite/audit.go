@@ -300,8 +300,11 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 		r, _ := rng.GetRootHash(nil)
 		copy(rep.Root[:], r)
 	}
-	if nHead != wantHead || nArt != artifacts {
-		return bad(-1, "query projections do not match the leaves: heads_index has %d rows for %d head leaves, evidence_artifacts %d rows for %d artifacts in the evidence leaves (rows were added or deleted)", nHead, wantHead, nArt, artifacts)
+	if nHead != wantHead {
+		return bad(-1, "heads_index holds %d rows for %d head leaves (rows were added or deleted)", nHead, wantHead)
+	}
+	if nArt != artifacts {
+		return bad(-1, "evidence_artifacts holds %d rows for the %d artifacts the evidence leaves name (rows were added or deleted)", nArt, artifacts)
 	}
 	if a := waitArt(); a.err != nil {
 		return rep, dbErr("audit", a.err)

@@ -100,6 +100,9 @@ func hexPrefix(field, p string) error {
 	if len(p) > 64 || strings.TrimLeft(p, "0123456789abcdef") != "" {
 		// Stored ids and digests are lowercase hex: anything else could
 		// never match, and an empty answer would hide the typo.
+		if field == "artifact" {
+			return ledger.FieldError(field, "must be a sha256 digest prefix: 4 to 64 lowercase hex digits, optionally after \"sha256:\", got %q", p)
+		}
 		return ledger.FieldError(field, "must be 4 to 64 lowercase hex digits, got %q", p)
 	}
 	return nil
