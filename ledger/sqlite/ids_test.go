@@ -190,17 +190,7 @@ func TestMigration5DownAndUp(t *testing.T) {
 		}
 	}
 	s.Close()
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newProvider(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.DownTo(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
+	db := downTo(t, path, 4)
 	var n int
 	db.QueryRow("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('entry_ids', 'recent_ids')").Scan(&n)
 	var unique string

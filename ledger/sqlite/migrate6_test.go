@@ -14,6 +14,24 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
+// downTo opens the closed database at path and runs the down migrations
+// to version; the caller closes the handle.
+func downTo(t *testing.T, path string, version int64) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newProvider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(context.Background(), version); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 // evidenceAnswers lists the leaf indexes Evidence returns for a few
 // filters, so that a schema change can be checked to answer the same.
 func evidenceAnswers(t *testing.T, s *Store) map[string][]uint64 {
@@ -79,17 +97,7 @@ func TestMigration6DownAndUp(t *testing.T) {
 	}
 	s.Close()
 
-	db, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newProvider(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.DownTo(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
+	db := downTo(t, path, 5)
 	rows, err := db.Query("SELECT e.idx, l.key, e.lane, e.backend, e.status, e.control, e.repository, e.commit_id, e.tree_id, e.dirty, e.recorded_at = l.recorded_at FROM evidence_index e JOIN leaves l ON l.idx = e.idx ORDER BY e.idx")
 	if err != nil {
 		t.Fatal(err)
