@@ -269,11 +269,11 @@ func (s *Store) writer() {
 	}
 }
 
-// loadTree loads the compact range and latest checkpoint, checking that
-// they agree (size and root).
 // storedSizeQuery counts the stored leaves (the next leaf index).
 const storedSizeQuery = "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves"
 
+// loadTree loads the compact range and latest checkpoint, checking that
+// they agree (size and root).
 func (s *Store) loadTree(ctx context.Context) error { return s.loadTreeFrom(ctx, s.w) }
 
 func (s *Store) loadTreeFrom(ctx context.Context, q queryer) error {

@@ -109,18 +109,11 @@ func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
 			return
 		}
 		defer conn3.Close()
-		sum, _, err := tableArtifacts(ctx, conn3, snapSize, nil)
+		sum, err := tableArtifacts(ctx, conn3, snapSize, nil)
 		artDone <- artResult{sum, err}
 	}()
 	// Wait for it on every return path (it uses ctx and the read pool).
-	var art artResult
-	artWaited := false
-	waitArt := func() artResult {
-		if !artWaited {
-			art, artWaited = <-artDone, true
-		}
-		return art
-	}
+	waitArt := sync.OnceValue(func() artResult { return <-artDone })
 	defer waitArt()
 
 	// 2. Leaves, streamed with their projections, against tree nodes.

@@ -39,20 +39,19 @@ func (s *artSum) addRow(idx uint64, name, digest string) {
 
 // tableArtifacts sums the rows of evidence_artifacts for leaves below
 // index below and, when byIdx is not nil, also per leaf index.
-func tableArtifacts(ctx context.Context, q queryer, below uint64, byIdx map[uint64]*artSum) (sum artSum, n int64, err error) {
+func tableArtifacts(ctx context.Context, q queryer, below uint64, byIdx map[uint64]*artSum) (sum artSum, err error) {
 	rows, err := q.QueryContext(ctx, "SELECT idx, name, digest FROM evidence_artifacts WHERE idx < ?", int64(below))
 	if err != nil {
-		return sum, 0, err
+		return sum, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var idx int64
 		var name, digest string
 		if err := rows.Scan(&idx, &name, &digest); err != nil {
-			return sum, 0, err
+			return sum, err
 		}
 		sum.addRow(uint64(idx), name, digest)
-		n++
 		if byIdx != nil {
 			s := byIdx[uint64(idx)]
 			if s == nil {
@@ -62,7 +61,7 @@ func tableArtifacts(ctx context.Context, q queryer, below uint64, byIdx map[uint
 			s.addRow(uint64(idx), name, digest)
 		}
 	}
-	return sum, n, rows.Err()
+	return sum, rows.Err()
 }
 
 // firstArtifactMismatch names the smallest leaf index whose artifact rows
@@ -71,7 +70,7 @@ func tableArtifacts(ctx context.Context, q queryer, below uint64, byIdx map[uint
 // per leaf with artifacts.
 func firstArtifactMismatch(ctx context.Context, q queryer) (int64, error) {
 	byIdx := map[uint64]*artSum{}
-	if _, _, err := tableArtifacts(ctx, q, 1<<62, byIdx); err != nil {
+	if _, err := tableArtifacts(ctx, q, 1<<62, byIdx); err != nil {
 		return -1, err
 	}
 	rows, err := q.QueryContext(ctx, "SELECT idx, leaf FROM leaves WHERE kind = 'evidence' ORDER BY idx")
@@ -90,11 +89,7 @@ func firstArtifactMismatch(ctx context.Context, q queryer) (int64, error) {
 		if err != nil {
 			return int64(idx), nil // the main pass verified it; be safe
 		}
-		var b struct {
-			Subject struct {
-				Artifacts map[string]string `json:"artifacts"`
-			} `json:"subject"`
-		}
+		var b auditBody
 		jsonv2.Unmarshal(l.Body, &b)
 		var want artSum
 		for name, d := range b.Subject.Artifacts {

@@ -97,7 +97,7 @@ func hexPrefix(field, p string) error {
 	if len(p) < 4 {
 		return ledger.FieldError(field, "prefix must have at least 4 characters")
 	}
-	if len(p) > 64 || strings.TrimLeft(p, "0123456789abcdef") != "" {
+	if len(p) > 64 || !ledger.LowerHex(p) {
 		// Stored ids and digests are lowercase hex: anything else could
 		// never match, and an empty answer would hide the typo.
 		if field == "artifact" {
