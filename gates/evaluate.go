@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,7 +103,7 @@ type evaluator struct {
 	store    ledger.Store
 	rel      *Release
 	now      time.Time
-	cur      string
+	asOf     uint64
 	baseLim  int
 	waivers  []waiverEntry
 	signoffs []signoffEntry
@@ -125,7 +124,7 @@ type evidencePage struct {
 // the same lane and commit (a lane gate per backend, say) share queries.
 // The entries are shared: callers must not modify them.
 func (ev *evaluator) evidence(f ledger.EvidenceFilter) ([]ledger.EvidenceEntry, string, error) {
-	key := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", f.Lane, f.Backend, f.Commit, f.ArtifactDigest, f.Cursor, f.Limit)
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00%d", f.Lane, f.Backend, f.Commit, f.ArtifactDigest, f.Cursor, f.AsOfSize, f.Limit)
 	ev.mu.Lock()
 	p, ok := ev.pages[key]
 	if !ok {
@@ -170,7 +169,7 @@ func Evaluate(ctx context.Context, store ledger.Store, rel *Release, opts EvalOp
 	if err != nil {
 		return nil, err
 	}
-	ev := &evaluator{ctx: ctx, store: store, rel: rel, now: opts.Now.UTC(), cur: strconv.FormatUint(cp.Size, 10), baseLim: opts.BaselineLimit, pages: map[string]*evidencePage{}}
+	ev := &evaluator{ctx: ctx, store: store, rel: rel, now: opts.Now.UTC(), asOf: cp.Size, baseLim: opts.BaselineLimit, pages: map[string]*evidencePage{}}
 	if err := ev.loadRecords(); err != nil {
 		return nil, err
 	}
@@ -234,7 +233,7 @@ func (ev *evaluator) gate(g *Gate) (GateResult, error) {
 }
 
 func (ev *evaluator) loadRecords() error {
-	ws, _, err := ev.store.Entries(ev.ctx, ledger.EntryFilter{Kind: ledger.KindWaiver, Key: ev.rel.Version, Cursor: ev.cur, Limit: 1000})
+	ws, _, err := ev.store.Entries(ev.ctx, ledger.EntryFilter{Kind: ledger.KindWaiver, Key: ev.rel.Version, AsOfSize: ev.asOf, Limit: 1000})
 	if err != nil {
 		return err
 	}
@@ -244,7 +243,7 @@ func (ev *evaluator) loadRecords() error {
 			ev.waivers = append(ev.waivers, waiverEntry{e, w})
 		}
 	}
-	as, _, err := ev.store.Entries(ev.ctx, ledger.EntryFilter{Kind: ledger.KindApproval, Key: ev.rel.Version, Cursor: ev.cur, Limit: 1000})
+	as, _, err := ev.store.Entries(ev.ctx, ledger.EntryFilter{Kind: ledger.KindApproval, Key: ev.rel.Version, AsOfSize: ev.asOf, Limit: 1000})
 	if err != nil {
 		return err
 	}
@@ -289,7 +288,7 @@ func (ev *evaluator) applyWaivers(res *GateResult, pins string) {
 // the evaluation size), reading at most maxPages pages. It reports whether
 // records were left unread.
 func (ev *evaluator) forEachEvidence(f ledger.EvidenceFilter, fn func(ledger.EvidenceEntry) bool) (bool, error) {
-	f.Cursor, f.Limit = ev.cur, 1000
+	f.AsOfSize, f.Limit = ev.asOf, 1000
 	for page := 0; page < maxPages; page++ {
 		es, next, err := ev.evidence(f)
 		if err != nil {
@@ -500,7 +499,7 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 // (at most the baseline limit are read), for context: they never count.
 // keep, when non-nil, filters the records considered.
 func (ev *evaluator) sampleBaseline(g *Gate, comp Component, commit, tree string, bl *baselines, keep func(*ledger.Evidence) bool) error {
-	es, _, err := ev.evidence(ledger.EvidenceFilter{Lane: g.Lane, Cursor: ev.cur, Limit: ev.baseLim})
+	es, _, err := ev.evidence(ledger.EvidenceFilter{Lane: g.Lane, AsOfSize: ev.asOf, Limit: ev.baseLim})
 	if err != nil {
 		return err
 	}
@@ -559,7 +558,7 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 	var failed []string
 	notVerified := 0
 	for _, c := range ev.components(g) {
-		hs, _, err := ev.store.Heads(ev.ctx, ledger.HeadFilter{Commit: c.Head, Cursor: ev.cur, Limit: 100})
+		hs, _, err := ev.store.Heads(ev.ctx, ledger.HeadFilter{Commit: c.Head, AsOfSize: ev.asOf, Limit: 100})
 		if err != nil {
 			return res, err
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,7 +76,7 @@ func loadReleaseAt(ctx context.Context, store ledger.Store, version string, asOf
 	if !ValidVersion(version) {
 		return nil, ledger.Entry{}, ledger.FieldError("version", "not a valid release version: %q", version)
 	}
-	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version, Limit: 1, Cursor: cursor(asOf)})
+	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version, Limit: 1, AsOfSize: asOf})
 	if err != nil {
 		return nil, ledger.Entry{}, err
 	}
@@ -123,13 +122,6 @@ func ListReleases(ctx context.Context, store ledger.Store) ([]*Release, error) {
 		}
 		cur = next
 	}
-}
-
-func cursor(asOf uint64) string {
-	if asOf == 0 {
-		return ""
-	}
-	return strconv.FormatUint(asOf, 10)
 }
 
 // Waiver is the body of a waiver record (ledger.KindWaiver, keyed by

@@ -44,7 +44,8 @@ type HeadEntry struct {
 // EvidenceFilter selects evidence. Empty fields do not filter. Commit and
 // ArtifactDigest match as prefixes (4 to 64 lowercase hex digits); Cursor is the
 // opaque Next value of a previous page; Limit defaults to 50, at most 1000.
-// Results are newest first (descending log index).
+// AsOfSize, when not 0, reads the log as of that tree size: only entries
+// with index < AsOfSize. Results are newest first (descending log index).
 type EvidenceFilter struct {
 	Lane           string
 	Backend        Backend
@@ -53,25 +54,30 @@ type EvidenceFilter struct {
 	Commit         string
 	ArtifactDigest string
 	Since          time.Time // recorded at or after
+	AsOfSize       uint64
 	Cursor         string
 	Limit          int
 }
 
 // EntryFilter selects log entries of one kind by key. Key is the kind's
 // index key (see EntryKey): the release version for releases, waivers and
-// approvals, the repository for heads, the lane for evidence.
+// approvals, the repository for heads, the lane for evidence. AsOfSize,
+// Cursor and Limit are as in EvidenceFilter.
 type EntryFilter struct {
-	Kind   Kind
-	Key    string
-	Cursor string
-	Limit  int
+	Kind     Kind
+	Key      string
+	AsOfSize uint64
+	Cursor   string
+	Limit    int
 }
 
-// HeadFilter selects head verifications (newest first).
+// HeadFilter selects head verifications (newest first). AsOfSize, Cursor
+// and Limit are as in EvidenceFilter.
 type HeadFilter struct {
 	Repository string
 	Commit     string // exact or prefix (>= 4)
 	Verdict    Verdict
+	AsOfSize   uint64
 	Cursor     string
 	Limit      int
 }
@@ -124,38 +130,82 @@ type AuditReport struct {
 	FirstDuplicate  int64  `json:"first_duplicate"`
 }
 
-// Store is the evidence ledger's persistence: an append-only Merkle log of
-// entries with signed checkpoints, plus indexes to query them, plus tokens.
-// Implementations must be safe for concurrent use.
-type Store interface {
+// LogWriter appends facts to the log. Implementations are safe for
+// concurrent use.
+type LogWriter interface {
 	// Append validates and appends recs atomically (all or none) and signs a
 	// checkpoint covering them. Records identical to ones already logged are
 	// not appended again. A non-empty idemKey that was seen before returns the
 	// original result (CodeConflict when the records differ).
 	Append(ctx context.Context, recs []Record, idemKey string) (*AppendResult, error)
-	Entry(ctx context.Context, id string) (Entry, error)
-	EntryAt(ctx context.Context, index uint64) (Entry, error)
-	Entries(ctx context.Context, f EntryFilter) (entries []Entry, next string, err error)
-	Evidence(ctx context.Context, f EvidenceFilter) (entries []EvidenceEntry, next string, err error)
-	Heads(ctx context.Context, f HeadFilter) (entries []HeadEntry, next string, err error)
+}
 
+// LogReader reads the log itself: entries by id or index, signed
+// checkpoints and Merkle proofs. Implementations are safe for concurrent
+// use.
+type LogReader interface {
+	// Entry returns the entry with content id id, or CodeNotFound.
+	Entry(ctx context.Context, id string) (Entry, error)
+	// EntryAt returns the entry at index, or CodeNotFound.
+	EntryAt(ctx context.Context, index uint64) (Entry, error)
+	// Checkpoint returns the latest signed checkpoint.
 	Checkpoint(ctx context.Context) (Checkpoint, error)
+	// CheckpointAt returns the signed checkpoint of tree size size (0: the
+	// latest), or CodeNotFound when none was signed at that size.
 	CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error)
 	InclusionProof(ctx context.Context, index, size uint64) (InclusionProof, error)
 	ConsistencyProof(ctx context.Context, from, to uint64) (ConsistencyProof, error)
+}
+
+// Queries answers the projections gates, the API and the dashboard read.
+// Each answer is one page, newest first, with the opaque cursor of the next
+// page ("" after the last). Implementations are safe for concurrent use.
+type Queries interface {
+	Entries(ctx context.Context, f EntryFilter) (entries []Entry, next string, err error)
+	Evidence(ctx context.Context, f EvidenceFilter) (entries []EvidenceEntry, next string, err error)
+	Heads(ctx context.Context, f HeadFilter) (entries []HeadEntry, next string, err error)
+}
+
+// Keys is the log's signing identity.
+type Keys interface {
 	// VerifierKey returns the signed-note verifier key of the checkpoints.
 	VerifierKey() string
-	// Sign signs text (a readiness verdict, say) with the log key as a
+	// SignNote signs text (a readiness verdict, say) with the log key as a
 	// signed note.
 	SignNote(text string) (string, error)
-	Audit(ctx context.Context) (AuditReport, error)
+}
 
+// TokenStore keeps API tokens. Implementations are safe for concurrent use.
+type TokenStore interface {
 	CreateToken(ctx context.Context, name string, scope Scope, roles []string) (secret string, t Token, err error)
 	Tokens(ctx context.Context) ([]Token, error)
 	RevokeToken(ctx context.Context, idOrName string) error
 	// Authenticate returns the live token whose secret is given, or a
 	// CodeUnauthorized error.
 	Authenticate(ctx context.Context, secret string) (Token, error)
+}
 
+// Auditor checks a whole log.
+type Auditor interface {
+	Audit(ctx context.Context) (AuditReport, error)
+}
+
+// Reader is what gates and read-only pages need: the log and its
+// projections.
+type Reader interface {
+	LogReader
+	Queries
+}
+
+// Store is the evidence ledger's persistence as cmd wires it: the log, its
+// projections, its key, tokens and the audit. Implementations must be safe
+// for concurrent use.
+type Store interface {
+	LogWriter
+	LogReader
+	Queries
+	Keys
+	TokenStore
+	Auditor
 	Close() error
 }

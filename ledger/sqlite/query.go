@@ -5,11 +5,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"strconv"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/internal/cursor"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 )
@@ -74,15 +75,20 @@ func limitOf(n int) int {
 	return n
 }
 
-func parseCursor(c string) (int64, error) {
-	if c == "" {
+// bound returns the exclusive upper index of a page: below the cursor's
+// index and below asOf (when not 0), -1 when neither bounds it.
+func bound(c string, asOf uint64) (int64, error) {
+	idx, ok := cursor.Decode(c)
+	if !ok {
+		return 0, ledger.FieldError("cursor", "malformed cursor")
+	}
+	if asOf > 0 && asOf < idx {
+		idx = asOf
+	}
+	if idx > math.MaxInt64 {
 		return -1, nil
 	}
-	v, err := strconv.ParseInt(c, 10, 64)
-	if err != nil || v < 0 {
-		return 0, ledger.FieldError("cursor", "malformed cursor %q", c)
-	}
-	return v, nil
+	return int64(idx), nil
 }
 
 // prefixRange returns bounds matching every string with prefix p whose
@@ -137,7 +143,7 @@ func (s *Store) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger
 	next := ""
 	if len(out) > lim {
 		out = out[:lim]
-		next = strconv.FormatUint(out[lim-1].Index, 10)
+		next = cursor.Encode(out[lim-1].Index)
 	}
 	return out, next, nil
 }
@@ -191,7 +197,7 @@ func evidenceQuery(f ledger.EvidenceFilter) (q string, args []any, lim int, err 
 	if !f.Since.IsZero() {
 		where, args = append(where, "l.recorded_at >= ?"), append(args, f.Since.UnixNano())
 	}
-	cur, err := parseCursor(f.Cursor)
+	cur, err := bound(f.Cursor, f.AsOfSize)
 	if err != nil {
 		return "", nil, 0, err
 	}
@@ -216,7 +222,7 @@ func (s *Store) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Ent
 	if f.Key != "" {
 		where, args = append(where, "l.key = ?"), append(args, f.Key)
 	}
-	cur, err := parseCursor(f.Cursor)
+	cur, err := bound(f.Cursor, f.AsOfSize)
 	if err != nil {
 		return nil, "", err
 	}
@@ -244,7 +250,7 @@ func (s *Store) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Ent
 	next := ""
 	if len(out) > lim {
 		out = out[:lim]
-		next = strconv.FormatUint(out[lim-1].Index, 10)
+		next = cursor.Encode(out[lim-1].Index)
 	}
 	return out, next, nil
 }
@@ -266,7 +272,7 @@ func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEn
 	if f.Verdict != "" {
 		where, args = append(where, "h.verdict = ?"), append(args, string(f.Verdict))
 	}
-	cur, err := parseCursor(f.Cursor)
+	cur, err := bound(f.Cursor, f.AsOfSize)
 	if err != nil {
 		return nil, "", err
 	}
@@ -298,7 +304,7 @@ func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEn
 	next := ""
 	if len(out) > lim {
 		out = out[:lim]
-		next = strconv.FormatUint(out[lim-1].Index, 10)
+		next = cursor.Encode(out[lim-1].Index)
 	}
 	return out, next, nil
 }
