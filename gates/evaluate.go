@@ -428,4 +428,3 @@ func (ev *evaluator) components(g *Gate) []Component {
 	}
 	return out
 }
-

@@ -157,4 +157,3 @@ func eachCell(dims []Dimension, fn func(string)) {
 		}
 	}
 }
-
