@@ -3,6 +3,7 @@ package gates
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -36,16 +37,41 @@ func forEachEntry(ctx context.Context, q ledger.Queries, f ledger.EntryFilter, f
 }
 
 // decodeError is the error of a log entry whose body does not decode as
-// its kind: it names the entry, never quotes the body.
-func decodeError(e ledger.Entry, what string, err error) error {
-	return fmt.Errorf("%s entry %s (index %d) does not decode: %w", what, e.ID, e.Index, err)
+// its kind. Its message names the entry and, where the decoder says, the
+// field; it never quotes the body (the cause, which may, is only
+// wrapped).
+type decodeError struct {
+	what  string
+	id    string
+	index uint64
+	field string
+	err   error
 }
+
+func newDecodeError(e ledger.Entry, what string, err error) error {
+	d := &decodeError{what: what, id: e.ID, index: e.Index, err: err}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		d.field = te.Field
+	}
+	return d
+}
+
+func (d *decodeError) Error() string {
+	msg := fmt.Sprintf("%s entry %s (index %d) does not decode", d.what, d.id, d.index)
+	if d.field != "" {
+		msg += ": bad field " + d.field
+	}
+	return msg
+}
+
+func (d *decodeError) Unwrap() error { return d.err }
 
 // decodeWaiver decodes a waiver entry's body.
 func decodeWaiver(e ledger.Entry) (Waiver, error) {
 	var w Waiver
 	if err := json.Unmarshal(e.Body, &w); err != nil {
-		return Waiver{}, decodeError(e, "waiver", err)
+		return Waiver{}, newDecodeError(e, "waiver", err)
 	}
 	return w, nil
 }
@@ -58,21 +84,21 @@ func decodeApproval(e ledger.Entry) (*Approval, *Signoff, error) {
 		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(e.Body, &probe); err != nil {
-		return nil, nil, decodeError(e, "approval", err)
+		return nil, nil, newDecodeError(e, "approval", err)
 	}
 	switch probe.Type {
 	case TypeApproval:
 		var a Approval
 		if err := json.Unmarshal(e.Body, &a); err != nil {
-			return nil, nil, decodeError(e, "approval", err)
+			return nil, nil, newDecodeError(e, "approval", err)
 		}
 		return &a, nil, nil
 	case TypeSignoff:
 		var s Signoff
 		if err := json.Unmarshal(e.Body, &s); err != nil {
-			return nil, nil, decodeError(e, "sign-off", err)
+			return nil, nil, newDecodeError(e, "sign-off", err)
 		}
 		return nil, &s, nil
 	}
-	return nil, nil, decodeError(e, "approval", fmt.Errorf("type must be %q or %q", TypeApproval, TypeSignoff))
+	return nil, nil, &decodeError{what: "approval", id: e.ID, index: e.Index, field: "type"}
 }
