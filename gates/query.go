@@ -14,6 +14,10 @@ import (
 // how many round trips that takes.
 const pageLimit = 1000
 
+// headFirstPage is the size of the first page of head verifications a
+// signed-heads gate reads, before pages of pageLimit.
+const headFirstPage = 100
+
 // forEachEntry calls fn for every entry matching f, newest first, page
 // after page to the last one (f.Cursor is where it starts). It stops at
 // the first error, from the store or from fn.
