@@ -61,9 +61,6 @@ func DecodeTrajectory(details json.RawMessage) (Trajectory, error) {
 	if err := json.Unmarshal(probe.Tokens, &t.Tokens); err != nil {
 		return Trajectory{}, FieldError("details.tokens", "must be an array of integer token ids (64-bit)")
 	}
-	if t.Tokens == nil {
-		t.Tokens = []int64{}
-	}
 	return t, nil
 }
 
