@@ -23,8 +23,8 @@ type TreeEquivalence struct {
 	Reviewed    string   `json:"reviewed"`
 	Equivalent  *bool    `json:"equivalent"`
 	OutsidePins []string `json:"outside_pins"`
-	Pins        []string `json:"pins,omitempty"`
-	Differences int      `json:"differences,omitempty"`
+	Pins        []string `json:"pins"`
+	Differences int      `json:"differences"`
 }
 
 // DecodeTreeEquivalence decodes the Details of tree-equivalence evidence:
