@@ -12,14 +12,20 @@
 //   - signed-heads: each component's head verified good and trusted
 //     (ledger.HeadVerification records, kind "head");
 //   - tree-equivalence: evidence of lane tree-equivalence/v1 (see
-//     TreeEquivalenceDetails) that each signed head equals its reviewed
-//     source apart from the component's pin paths;
+//     ledger.TreeEquivalence and ledger.JudgeTreeEquivalence) that each
+//     signed head equals its reviewed source apart from the component's pin
+//     paths;
 //   - trajectory: token sequences recorded as external evidence (see
-//     TrajectoryDetails) identical across listed modes and backends; a
-//     divergence names the first differing zero-based index and both tokens;
+//     ledger.Trajectory) identical across listed modes and backends; a
+//     divergence names ledger.FirstDivergence (the first zero-based position
+//     whose tokens differ or where one sequence has ended) and both tokens;
 //   - matrix: every combination of listed dimension values has passing
 //     evidence whose details carry those values;
 //   - manual: a sign-off recorded by a token holding a named role.
+//
+// Each kind is defined in one file (kind_lane.go, kind_heads.go, ...): the
+// fields it uses, its validation and its evaluation, listed once in the
+// kinds table.
 //
 // Binding is exact: evidence counts only when every pin equals the release's
 // current pins. Other evidence of the same lane is listed as baseline with
@@ -34,5 +40,9 @@
 // JSON with the log key (a signed note) and VerifyVerdict checks it, so a
 // verdict can be verified and replayed later.
 //
-// Functions here are safe for concurrent use when the Store is.
+// Every query a gate's state depends on is read to its last page; a
+// waiver or approval record that does not decode is an error naming its
+// entry, never skipped.
+//
+// Functions here are safe for concurrent use when the store passed in is.
 package gates

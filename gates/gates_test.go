@@ -221,7 +221,7 @@ func treeEv(reviewed string, equivalent bool, outside []string, f func(*ledger.E
 	if !equivalent {
 		e.Status, e.CasesExact = ledger.StatusFailed, 0
 	}
-	d, _ := json.Marshal(TreeEquivalenceDetails{Reviewed: reviewed, Equivalent: &equivalent, OutsidePins: outside})
+	d, _ := json.Marshal(ledger.TreeEquivalence{Reviewed: reviewed, Equivalent: &equivalent, OutsidePins: outside})
 	e.Details = d
 	if f != nil {
 		f(&e)
@@ -300,7 +300,9 @@ func TestTrajectoryGate(t *testing.T) {
 			e.Subject.Commit, e.Subject.Tree = otherC, otherC
 			return e
 		}()), StateOpen, 0, "other commit"},
-		{"length only", all(same[:40]), StateFailed, -1, ""},
+		// One meaning of a divergence (ledger.FirstDivergence): a strict
+		// prefix diverges where the shorter sequence ends.
+		{"length only", all(same[:40]), StateFailed, 40, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -316,7 +318,10 @@ func TestTrajectoryGate(t *testing.T) {
 				if d == nil || d.Index != tc.index || d.Trajectory != "gemma" || d.A != "ordinary/contiguous" || d.B != "automatic/contiguous" {
 					t.Fatalf("divergence %+v; want index %d between ordinary/contiguous and automatic/contiguous", d, tc.index)
 				}
-				if tc.index >= 0 {
+				if tc.index == 40 && (d.TokenA == nil || *d.TokenA != same[40] || d.TokenB != nil || !strings.Contains(g.Reason, "index 40 (ended vs token")) {
+					t.Fatalf("length-only divergence %+v, reason %q: want A's token %d and B ended", d, g.Reason, same[40])
+				}
+				if tc.index == 30 {
 					if *d.TokenA != same[30] || *d.TokenB != 50030 {
 						t.Fatalf("tokens %d vs %d", *d.TokenA, *d.TokenB)
 					}

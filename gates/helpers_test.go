@@ -97,8 +97,6 @@ func only(rel *Release, id string) *Release {
 	return &c
 }
 
-type evOpt func(*ledger.Evidence)
-
 func passing(lane string) ledger.Evidence {
 	return ledger.Evidence{
 		Lane:    lane,
@@ -168,7 +166,7 @@ func trajectoryEv(traj, mode, backend string, tokens []int64) ledger.Evidence {
 	e.Backend = ledger.BackendExternal
 	e.CasesExact, e.CasesTotal, e.Control = 1, 1, ledger.ControlNone
 	e.Subject.Artifacts = nil
-	d, _ := json.Marshal(TrajectoryDetails{Trajectory: traj, Mode: mode, Backend: backend, Tokens: tokens})
+	d, _ := json.Marshal(ledger.Trajectory{Name: traj, Mode: mode, Backend: backend, Tokens: tokens})
 	e.Details = d
 	return e
 }

@@ -12,11 +12,27 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
+// Recorder is what recording a release, waiver or sign-off needs: the
+// current definition (Queries) and the append (LogWriter). A ledger.Store
+// is one.
+type Recorder interface {
+	ledger.LogWriter
+	ledger.Queries
+}
+
+// Approver is what RecordApproval needs: a Recorder that also reads the
+// log (to evaluate) and signs the verdict. A ledger.Store is one.
+type Approver interface {
+	Recorder
+	ledger.LogReader
+	ledger.Keys
+}
+
 // Apply appends rel as a new release definition (ledger.KindRelease, keyed
 // by version) after validating it. DefinedAt is set to now when zero, so
 // every application is a distinct record and the history of what was bound
 // when stays auditable. It returns the appended entry.
-func Apply(ctx context.Context, store ledger.Store, rel *Release) (ledger.Entry, error) {
+func Apply(ctx context.Context, store Recorder, rel *Release) (ledger.Entry, error) {
 	if err := rel.validate(); err != nil {
 		return ledger.Entry{}, err
 	}
@@ -42,7 +58,7 @@ func Apply(ctx context.Context, store ledger.Store, rel *Release) (ledger.Entry,
 	return e, nil
 }
 
-func appendOne(ctx context.Context, store ledger.Store, k ledger.Kind, body []byte) (ledger.Entry, error) {
+func appendOne(ctx context.Context, store ledger.LogWriter, k ledger.Kind, body []byte) (ledger.Entry, error) {
 	res, err := store.Append(ctx, []ledger.Record{{Kind: k, Body: body}}, "")
 	if err != nil {
 		return ledger.Entry{}, err
@@ -68,11 +84,11 @@ func DecodeRelease(e ledger.Entry) (*Release, error) {
 
 // LoadRelease returns the latest definition of version and its entry, or a
 // CodeNotFound error.
-func LoadRelease(ctx context.Context, store ledger.Store, version string) (*Release, ledger.Entry, error) {
+func LoadRelease(ctx context.Context, store ledger.Queries, version string) (*Release, ledger.Entry, error) {
 	return loadReleaseAt(ctx, store, version, 0)
 }
 
-func loadReleaseAt(ctx context.Context, store ledger.Store, version string, asOf uint64) (*Release, ledger.Entry, error) {
+func loadReleaseAt(ctx context.Context, store ledger.Queries, version string, asOf uint64) (*Release, ledger.Entry, error) {
 	if !ValidVersion(version) {
 		return nil, ledger.Entry{}, ledger.FieldError("version", "not a valid release version: %q", version)
 	}
@@ -87,41 +103,39 @@ func loadReleaseAt(ctx context.Context, store ledger.Store, version string, asOf
 	return rel, es[0], err
 }
 
-// ReleaseHistory returns every definition of version, newest first (at
-// most 1000).
-func ReleaseHistory(ctx context.Context, store ledger.Store, version string) ([]ledger.Entry, error) {
-	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version, Limit: 1000})
-	return es, err
+// ReleaseHistory returns every definition of version, newest first, read
+// to the last page.
+func ReleaseHistory(ctx context.Context, store ledger.Queries, version string) ([]ledger.Entry, error) {
+	var out []ledger.Entry
+	err := forEachEntry(ctx, store, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version}, func(e ledger.Entry) error {
+		out = append(out, e)
+		return nil
+	})
+	return out, err
 }
 
 // ListReleases returns the latest definition of every release version,
 // most recently defined first.
-func ListReleases(ctx context.Context, store ledger.Store) ([]*Release, error) {
+func ListReleases(ctx context.Context, store ledger.Queries) ([]*Release, error) {
 	var out []*Release
 	seen := map[string]bool{}
-	cur := ""
-	for {
-		es, next, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Limit: 1000, Cursor: cur})
+	err := forEachEntry(ctx, store, ledger.EntryFilter{Kind: ledger.KindRelease}, func(e ledger.Entry) error {
+		v := ledger.EntryKey(e.Kind, e.Body)
+		if seen[v] {
+			return nil
+		}
+		seen[v] = true
+		rel, err := DecodeRelease(e)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for _, e := range es {
-			v := ledger.EntryKey(e.Kind, e.Body)
-			if seen[v] {
-				continue
-			}
-			seen[v] = true
-			rel, err := DecodeRelease(e)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, rel)
-		}
-		if next == "" {
-			return out, nil
-		}
-		cur = next
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // Waiver is the body of a waiver record (ledger.KindWaiver, keyed by
@@ -186,7 +200,7 @@ const MaxWaiverDuration = 365 * 24 * time.Hour
 // The gate must exist, the reason must be non-empty and expires must lie in
 // the future (at most MaxWaiverDuration ahead of now). Errors: CodeInvalid,
 // CodeNotFound.
-func RecordWaiver(ctx context.Context, store ledger.Store, version, gate, reason string, expires time.Time, by Actor, now time.Time) (Waiver, ledger.Entry, error) {
+func RecordWaiver(ctx context.Context, store Recorder, version, gate, reason string, expires time.Time, by Actor, now time.Time) (Waiver, ledger.Entry, error) {
 	rel, _, err := LoadRelease(ctx, store, version)
 	if err != nil {
 		return Waiver{}, ledger.Entry{}, err
@@ -216,7 +230,7 @@ func RecordWaiver(ctx context.Context, store ledger.Store, version, gate, reason
 // RecordSignoff appends a sign-off of manual gate by an actor holding the
 // gate's role, bound to the current pins. Errors: CodeInvalid (no such
 // manual gate), CodeForbidden (role missing), CodeNotFound.
-func RecordSignoff(ctx context.Context, store ledger.Store, version, gate, note string, by Actor, now time.Time) (Signoff, ledger.Entry, error) {
+func RecordSignoff(ctx context.Context, store Recorder, version, gate, note string, by Actor, now time.Time) (Signoff, ledger.Entry, error) {
 	rel, _, err := LoadRelease(ctx, store, version)
 	if err != nil {
 		return Signoff{}, ledger.Entry{}, err
@@ -242,7 +256,7 @@ func RecordSignoff(ctx context.Context, store ledger.Store, version, gate, note 
 // a CodePrecondition error listing every gate that is not passed or waived,
 // together with the readiness. Approval needs the release's ApprovalRole
 // when one is set (CodeForbidden otherwise).
-func RecordApproval(ctx context.Context, store ledger.Store, version, note string, by Actor, now time.Time) (Approval, ledger.Entry, *SignedVerdict, error) {
+func RecordApproval(ctx context.Context, store Approver, version, note string, by Actor, now time.Time) (Approval, ledger.Entry, *SignedVerdict, error) {
 	rel, _, err := LoadRelease(ctx, store, version)
 	if err != nil {
 		return Approval{}, ledger.Entry{}, nil, err
@@ -281,29 +295,25 @@ func (r *Release) gate(id string) (*Gate, bool) {
 }
 
 // Approvals returns the final approvals and manual sign-offs recorded for
-// version, newest first (at most 1000 of each kind of record).
-func Approvals(ctx context.Context, store ledger.Store, version string) ([]Approval, []Signoff, error) {
-	es, _, err := store.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindApproval, Key: version, Limit: 1000})
-	if err != nil {
-		return nil, nil, err
-	}
+// version, newest first, read to the last page. A record that does not
+// decode is an error naming its entry.
+func Approvals(ctx context.Context, store ledger.Queries, version string) ([]Approval, []Signoff, error) {
 	var as []Approval
 	var ss []Signoff
-	for _, e := range es {
-		var probe struct{ Type string }
-		_ = json.Unmarshal(e.Body, &probe)
-		switch probe.Type {
-		case TypeApproval:
-			var a Approval
-			if json.Unmarshal(e.Body, &a) == nil {
-				as = append(as, a)
-			}
-		case TypeSignoff:
-			var s Signoff
-			if json.Unmarshal(e.Body, &s) == nil {
-				ss = append(ss, s)
-			}
+	err := forEachEntry(ctx, store, ledger.EntryFilter{Kind: ledger.KindApproval, Key: version}, func(e ledger.Entry) error {
+		a, s, err := decodeApproval(e)
+		switch {
+		case err != nil:
+			return err
+		case a != nil:
+			as = append(as, *a)
+		default:
+			ss = append(ss, *s)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	return as, ss, nil
 }

@@ -7,31 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"gopkg.in/yaml.v3"
-)
-
-// The gate kinds.
-const (
-	KindLane            = "lane"
-	KindSignedHeads     = "signed-heads"
-	KindTreeEquivalence = "tree-equivalence"
-	KindTrajectory      = "trajectory"
-	KindMatrix          = "matrix"
-	KindManual          = "manual"
-)
-
-// Default lanes of the kinds whose evidence is recorded by other tools.
-const (
-	DefaultTreeEquivalenceLane = "tree-equivalence/v1"
-	DefaultTrajectoryLane      = "trajectory/v1"
 )
 
 // Release is a release definition: a version, its component stack, its
@@ -277,36 +259,8 @@ func (r *Release) validate() error {
 	}
 	names := map[string]bool{}
 	for i := range r.Components {
-		c := &r.Components[i]
-		f := fmt.Sprintf("components[%d]", i)
-		if !roleRe.MatchString(c.Name) {
-			return ledger.FieldError(f+".name", "required: 1-64 of [A-Za-z0-9._-], got %q", c.Name)
-		}
-		if names[c.Name] {
-			return ledger.FieldError(f+".name", "duplicate component %q", c.Name)
-		}
-		names[c.Name] = true
-		if strings.TrimSpace(c.Repository) == "" || len(c.Repository) > 512 {
-			return ledger.FieldError(f+".repository", "required, at most 512 characters")
-		}
-		for _, o := range []struct {
-			field, v string
-			req      bool
-		}{{"reviewed", c.Reviewed, true}, {"head", c.Head, true}, {"tree", c.Tree, false}, {"reviewed_tree", c.ReviewedTree, false}} {
-			if o.v == "" && !o.req {
-				continue
-			}
-			if !ledger.ValidObjectID(o.v) {
-				return ledger.FieldError(f+"."+o.field, "must be a full commit/tree id (40 or 64 lowercase hex digits), got %q", o.v)
-			}
-		}
-		for j, g := range c.Pins {
-			if g == "" || strings.HasPrefix(g, "/") {
-				return ledger.FieldError(fmt.Sprintf("%s.pins[%d]", f, j), "pin glob must be a relative path pattern, got %q", g)
-			}
-			if _, err := path.Match(g, ""); err != nil {
-				return ledger.FieldError(fmt.Sprintf("%s.pins[%d]", f, j), "bad glob %q: %v", g, err)
-			}
+		if err := r.validateComponent(i, names); err != nil {
+			return err
 		}
 	}
 	for name, d := range r.Artifacts {
@@ -338,151 +292,6 @@ func (r *Release) validate() error {
 		ids[g.ID] = true
 	}
 	return nil
-}
-
-func (r *Release) validateGate(i int, components map[string]bool) error {
-	g := &r.Gates[i]
-	f := fmt.Sprintf("gates[%d]", i)
-	if !gateIDRe.MatchString(g.ID) {
-		return ledger.FieldError(f+".id", "required: 1-64 of [a-z0-9._-] starting alphanumeric, got %q", g.ID)
-	}
-	used := map[string]bool{"id": true, "kind": true, "title": true, "description": true}
-	switch g.Kind {
-	case KindLane:
-		used["lane"], used["component"], used["at"], used["backends"], used["all_backends"], used["artifacts"], used["min_runs"], used["freshness"], used["cases"] = true, true, true, true, true, true, true, true, true
-	case KindSignedHeads:
-		used["components"] = true
-	case KindTreeEquivalence:
-		used["components"], used["lane"] = true, true
-	case KindTrajectory:
-		used["lane"], used["component"], used["at"], used["artifacts"], used["trajectories"], used["modes"], used["backends"] = true, true, true, true, true, true, true
-	case KindMatrix:
-		used["lane"], used["component"], used["at"], used["artifacts"], used["dimensions"] = true, true, true, true, true
-	case KindManual:
-		used["role"] = true
-	default:
-		return ledger.FieldError(f+".kind", "unknown gate kind %q (lane, signed-heads, tree-equivalence, trajectory, matrix, manual)", g.Kind)
-	}
-	set := map[string]bool{
-		"lane": g.Lane != "", "component": g.Component != "", "at": g.At != "", "backends": len(g.Backends) > 0,
-		"all_backends": g.AllBackends, "artifacts": len(g.Artifacts) > 0, "min_runs": g.MinRuns != 0, "freshness": g.Freshness != "", "cases": g.Cases != 0,
-		"components": len(g.Components) > 0, "trajectories": len(g.Trajectories) > 0, "modes": len(g.Modes) > 0,
-		"dimensions": len(g.Dimensions) > 0, "role": g.Role != "",
-	}
-	keys := make([]string, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if set[k] && !used[k] {
-			return ledger.FieldError(f+"."+k, "field %s is not used by gates of kind %s", k, g.Kind)
-		}
-	}
-	if used["lane"] {
-		switch {
-		case g.Lane == "" && g.Kind == KindTreeEquivalence:
-			g.Lane = DefaultTreeEquivalenceLane
-		case g.Lane == "" && g.Kind == KindTrajectory:
-			g.Lane = DefaultTrajectoryLane
-		case !ledger.ValidLane(g.Lane):
-			return ledger.FieldError(f+".lane", "must be a lane name@version like qmv-bias-sum/v1, got %q", g.Lane)
-		}
-	}
-	if used["component"] {
-		if g.Component == "" {
-			return ledger.FieldError(f+".component", "required: the component whose commit the evidence must be about")
-		}
-		if !components[g.Component] {
-			return ledger.FieldError(f+".component", "no component named %q", g.Component)
-		}
-		if g.At != "" && g.At != "head" && g.At != "reviewed" {
-			return ledger.FieldError(f+".at", "must be head or reviewed, got %q", g.At)
-		}
-	}
-	for j, b := range g.Backends {
-		switch ledger.Backend(b) {
-		case ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal:
-		default:
-			if g.Kind != KindTrajectory { // trajectory backends are labels inside details
-				return ledger.FieldError(fmt.Sprintf("%s.backends[%d]", f, j), "unknown backend %q (cpu, cuda, metal, external)", b)
-			}
-		}
-	}
-	if g.Kind == KindLane && len(g.Backends) == 0 {
-		return ledger.FieldError(f+".backends", "lane gates list the backends whose runs count")
-	}
-	for j, a := range g.Artifacts {
-		if _, ok := r.Artifacts[a]; !ok {
-			return ledger.FieldError(fmt.Sprintf("%s.artifacts[%d]", f, j), "artifact %q is not bound by the release (artifacts:)", a)
-		}
-	}
-	if g.Cases < 0 {
-		return ledger.FieldError(f+".cases", "must be >= 0, got %d", g.Cases)
-	}
-	if g.MinRuns < 0 || g.MinRuns > 1000 {
-		return ledger.FieldError(f+".min_runs", "must be 0..1000, got %d", g.MinRuns)
-	}
-	if g.Freshness != "" {
-		d, err := parseDuration(g.Freshness)
-		if err != nil || d <= 0 {
-			return ledger.FieldError(f+".freshness", "must be a positive duration such as 720h or 30d, got %q", g.Freshness)
-		}
-		g.freshness = d
-	}
-	for j, c := range g.Components {
-		if !components[c] {
-			return ledger.FieldError(fmt.Sprintf("%s.components[%d]", f, j), "no component named %q", c)
-		}
-	}
-	switch g.Kind {
-	case KindTrajectory:
-		if len(g.Trajectories) == 0 {
-			return ledger.FieldError(f+".trajectories", "list the trajectory names to compare")
-		}
-		if len(g.Modes) == 0 {
-			g.Modes = nil
-		}
-		if max(len(g.Modes), 1)*max(len(g.Backends), 1) < 2 {
-			return ledger.FieldError(f+".modes", "a trajectory gate compares at least two mode/backend combinations")
-		}
-	case KindMatrix:
-		if len(g.Dimensions) == 0 {
-			return ledger.FieldError(f+".dimensions", "list at least one dimension")
-		}
-		cells := 1
-		seen := map[string]bool{}
-		for j, d := range g.Dimensions {
-			if !roleRe.MatchString(d.Name) || seen[d.Name] {
-				return ledger.FieldError(fmt.Sprintf("%s.dimensions[%d].name", f, j), "dimension names must be distinct, 1-64 of [A-Za-z0-9._-], got %q", d.Name)
-			}
-			seen[d.Name] = true
-			if len(d.Values) == 0 {
-				return ledger.FieldError(fmt.Sprintf("%s.dimensions[%d].values", f, j), "list at least one value")
-			}
-			cells *= len(d.Values)
-			if cells > 4096 {
-				return ledger.FieldError(fmt.Sprintf("%s.dimensions[%d]", f, j), "the matrix has more than 4096 cells")
-			}
-		}
-	case KindManual:
-		if !roleRe.MatchString(g.Role) {
-			return ledger.FieldError(f+".role", "required: the role whose holder signs off, 1-64 of [A-Za-z0-9._-], got %q", g.Role)
-		}
-	}
-	return nil
-}
-
-// parseDuration accepts Go durations and whole days ("30d").
-func parseDuration(s string) (time.Duration, error) {
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(d)
-		if err != nil || n < 0 || n > 36500 {
-			return 0, fmt.Errorf("bad day count %q", s)
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	return time.ParseDuration(s)
 }
 
 // Component returns the component named name.

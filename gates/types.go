@@ -65,13 +65,3 @@ type GateResult struct {
 	// index and both tokens.
 	Divergence *Divergence `json:"divergence,omitempty"`
 }
-
-// Divergence describes where two trajectories first differ.
-type Divergence struct {
-	Trajectory string `json:"trajectory"`
-	A          string `json:"a"` // mode/backend label of the first sequence
-	B          string `json:"b"`
-	Index      int    `json:"index"` // zero-based; -1 when lengths differ only
-	TokenA     *int64 `json:"token_a,omitempty"`
-	TokenB     *int64 `json:"token_b,omitempty"`
-}

@@ -42,14 +42,14 @@ func VerdictText(r *Readiness) (string, error) {
 	return string(b) + "\n", nil
 }
 
-// Sign signs the readiness verdict with the store's log key
-// (store.SignNote over VerdictText).
-func Sign(r *Readiness, store ledger.Store) (SignedVerdict, error) {
+// Sign signs the readiness verdict with the log key (keys.SignNote over
+// VerdictText).
+func Sign(r *Readiness, keys ledger.Keys) (SignedVerdict, error) {
 	text, err := VerdictText(r)
 	if err != nil {
 		return SignedVerdict{}, err
 	}
-	n, err := store.SignNote(text)
+	n, err := keys.SignNote(text)
 	if err != nil {
 		return SignedVerdict{}, err
 	}
@@ -123,7 +123,7 @@ func VerifyVerdict(data []byte, verifierKey string) (*Readiness, error) {
 // that checkpoint, and evaluating that definition as of that size at its
 // ComputedAt must give the same verdict. It returns the replayed verdict and
 // the differences (none when it matches).
-func Replay(ctx context.Context, store ledger.Store, rd *Readiness) (*Readiness, []string, error) {
+func Replay(ctx context.Context, store ledger.Reader, rd *Readiness) (*Readiness, []string, error) {
 	cp, err := store.CheckpointAt(ctx, rd.Checkpoint.Size)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint %d: %w", rd.Checkpoint.Size, err)

@@ -10,18 +10,6 @@ import (
 	"time"
 )
 
-// Backend names where a lane ran.
-type Backend string
-
-// The backends. BackendExternal marks results that CI brings (JUnit, go test
-// -json, trajectories) rather than lanes this service ran itself.
-const (
-	BackendCPU      Backend = "cpu"
-	BackendCUDA     Backend = "cuda"
-	BackendMetal    Backend = "metal"
-	BackendExternal Backend = "external"
-)
-
 // Status is the verdict of one lane run.
 type Status string
 
@@ -174,10 +162,8 @@ func (e *Evidence) Validate() error {
 	if err := e.Subject.Validate("subject."); err != nil {
 		return err
 	}
-	switch e.Backend {
-	case BackendCPU, BackendCUDA, BackendMetal, BackendExternal:
-	default:
-		return FieldError("backend", "must be one of cpu, cuda, metal, external, got %q", clip(string(e.Backend)))
+	if !e.Backend.Valid() {
+		return FieldError("backend", "must be one of %s, got %q", BackendList(), clip(string(e.Backend)))
 	}
 	if len(e.Device.Model) > 512 || len(e.Device.Driver) > 512 || e.Device.Cores < 0 || len(e.Device.Attrs) > 64 {
 		return FieldError("device", "model/driver at most 512 characters, cores >= 0, at most 64 attrs")

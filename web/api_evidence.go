@@ -217,10 +217,8 @@ func parseEvidenceFilter(r *http.Request) (ledger.EvidenceFilter, error) {
 		}
 		f.Since = t
 	}
-	switch f.Backend {
-	case "", ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal:
-	default:
-		return f, ledger.FieldError("backend", "must be cpu, cuda, metal or external")
+	if f.Backend != "" && !f.Backend.Valid() {
+		return f, ledger.FieldError("backend", "must be one of %s", ledger.BackendList())
 	}
 	switch f.Status {
 	case "", ledger.StatusPassed, ledger.StatusFailed, ledger.StatusInconclusive, ledger.StatusError:

@@ -295,7 +295,7 @@ func TestBrowserXSS(t *testing.T) {
 	e.Device.Model = evil
 	e.Runner.Version = evil
 	e.FailingCases[0] = "case" + evil
-	e.Details = []byte(fmt.Sprintf(`{"cases":[{"id":%q,"result":"mismatch","expected":%q,"got":%q}],"control":{"summary":%q},"trajectory":"t","tokens":[%q]}`, evil, evil, evil, evil, evil))
+	e.Details = []byte(fmt.Sprintf(`{"cases":[{"id":%q,"result":"mismatch","expected":%q,"got":%q}],"control":{"summary":%q},"trajectory":"t","mode":%q,"tokens":[1]}`, evil, evil, evil, evil, evil))
 	id := pgAppend(t, st, ledger.KindEvidence, e)[0].ID
 	h := pgHead(ledger.VerdictGood, ledger.DecisionTrusted, pgT0)
 	h.Signer, h.Reason = evil, evil

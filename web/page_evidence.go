@@ -62,9 +62,7 @@ type evidenceListPage struct {
 }
 
 // Backends and Statuses are the select options of the filter forms.
-func (evidenceListPage) Backends() []ledger.Backend {
-	return []ledger.Backend{ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal}
-}
+func (evidenceListPage) Backends() []ledger.Backend { return ledger.Backends() }
 
 func (evidenceListPage) Statuses() []ledger.Status {
 	return []ledger.Status{ledger.StatusPassed, ledger.StatusFailed, ledger.StatusInconclusive, ledger.StatusError}
@@ -178,7 +176,7 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 			data.FailingNoRow = append(data.FailingNoRow, id)
 		}
 	}
-	if t, ok := trajectoryOf(e); ok {
+	if t, err := trajectoryOf(e); err == nil {
 		data.Trajectory = &t
 	}
 	cp, err := s.store.Checkpoint(r.Context())

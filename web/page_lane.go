@@ -68,11 +68,10 @@ func laneParam(r *http.Request) (string, error) {
 
 func laneBackend(r *http.Request) (ledger.Backend, error) {
 	b := ledger.Backend(r.URL.Query().Get("backend"))
-	switch b {
-	case "", ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal:
-		return b, nil
+	if b != "" && !b.Valid() {
+		return "", ledger.FieldError("backend", "must be one of %s", ledger.BackendList())
 	}
-	return "", ledger.FieldError("backend", "must be cpu, cuda, metal or external")
+	return b, nil
 }
 
 // apiLane is GET /api/v1/lanes/{name}: the lane's runs, newest first,
@@ -147,9 +146,7 @@ type lanePage struct {
 }
 
 // Backends are the filter's options.
-func (lanePage) Backends() []ledger.Backend {
-	return []ledger.Backend{ledger.BackendCPU, ledger.BackendCUDA, ledger.BackendMetal, ledger.BackendExternal}
-}
+func (lanePage) Backends() []ledger.Backend { return ledger.Backends() }
 
 // pageLane is GET /lanes/{name}: the history chart (cases exact / total
 // over time, one series per backend, control outcome marked) and the runs

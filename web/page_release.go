@@ -133,13 +133,11 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 				return nil, err
 			}
 			for i := range es {
-				var d gates.TreeEquivalenceDetails
-				if json.Unmarshal(es[i].Evidence.Details, &d) != nil || d.Equivalent == nil || d.Reviewed != c.Reviewed {
+				f := ledger.JudgeTreeEquivalence(&es[i].Evidence, c.Reviewed)
+				if !f.Decides {
 					continue
 				}
-				row.TreeEq = &es[i]
-				row.TreeEqOK = *d.Equivalent && len(d.OutsidePins) == 0 && es[i].Evidence.Status == ledger.StatusPassed
-				row.Outside = d.OutsidePins
+				row.TreeEq, row.TreeEqOK, row.Outside = &es[i], f.Equal, f.Details.OutsidePins
 				break
 			}
 		}

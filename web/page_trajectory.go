@@ -1,10 +1,9 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -20,16 +19,17 @@ func init() {
 	})
 }
 
-// trajectoryData is the content of trajectory evidence: details
-// {"trajectory": name, "mode": ..., "backend": ..., "tokens": [...]}.
-// Tokens are kept as their JSON text (numbers as written, strings as they
-// are).
+// trajectoryData is one trajectory evidence record as the page and its
+// JSON twin show it: the evidence id and its ledger.Trajectory, with
+// Backend falling back to the evidence's backend when the details name
+// none, and the token ids in decimal.
 type trajectoryData struct {
 	ID      string   `json:"id"`
 	Name    string   `json:"trajectory"`
 	Mode    string   `json:"mode,omitempty"`
 	Backend string   `json:"backend,omitempty"`
 	Tokens  []string `json:"tokens"`
+	ids     []int64
 }
 
 // Label is "mode/backend" (or the evidence id when both are empty).
@@ -43,31 +43,21 @@ func (t trajectoryData) Label() string {
 	return shortID(t.ID)
 }
 
-// trajectoryOf extracts trajectory data from an evidence's details; ok is
-// false when the details name no trajectory or carry no token array.
-func trajectoryOf(e ledger.EvidenceEntry) (trajectoryData, bool) {
-	if len(e.Evidence.Details) == 0 {
-		return trajectoryData{}, false
+// trajectoryOf decodes e's details as a trajectory (ledger.DecodeTrajectory);
+// the error says why they are not one.
+func trajectoryOf(e ledger.EvidenceEntry) (trajectoryData, error) {
+	tr, err := ledger.DecodeTrajectory(e.Evidence.Details)
+	if err != nil {
+		return trajectoryData{}, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(e.Evidence.Details))
-	dec.UseNumber()
-	var m map[string]any
-	if dec.Decode(&m) != nil {
-		return trajectoryData{}, false
-	}
-	name, _ := m["trajectory"].(string)
-	toks, ok := m["tokens"].([]any)
-	if name == "" || !ok {
-		return trajectoryData{}, false
-	}
-	t := trajectoryData{ID: e.ID, Name: name, Mode: scalar(m["mode"]), Backend: scalar(m["backend"]), Tokens: make([]string, len(toks))}
+	t := trajectoryData{ID: e.ID, Name: tr.Name, Mode: tr.Mode, Backend: tr.Backend, Tokens: make([]string, len(tr.Tokens)), ids: tr.Tokens}
 	if t.Backend == "" {
 		t.Backend = string(e.Evidence.Backend)
 	}
-	for i, v := range toks {
-		t.Tokens[i] = scalar(v)
+	for i, v := range tr.Tokens {
+		t.Tokens[i] = strconv.FormatInt(v, 10)
 	}
-	return t, true
+	return t, nil
 }
 
 // alignRow is one position of two aligned token sequences.
@@ -81,29 +71,26 @@ type alignRow struct {
 
 // alignment is the comparison of two trajectories.
 type alignment struct {
-	// First is the first zero-based position where the sequences differ
-	// (a token differs or one sequence has ended); -1 when identical.
+	// First is ledger.FirstDivergence of the two sequences: the first
+	// zero-based position where a token differs or one sequence has ended;
+	// ledger.NoDivergence (-1) when they are identical.
 	First int
 	Rows  []alignRow
 }
 
-// alignTrajectories lines a and b up position by position.
-func alignTrajectories(a, b []string) alignment {
+// alignTrajectories lines token ids a and b up position by position.
+func alignTrajectories(a, b []int64) alignment {
 	n := max(len(a), len(b))
-	al := alignment{First: -1, Rows: make([]alignRow, n)}
+	al := alignment{First: ledger.FirstDivergence(a, b), Rows: make([]alignRow, n)}
 	for i := 0; i < n; i++ {
-		r := alignRow{Pos: i, HasA: i < len(a), HasB: i < len(b)}
+		r := alignRow{Pos: i, HasA: i < len(a), HasB: i < len(b), IsDivergence: i == al.First}
 		if r.HasA {
-			r.A = a[i]
+			r.A = strconv.FormatInt(a[i], 10)
 		}
 		if r.HasB {
-			r.B = b[i]
+			r.B = strconv.FormatInt(b[i], 10)
 		}
 		r.Differs = r.HasA != r.HasB || r.A != r.B
-		if r.Differs && al.First < 0 {
-			al.First = i
-			r.IsDivergence = true
-		}
 		al.Rows[i] = r
 	}
 	return al
@@ -121,7 +108,7 @@ func (s *Server) trajectoryCandidates(r *http.Request, name string) ([]trajector
 			return nil, err
 		}
 		for _, e := range list {
-			if t, ok := trajectoryOf(e); ok && t.Name == name {
+			if t, err := trajectoryOf(e); err == nil && t.Name == name {
 				out = append(out, t)
 			}
 		}
@@ -143,9 +130,9 @@ func (s *Server) loadTrajectory(r *http.Request, name, param, id string) (trajec
 		}
 		return trajectoryData{}, err
 	}
-	t, ok := trajectoryOf(e)
-	if !ok {
-		return t, ledger.FieldError(param, "evidence %s carries no trajectory (details need \"trajectory\" and \"tokens\")", shortID(id))
+	t, err := trajectoryOf(e)
+	if err != nil {
+		return t, ledger.FieldError(param, "evidence %s carries no trajectory (%v)", shortID(id), err)
 	}
 	if t.Name != name {
 		return t, ledger.FieldError(param, "evidence %s is trajectory %q, not %q", shortID(id), t.Name, name)
@@ -208,7 +195,7 @@ func (s *Server) pageTrajectory(w http.ResponseWriter, r *http.Request) {
 			status, data.Problem = st, body.Message
 		default:
 			data.A, data.B = &a, &b
-			data.Align = alignTrajectories(a.Tokens, b.Tokens)
+			data.Align = alignTrajectories(a.ids, b.ids)
 		}
 	} else if len(data.Candidates) >= 2 && data.SelA == "" && data.SelB == "" {
 		data.SelA, data.SelB = data.Candidates[1].ID, data.Candidates[0].ID
@@ -270,7 +257,7 @@ func (s *Server) apiTrajectory(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	al := alignTrajectories(a.Tokens, b.Tokens)
+	al := alignTrajectories(a.ids, b.ids)
 	out := TrajectoryComparison{Trajectory: name, A: a, B: b, FirstDivergence: al.First}
 	if al.First >= 0 {
 		row := al.Rows[al.First]

@@ -321,13 +321,13 @@ func TestJSONTwins(t *testing.T) {
 
 func TestAlignTrajectories(t *testing.T) {
 	for _, tc := range []struct {
-		a, b  []string
+		a, b  []int64
 		first int
 	}{
-		{[]string{"1", "2"}, []string{"1", "2"}, -1},
-		{[]string{"1", "2"}, []string{"1", "3"}, 1},
-		{[]string{"1"}, []string{"1", "2"}, 1},
-		{nil, []string{"1"}, 0},
+		{[]int64{1, 2}, []int64{1, 2}, -1},
+		{[]int64{1, 2}, []int64{1, 3}, 1},
+		{[]int64{1}, []int64{1, 2}, 1},
+		{nil, []int64{1}, 0},
 		{nil, nil, -1},
 	} {
 		al := alignTrajectories(tc.a, tc.b)

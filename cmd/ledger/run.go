@@ -15,8 +15,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-
-	_ "github.com/evidence-ledger/ledger/backends/cpu" // registers backend "cpu"
 )
 
 // runConfig holds the flags of `ledger run`.

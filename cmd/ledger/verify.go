@@ -316,7 +316,7 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 					return errExit(2, "record tree equivalence: %v", err)
 				}
 				if !a.JSON {
-					fmt.Fprintf(a.stdout, "recorded as %s (lane tree-equivalence/v1)\n", id)
+					fmt.Fprintf(a.stdout, "recorded as %s (lane %s)\n", id, ledger.TreeEquivalenceLane)
 				}
 			}
 			if !rep.Equivalent {
@@ -335,30 +335,20 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 	return cmd
 }
 
-// recordTreeEquivalence appends a tree-equivalence/v1 evidence record (the
-// shape gates.TreeEquivalenceDetails documents) about the signed head, to
-// the server when --server is set, else to the local database. It returns
-// the entry id.
+// recordTreeEquivalence appends the tree-equivalence evidence record of
+// rep (ledger.TreeEquivalence.Evidence) about the signed head, to the
+// server when --server is set, else to the local database. It returns the
+// entry id.
 func (a *app) recordTreeEquivalence(ctx context.Context, rep verify.TreeReport, repository string, started time.Time) (string, error) {
-	outside := []string{}
+	te := ledger.TreeEquivalence{Reviewed: rep.Reviewed, Equivalent: &rep.Equivalent, OutsidePins: []string{}, Pins: rep.Pins, Differences: len(rep.Differences)}
 	for _, d := range rep.Differences {
 		if !d.InPins {
-			outside = append(outside, d.Path)
+			te.OutsidePins = append(te.OutsidePins, d.Path)
 		}
 	}
-	details, err := json.Marshal(map[string]any{"reviewed": rep.Reviewed, "equivalent": rep.Equivalent, "outside_pins": outside, "pins": rep.Pins, "differences": len(rep.Differences)})
+	ev, err := te.Evidence(ledger.Subject{Repository: repository, Commit: rep.Head, Tree: rep.HeadTree}, runner.BuildRunner(), started, time.Now())
 	if err != nil {
 		return "", err
-	}
-	ev := ledger.Evidence{
-		Lane:    "tree-equivalence/v1",
-		Subject: ledger.Subject{Repository: repository, Commit: rep.Head, Tree: rep.HeadTree},
-		Backend: ledger.BackendExternal, Runner: runner.BuildRunner(),
-		CasesTotal: 1, Control: ledger.ControlNone, Status: ledger.StatusPassed, CasesExact: 1,
-		StartedAt: started, FinishedAt: time.Now().UTC(), Details: details,
-	}
-	if !rep.Equivalent {
-		ev.CasesExact, ev.Status, ev.FailingCases = 0, ledger.StatusFailed, []string{"tree-equivalence"}
 	}
 	body, err := json.Marshal(&ev)
 	if err != nil {

@@ -1,0 +1,121 @@
+package gates
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// KindLane is the kind of gates over runs of one lane on listed backends.
+const KindLane = "lane"
+
+var laneKind = kindSpec{
+	name:   KindLane,
+	fields: []string{"lane", "component", "at", "backends", "all_backends", "artifacts", "min_runs", "freshness", "cases"},
+	validate: func(g *Gate, f string) error {
+		if len(g.Backends) == 0 {
+			return ledger.FieldError(f+".backends", "lane gates list the backends whose runs count")
+		}
+		return nil
+	},
+	evaluate: (*evaluator).lane,
+}
+
+// laneTally is what the runs of a lane at a gate's commit show.
+type laneTally struct {
+	perBackend  map[string]int
+	failed      int
+	firstFailed ledger.EvidenceEntry // the newest failed run
+}
+
+func (ev *evaluator) lane(g *Gate) (GateResult, error) {
+	var res GateResult
+	comp, _ := ev.rel.Component(g.Component)
+	commit, tree := ev.rel.commitFor(g)
+	bl := &baselines{limit: ev.baseLim}
+	t := laneTally{perBackend: map[string]int{}}
+	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: commit}, func(e ledger.EvidenceEntry) bool {
+		if r := ev.pinMismatch(&e.Evidence, comp, g.At, commit, tree, g.Artifacts); r != "" {
+			bl.add(e, r)
+			return true
+		}
+		if !slices.Contains(g.Backends, string(e.Evidence.Backend)) {
+			bl.add(e, fmt.Sprintf("other backend %s (gate counts %s)", e.Evidence.Backend, strings.Join(g.Backends, ", ")))
+			return true
+		}
+		r, failed := ev.quality(&e.Evidence, g, true)
+		if failed {
+			if t.failed == 0 {
+				t.firstFailed = e
+			}
+			t.failed++
+		}
+		if r != "" {
+			bl.add(e, r)
+			return true
+		}
+		t.perBackend[string(e.Evidence.Backend)]++
+		if len(res.Satisfying) < 50 {
+			res.Satisfying = append(res.Satisfying, ref(e))
+		}
+		return true
+	})
+	if err != nil {
+		return res, err
+	}
+	if err := ev.sampleBaseline(g, comp, commit, tree, bl, nil); err != nil {
+		return res, err
+	}
+	res.Baseline = bl.list
+	what := fmt.Sprintf("run of %s at %s %s %s", g.Lane, comp.Name, atName(g.At), short(commit))
+	if len(g.Artifacts) > 0 {
+		what += " with " + ev.artifactList(g.Artifacts)
+	}
+	laneVerdict(&res, g, t, what, len(bl.list)+bl.more)
+	return res, nil
+}
+
+// laneVerdict sets res's state, reason and missing runs from the tally;
+// what names a run that would count, others is the number of runs that do
+// not count.
+func laneVerdict(res *GateResult, g *Gate, t laneTally, what string, others int) {
+	minRuns := max(g.MinRuns, 1)
+	total := 0
+	for _, b := range g.Backends {
+		total += t.perBackend[b]
+	}
+	switch {
+	case t.failed > 0:
+		f := t.firstFailed
+		res.State = StateFailed
+		res.Reason = fmt.Sprintf("%d run(s) at the release's pins failed; newest %s on %s: %d/%d exact", t.failed, f.ID, f.Evidence.Backend, f.Evidence.CasesExact, f.Evidence.CasesTotal)
+		return
+	case g.AllBackends:
+		for _, b := range g.Backends {
+			if n := t.perBackend[b]; n < minRuns {
+				res.Missing = append(res.Missing, fmt.Sprintf("%d more passing %s on %s (clean, all cases exact, control caught)", minRuns-n, what, b))
+			}
+		}
+		if len(res.Missing) == 0 {
+			res.State, res.Reason = StatePassed, fmt.Sprintf("%d passing run(s) at the release's pins on every listed backend (%s; min %d each)", total, strings.Join(g.Backends, ", "), minRuns)
+			return
+		}
+		var have []string
+		for _, b := range g.Backends {
+			have = append(have, fmt.Sprintf("%s %d/%d", b, t.perBackend[b], minRuns))
+		}
+		res.Reason = fmt.Sprintf("passing runs at the release's pins per backend: %s (every listed backend needs %d)", strings.Join(have, ", "), minRuns)
+	case total >= minRuns:
+		res.State, res.Reason = StatePassed, fmt.Sprintf("%d passing run(s) at the release's pins (min %d)", total, minRuns)
+		return
+	default:
+		res.Missing = append(res.Missing, fmt.Sprintf("%d more passing %s on %s (clean, all cases exact, control caught)", minRuns-total, what, strings.Join(g.Backends, " or ")))
+		res.Reason = fmt.Sprintf("%d of %d required passing run(s) at the release's pins", total, minRuns)
+	}
+	res.State = StateOpen
+	if others > 0 {
+		res.Reason += fmt.Sprintf("; %d other run(s) of the lane do not count (see baseline)", others)
+	}
+}

@@ -1,0 +1,120 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// TreeEquivalenceLane is the default lane of tree-equivalence evidence.
+const TreeEquivalenceLane = "tree-equivalence/v1"
+
+// TreeEquivalence is the Details object of tree-equivalence evidence, the
+// shape `ledger verify tree --record` appends (see Evidence): lane
+// TreeEquivalenceLane, backend external, subject commit = the signed head
+// (subject tree = its tree), one case. Reviewed is the reviewed source
+// commit compared against; Equivalent is true when the head's tree equals
+// the reviewed tree after normalizing only the paths matching Pins;
+// OutsidePins lists the paths that differ outside those globs (empty when
+// equivalent); Differences counts every differing path, in the pins or not.
+//
+//	{"reviewed": "<commit>", "equivalent": true, "outside_pins": [], "pins": ["Package.resolved"], "differences": 1}
+type TreeEquivalence struct {
+	Reviewed    string   `json:"reviewed"`
+	Equivalent  *bool    `json:"equivalent"`
+	OutsidePins []string `json:"outside_pins"`
+	Pins        []string `json:"pins"`
+	Differences int      `json:"differences"`
+}
+
+// DecodeTreeEquivalence decodes the Details of tree-equivalence evidence:
+// a JSON object with a non-empty "reviewed" string and a boolean
+// "equivalent"; other members are allowed and ignored. Errors are
+// CodeInvalid *Error values naming the field under "details."; they never
+// quote the details.
+func DecodeTreeEquivalence(details json.RawMessage) (TreeEquivalence, error) {
+	var t TreeEquivalence
+	if len(details) == 0 {
+		return t, FieldError("details", "absent: tree-equivalence evidence needs {\"reviewed\": COMMIT, \"equivalent\": BOOL, \"outside_pins\": [...]}")
+	}
+	if err := json.Unmarshal(details, &t); err != nil {
+		return TreeEquivalence{}, FieldError("details", "not a JSON object of reviewed, equivalent and outside_pins")
+	}
+	if t.Reviewed == "" {
+		return TreeEquivalence{}, FieldError("details.reviewed", "required: the reviewed source commit compared against")
+	}
+	if t.Equivalent == nil {
+		return TreeEquivalence{}, FieldError("details.equivalent", "required: true or false")
+	}
+	return t, nil
+}
+
+// Holds reports whether the details say the head equals the reviewed
+// source apart from its pins: equivalent, and no path differs outside the
+// pins.
+func (t TreeEquivalence) Holds() bool {
+	return t.Equivalent != nil && *t.Equivalent && len(t.OutsidePins) == 0
+}
+
+// TreeFinding is what one tree-equivalence evidence record says about a
+// signed head compared with a reviewed source commit.
+type TreeFinding struct {
+	// Details are the decoded details (zero when they do not decode).
+	Details TreeEquivalence
+	// Decides is true when the record speaks to this comparison: its
+	// details decode, compare against the reviewed commit asked about, and
+	// its status is passed or failed. Why says why not, otherwise.
+	Decides bool
+	Why     string
+	// Equal, when Decides, is the verdict: the head equals the reviewed
+	// source apart from its pins (Details.Holds and status passed).
+	Equal bool
+}
+
+// JudgeTreeEquivalence is the one rule for tree-equivalence evidence: it
+// decodes e's details and says whether e decides that its subject (a
+// signed head) equals reviewed apart from pins. It does not check e's
+// subject against a release's pins; callers do that first.
+func JudgeTreeEquivalence(e *Evidence, reviewed string) TreeFinding {
+	d, err := DecodeTreeEquivalence(e.Details)
+	switch {
+	case err != nil:
+		return TreeFinding{Why: "details lack reviewed/equivalent (see ledger.TreeEquivalence)"}
+	case d.Reviewed != reviewed:
+		return TreeFinding{Details: d, Why: fmt.Sprintf("compares against %s, release's reviewed source is %s", shortID(d.Reviewed), shortID(reviewed))}
+	case e.Status != StatusPassed && e.Status != StatusFailed:
+		return TreeFinding{Details: d, Why: "status " + string(e.Status)}
+	}
+	return TreeFinding{Details: d, Decides: true, Equal: d.Holds() && e.Status == StatusPassed}
+}
+
+// Evidence returns the tree-equivalence evidence record of t about
+// subject (the signed head): lane TreeEquivalenceLane, backend external,
+// one case, no negative control; status passed when t.Holds, else failed
+// with the failing case "tree-equivalence". Times are stored in UTC.
+func (t TreeEquivalence) Evidence(subject Subject, rb RunnerBuild, started, finished time.Time) (Evidence, error) {
+	if t.OutsidePins == nil {
+		t.OutsidePins = []string{}
+	}
+	details, err := json.Marshal(t)
+	if err != nil {
+		return Evidence{}, fmt.Errorf("encode tree-equivalence details: %w", err)
+	}
+	ev := Evidence{
+		Lane: TreeEquivalenceLane, Subject: subject, Backend: BackendExternal, Runner: rb,
+		CasesExact: 1, CasesTotal: 1, Control: ControlNone, Status: StatusPassed,
+		StartedAt: started.UTC(), FinishedAt: finished.UTC(), Details: details,
+	}
+	if !t.Holds() {
+		ev.CasesExact, ev.Status, ev.FailingCases = 0, StatusFailed, []string{"tree-equivalence"}
+	}
+	return ev, nil
+}
+
+// shortID returns the first 12 characters of an object id, for messages.
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
