@@ -11,15 +11,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/trajectories/*", s.pageAuth(s.pageTrajectory))
-	})
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/trajectories/*", s.apiTrajectory)
-	})
-}
-
 // trajectoryData is the content of trajectory evidence: details
 // {"trajectory": name, "mode": ..., "backend": ..., "tokens": [...]}.
 // Tokens are kept as their JSON text (numbers as written, strings as they
