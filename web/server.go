@@ -146,9 +146,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// writeJSONCompact writes v without indentation: append answers carry a
-// proof per record, and indenting them costs more than the rest of the
-// encoding.
+// writeJSONCompact writes v without indentation, for append answers: they
+// carry an inclusion proof per record, and indentation would multiply their
+// size and encoding work on the ingest path.
 func (s *Server) writeJSONCompact(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
