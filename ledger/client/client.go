@@ -121,7 +121,7 @@ func (c *Client) do(ctx context.Context, req request, out, errOut any) error {
 	}
 	resp, err := c.hc.Do(hr)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", req.method, u.Redacted(), err)
+		return err // a *url.Error, naming the method and URL
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, c.maxResponse+1))

@@ -52,7 +52,7 @@ func (c *Client) Append(ctx context.Context, recs []ledger.Record, idemKey strin
 	body.WriteByte('[')
 	for i, r := range recs {
 		if r.Kind != ledger.KindEvidence {
-			return nil, ledger.FieldError(fmt.Sprintf("[%d].kind", i), "the API appends only evidence (POST /api/v1/evidence), not %q records: the server records those from its own checks or a token's authority", r.Kind)
+			return nil, ledger.FieldError(fmt.Sprintf("[%d].kind", i), "the API appends only evidence (POST /api/v1/evidence), not %s records: %s", r.Kind, notAppendable(r.Kind))
 		}
 		if i > 0 {
 			body.WriteByte(',')
@@ -83,6 +83,17 @@ func (c *Client) Append(ctx context.Context, recs []ledger.Record, idemKey strin
 		}
 	}
 	return res, nil
+}
+
+// notAppendable says how a record of kind k reaches a server instead.
+func notAppendable(k ledger.Kind) string {
+	switch k {
+	case ledger.KindHead:
+		return "the server verifies heads itself (POST /api/v1/heads/verify, on a repository on its disk)"
+	case ledger.KindRelease, ledger.KindWaiver, ledger.KindApproval:
+		return "releases, waivers, sign-offs and approvals have their own routes (the client's release methods), authored by the token"
+	}
+	return "unknown kind"
 }
 
 // checkInclusion verifies that p proves leaf (index, leafHash) in the tree
