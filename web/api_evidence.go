@@ -13,15 +13,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRecord)).Post("/evidence", s.handlePostEvidence)
-		r.With(s.require(ledger.ScopeRead)).Get("/evidence", s.handleListEvidence)
-		r.With(s.require(ledger.ScopeRead)).Get("/evidence/{id}", s.handleGetEvidence)
-		r.With(s.require(ledger.ScopeRead)).Get("/evidence/{id}/proof", s.handleEvidenceProof)
-	})
-}
-
 // EvidenceJSON is the API representation of one evidence entry.
 type EvidenceJSON struct {
 	ID         string          `json:"id"`
@@ -83,10 +74,11 @@ func (s *Server) appendAnswer(w http.ResponseWriter, res *ledger.AppendResult, s
 
 // appendBatchJSON encodes the answer of a batch append exactly as
 // json.Marshal(map[string]any{"checkpoint": cp, "entries": entries}) plus a
-// newline, without reflection for the entries (a batch of 100 carries about
-// 1,700 proof hashes; a test checks the bytes against encoding/json). Every
-// entry field is a number, a boolean or lowercase hex, which need no
-// escaping; the checkpoint goes through encoding/json.
+// newline, without reflection for the entries: each carries an inclusion
+// proof, the bulk of a batch's answer, so this is on the ingest path (a test
+// checks the bytes against encoding/json). Every entry field is a number, a
+// boolean or lowercase hex, which need no escaping; the checkpoint goes
+// through encoding/json.
 func appendBatchJSON(entries []AppendedJSON, cp ledger.Checkpoint) ([]byte, error) {
 	cpJSON, err := json.Marshal(cp)
 	if err != nil {
@@ -203,12 +195,12 @@ func parseEvidenceFilter(r *http.Request) (ledger.EvidenceFilter, error) {
 		Lane: q.Get("lane"), Backend: ledger.Backend(q.Get("backend")), Status: ledger.Status(q.Get("status")),
 		Repository: q.Get("repository"), Commit: q.Get("commit"), ArtifactDigest: q.Get("artifact"), Cursor: q.Get("cursor"),
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return f, ledger.FieldError("limit", "must be an integer in 1..1000")
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = queryLimit(r); err != nil {
+		return f, err
+	}
+	if f.AsOfSize, err = queryAsOf(r); err != nil {
+		return f, err
 	}
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)

@@ -2,20 +2,11 @@ package web
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
-	"github.com/go-chi/chi/v5"
 )
-
-func init() {
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/heads", s.handleListHeads)
-		r.With(s.require(ledger.ScopeRecord)).Post("/heads/verify", s.handleVerifyHead)
-	})
-}
 
 // HeadJSON is the API representation of one head verification entry.
 type HeadJSON struct {
@@ -29,13 +20,14 @@ type HeadJSON struct {
 func (s *Server) handleListHeads(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := ledger.HeadFilter{Repository: q.Get("repository"), Commit: q.Get("commit"), Verdict: ledger.Verdict(q.Get("verdict")), Cursor: q.Get("cursor")}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			s.writeError(w, r, ledger.FieldError("limit", "must be an integer in 1..1000"))
-			return
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = queryLimit(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if f.AsOfSize, err = queryAsOf(r); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	list, next, err := s.store.Heads(r.Context(), f)
 	if err != nil {

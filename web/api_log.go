@@ -8,15 +8,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/log/checkpoint", s.handleCheckpoint)
-		r.With(s.require(ledger.ScopeRead)).Get("/log/proof/consistency", s.handleConsistency)
-		r.With(s.require(ledger.ScopeRead)).Get("/log/entries/{id}", s.handleEntry)
-		r.With(s.require(ledger.ScopeRead)).Get("/log/key", s.handleKey)
-	})
-}
-
 // handleCheckpoint answers the latest signed checkpoint, or the one of
 // ?size=N.
 func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
@@ -73,4 +64,108 @@ func (s *Server) handleEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"entry": e, "leaf": string(e.Raw)})
+}
+
+// EntryJSON is one log entry with the exact bytes its leaf hash covers.
+type EntryJSON struct {
+	Entry ledger.Entry `json:"entry"`
+	// Leaf is the canonical leaf (a JSON text) whose RFC 6962 leaf hash is
+	// Entry.LeafHash.
+	Leaf string `json:"leaf"`
+}
+
+// handleListEntries answers one page of the entries of ?kind= (required),
+// optionally of one index key (?key=), newest first, as of ?as_of= when
+// given.
+func (s *Server) handleListEntries(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := ledger.EntryFilter{Kind: ledger.Kind(q.Get("kind")), Key: q.Get("key"), Cursor: q.Get("cursor")}
+	if !ledger.ValidKind(f.Kind) {
+		s.writeError(w, r, ledger.FieldError("kind", "required: evidence, head, release, waiver or approval"))
+		return
+	}
+	var err error
+	if f.Limit, err = queryLimit(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if f.AsOfSize, err = queryAsOf(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, next, err := s.store.Entries(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]EntryJSON, len(list))
+	for i, e := range list {
+		out[i] = EntryJSON{Entry: e, Leaf: string(e.Raw)}
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"entries": out, "next_cursor": next})
+}
+
+// handleLeaf answers the entry at a leaf index, shaped as handleEntry's.
+func (s *Server) handleLeaf(w http.ResponseWriter, r *http.Request) {
+	idx, err := strconv.ParseUint(chi.URLParam(r, "index"), 10, 64)
+	if err != nil {
+		s.writeError(w, r, ledger.FieldError("index", "must be a leaf index (integer >= 0)"))
+		return
+	}
+	e, err := s.store.EntryAt(r.Context(), idx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"entry": e, "leaf": string(e.Raw)})
+}
+
+// handleInclusion answers the inclusion proof of leaf ?index= in the tree
+// of ?size= (default: the latest checkpoint's).
+func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	idx, err := strconv.ParseUint(q.Get("index"), 10, 64)
+	if err != nil {
+		s.writeError(w, r, ledger.FieldError("index", "required: a leaf index (integer >= 0)"))
+		return
+	}
+	var size uint64
+	if v := q.Get("size"); v != "" {
+		if size, err = strconv.ParseUint(v, 10, 64); err != nil || size == 0 {
+			s.writeError(w, r, ledger.FieldError("size", "must be a positive tree size"))
+			return
+		}
+	}
+	p, err := s.store.InclusionProof(r.Context(), idx, size)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, p)
+}
+
+// queryLimit reads ?limit= (0 when absent: the store's default).
+func queryLimit(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, ledger.FieldError("limit", "must be an integer in 1..1000")
+	}
+	return n, nil
+}
+
+// queryAsOf reads ?as_of= (a tree size; 0 when absent: the whole log).
+func queryAsOf(r *http.Request) (uint64, error) {
+	v := r.URL.Query().Get("as_of")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n == 0 {
+		return 0, ledger.FieldError("as_of", "must be a positive tree size")
+	}
+	return n, nil
 }

@@ -11,23 +11,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// Release routes. Writes: PUT a definition (admin), waivers (admin),
-// sign-offs of manual gates (record scope and the gate's role) and the final
-// approval (admin, plus the release's approval_role when set; 409 with the
-// blocking gates unless ready). A sign-off satisfies one manual gate; the
-// approval is the decision on the whole release and is a separate record.
-func init() {
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/releases", s.handleListReleases)
-		r.With(s.require(ledger.ScopeAdmin)).Put("/releases/{version}", s.handlePutRelease)
-		r.With(s.require(ledger.ScopeRead)).Get("/releases/{version}", s.handleGetRelease)
-		r.With(s.require(ledger.ScopeRead)).Get("/releases/{version}/readiness", s.handleReadiness)
-		r.With(s.require(ledger.ScopeAdmin)).Post("/releases/{version}/waivers", s.handlePostWaiver)
-		r.With(s.require(ledger.ScopeRecord)).Post("/releases/{version}/signoffs", s.handlePostSignoff)
-		r.With(s.require(ledger.ScopeAdmin)).Post("/releases/{version}/approvals", s.handlePostApproval)
-	})
-}
-
 // ReleaseJSON is the API representation of a release definition.
 type ReleaseJSON struct {
 	Release    *gates.Release `json:"release"`

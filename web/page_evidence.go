@@ -13,13 +13,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/evidence", s.pageAuth(s.pageEvidenceList))
-		r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))
-	})
-}
-
 // pager is the data of the "Newest / Older" navigation of a list page.
 type pager struct {
 	Cursor, Next      string

@@ -5,14 +5,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/go-chi/chi/v5"
 )
-
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/heads", s.pageAuth(s.pageHeads))
-	})
-}
 
 type headsPage struct {
 	pageBase

@@ -14,15 +14,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/lanes/*", s.pageAuth(s.pageLane))
-	})
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/lanes/*", s.apiLane)
-	})
-}
-
 // laneHistoryMax caps how many runs (newest) the lane page charts.
 const laneHistoryMax = 2000
 

@@ -7,17 +7,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/go-chi/chi/v5"
 )
-
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/", s.pageAuth(s.pageOverview))
-	})
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/overview", s.apiOverview)
-	})
-}
 
 // ReleaseSummary is one release's gate summary on the overview.
 type ReleaseSummary struct {

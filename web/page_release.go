@@ -12,13 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/releases/{version}", s.pageAuth(s.pageRelease))
-		r.Get("/entries/{id}", s.pageAuth(s.pageEntry))
-	})
-}
-
 // releaseSummaries evaluates every defined release (newest definition
 // first) for the overview. A release that fails to evaluate is listed with
 // the problem rather than failing the whole overview.

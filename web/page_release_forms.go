@@ -16,7 +16,8 @@ import (
 )
 
 // The release page's state-changing forms (waiver, manual sign-off, final
-// approval) post to HTML handlers here. Each needs two things:
+// approval) post to HTML handlers here (routes.go routes them). Each needs
+// two things:
 //
 //   - an API token typed into the form's password field, authenticated like
 //     a bearer token (waivers and approvals need scope admin, sign-offs
@@ -29,13 +30,6 @@ import (
 //     cookie nor forge the HMAC, and a token for one action does not work
 //     for another. A request whose Origin header names another host is
 //     refused outright ("Origin: null" is left to the token check).
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Post("/releases/{version}/waivers", s.postReleaseForm(formWaiver))
-		r.Post("/releases/{version}/signoffs", s.postReleaseForm(formSignoff))
-		r.Post("/releases/{version}/approvals", s.postReleaseForm(formApproval))
-	})
-}
 
 const (
 	formWaiver   = "waiver"

@@ -10,15 +10,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/trajectories/*", s.pageAuth(s.pageTrajectory))
-	})
-	apiRegistrars = append(apiRegistrars, func(s *Server, r chi.Router) {
-		r.With(s.require(ledger.ScopeRead)).Get("/trajectories/*", s.apiTrajectory)
-	})
-}
-
 // trajectoryData is one trajectory evidence record as the page and its
 // JSON twin show it: the evidence id and its ledger.Trajectory, with
 // Backend falling back to the evidence's backend when the details name

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/go-chi/chi/v5"
 )
 
 //go:embed templates/*.html
@@ -106,15 +105,6 @@ func (s *Server) initPages() error {
 	p.t = t
 	s.pages = p
 	return nil
-}
-
-func init() {
-	htmlRegistrars = append(htmlRegistrars, func(s *Server, r chi.Router) {
-		r.Get("/static/*", s.handleStatic)
-		r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-			s.renderError(w, r, ledger.NotFound("no page at %s", r.URL.Path))
-		})
-	})
 }
 
 // handleStatic serves an embedded asset by its content-hash path; such a

@@ -15,7 +15,6 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Config configures a Server.
@@ -41,13 +40,6 @@ type Server struct {
 	router  chi.Router
 	pages   *pages
 }
-
-// Registrars add routes; each resource file appends in init so files stay
-// independent. api gets the /api/v1 subrouter; html the root router.
-var (
-	apiRegistrars  []func(s *Server, r chi.Router)
-	htmlRegistrars []func(s *Server, r chi.Router)
-)
 
 type metrics struct {
 	requests *prometheus.CounterVec
@@ -83,26 +75,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initPages(); err != nil {
 		return nil, err
 	}
-	r := chi.NewRouter()
-	r.Use(middleware.RequestID, middleware.RealIP, s.recoverer, s.instrument, securityHeaders)
-	r.Get("/healthz", s.handleHealth)
-	r.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	r.Route("/api/v1", func(api chi.Router) {
-		api.Use(jsonNotFound)
-		for _, f := range apiRegistrars {
-			f(s, api)
-		}
-		api.NotFound(func(w http.ResponseWriter, r *http.Request) {
-			s.writeError(w, r, ledger.NotFound("no API route %s %s", r.Method, r.URL.Path))
-		})
-		api.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-			s.writeJSON(w, http.StatusMethodNotAllowed, APIError{Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
-		})
-	})
-	for _, f := range htmlRegistrars {
-		f(s, r)
-	}
-	s.router = r
+	s.router = s.routes()
 	return s, nil
 }
 
@@ -111,8 +84,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.Se
 
 // Router returns the chi router (for route listings in tests).
 func (s *Server) Router() chi.Router { return s.router }
-
-func jsonNotFound(next http.Handler) http.Handler { return next }
 
 func securityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -175,9 +146,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// writeJSONCompact writes v without indentation: append answers carry a
-// proof per record, and indenting them costs more than the rest of the
-// encoding.
+// writeJSONCompact writes v without indentation, for append answers: they
+// carry an inclusion proof per record, and indentation would multiply their
+// size and encoding work on the ingest path.
 func (s *Server) writeJSONCompact(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {

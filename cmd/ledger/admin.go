@@ -15,13 +15,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
-	register(newAuditCmd)
-	register(newMigrateCmd)
-	register(newTokenCmd)
-	register(newBackupCmd)
-}
-
 // runAudit audits the database at path (keys in keyDir) without changing it.
 func runAudit(ctx context.Context, path, keyDir string) (ledger.AuditReport, error) {
 	if _, err := os.Stat(path); err != nil {

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,12 +23,11 @@ const (
 	exitErr      = 2
 )
 
-func init() {
-	register(func(a *app) *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "release",
-			Short: "Define releases, check readiness, waive gates, sign off and approve",
-			Long: `Release readiness is computed from the ledger, never set by hand.
+func newReleaseCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "release",
+		Short: "Define releases, check readiness, waive gates, sign off and approve",
+		Long: `Release readiness is computed from the ledger, never set by hand.
 
 Commands work on the local database (--db) or, with --server URL, through the API
 (authenticated by --token). Locally, who acts is named with --as TOKEN_NAME: a live token whose
@@ -41,111 +36,9 @@ name becomes the author and whose roles are checked, exactly as over the API.
 Sign-offs and approval are different things: a sign-off satisfies one manual gate and needs the
 gate's role; the approval is the final decision on the whole release, accepted only when every
 gate is passed or waived.`,
-		}
-		cmd.AddCommand(releaseApply(a), releaseCheck(a), releaseWaive(a), releaseSignoff(a), releaseApprove(a), releaseVerifyVerdict(a), releaseShow(a))
-		return cmd
-	})
-}
-
-// apiCall performs a request against --server and decodes a JSON answer
-// into out; API errors become errors carrying the server's message.
-func (a *app) apiCall(ctx context.Context, method, path, contentType string, body []byte, out any) (int, error) {
-	u := strings.TrimRight(a.Server, "/") + path
-	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
-	if err != nil {
-		return 0, err
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if a.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.Token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Message != "" {
-			return resp.StatusCode, fmt.Errorf("server: %s (%s, HTTP %d)", e.Message, e.Code, resp.StatusCode)
-		}
-		return resp.StatusCode, fmt.Errorf("server: HTTP %d", resp.StatusCode)
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode server answer: %w", err)
-		}
-	}
-	return resp.StatusCode, nil
-}
-
-// releaseAction records a waiver, sign-off or approval of release version:
-// through POST /api/v1/releases/{version}/{what} with body when --server
-// is set, else into the local store as the token named by as (whose scope
-// must allow need) with local. An approval refused because the release is
-// not ready (HTTP 409 / CodePrecondition) exits exitNotReady; any other
-// error exits exitErr.
-func (a *app) releaseAction(ctx context.Context, version, what string, body any, as string, need ledger.Scope, local func(ledger.Store, gates.Actor) (any, error)) (any, error) {
-	var out any
-	if a.Server != "" {
-		b, _ := json.Marshal(body)
-		st, err := a.apiCall(ctx, http.MethodPost, "/api/v1/releases/"+url.PathEscape(version)+"/"+what, "application/json", b, &out)
-		if err != nil {
-			if st == http.StatusConflict && what == "approvals" {
-				return nil, errExit(exitNotReady, "%v", err)
-			}
-			return nil, errExit(exitErr, "%v", err)
-		}
-		return out, nil
-	}
-	s, err := a.openStore(ctx)
-	if err != nil {
-		return nil, errExit(exitErr, "%v", err)
-	}
-	defer s.Close()
-	who, err := actor(ctx, s, as, need)
-	if err != nil {
-		return nil, err
-	}
-	out, err = local(s, who)
-	if err != nil {
-		if ledger.ErrorCode(err) == ledger.CodePrecondition && what == "approvals" {
-			return nil, errExit(exitNotReady, "%v", err)
-		}
-		return nil, errExit(exitErr, "%v", err)
-	}
-	return out, nil
-}
-
-// actor resolves --as to a live token's name and roles, and checks that its
-// scope allows need, as the API's scope check does (waivers and approvals
-// need admin, sign-offs record).
-func actor(ctx context.Context, s ledger.Store, name string, need ledger.Scope) (gates.Actor, error) {
-	if name == "" {
-		return gates.Actor{}, errExit(exitErr, "--as TOKEN_NAME is required locally (the token's name is the author; its roles are checked)")
-	}
-	ts, err := s.Tokens(ctx)
-	if err != nil {
-		return gates.Actor{}, err
-	}
-	for _, t := range ts {
-		if t.Name == name && t.RevokedAt == nil {
-			if !t.Scope.Allows(need) {
-				return gates.Actor{}, errExit(exitErr, "token %q has scope %q; this needs %q (as over the API)", t.Name, t.Scope, need)
-			}
-			return gates.Actor{Name: t.Name, Roles: t.Roles}, nil
-		}
-	}
-	return gates.Actor{}, errExit(exitErr, "no live token named %q (create it with `ledger token create --name %s ...`)", name, name)
+	cmd.AddCommand(releaseApply(a), releaseCheck(a), releaseWaive(a), releaseSignoff(a), releaseApprove(a), releaseVerifyVerdict(a), releaseShow(a))
+	return cmd
 }
 
 func releaseApply(a *app) *cobra.Command {
@@ -164,26 +57,14 @@ func releaseApply(a *app) *cobra.Command {
 			if err != nil {
 				return errExit(exitErr, "%s: %v", args[0], err)
 			}
-			var e ledger.Entry
-			if a.Server != "" {
-				var out struct {
-					ID    string `json:"id"`
-					Index uint64 `json:"index"`
-				}
-				if _, err := a.apiCall(ctx, http.MethodPut, "/api/v1/releases/"+url.PathEscape(rel.Version), "application/yaml", data, &out); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				e.ID, e.Index = out.ID, out.Index
-			} else {
-				s, err := a.openStore(ctx)
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				defer s.Close()
-				rel.DefinedBy = as
-				if e, err = gates.Apply(ctx, s, rel); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
+			l, err := a.openLedger(ctx, ledgerOptions{as: as})
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			defer l.Close()
+			rel, e, err := l.DefineRelease(ctx, rel.Version, data)
+			if err != nil {
+				return errExit(exitErr, "%v", err)
 			}
 			if a.JSON {
 				return a.printJSON(map[string]any{"version": rel.Version, "id": e.ID, "index": e.Index, "pins_digest": rel.PinsDigest()})
@@ -204,31 +85,14 @@ func releaseCheck(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			var sv gates.SignedVerdict
-			if a.Server != "" {
-				if _, err := a.apiCall(ctx, http.MethodGet, "/api/v1/releases/"+url.PathEscape(args[0])+"/readiness", "", nil, &sv); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				if sv.Readiness == nil {
-					return errExit(exitErr, "server answer has no readiness")
-				}
-			} else {
-				s, err := a.openStore(ctx)
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				defer s.Close()
-				rel, _, err := gates.LoadRelease(ctx, s, args[0])
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				rd, err := gates.Evaluate(ctx, s, rel, gates.EvalOptions{})
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				if sv, err = gates.Sign(rd, s); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
+			l, err := a.openLedger(ctx, ledgerOptions{})
+			if err != nil {
+				return errExit(exitErr, "%v", err)
+			}
+			defer l.Close()
+			sv, err := l.Readiness(ctx, args[0])
+			if err != nil {
+				return errExit(exitErr, "%v", err)
 			}
 			if verdictOut != "" {
 				if err := os.WriteFile(verdictOut, []byte(sv.Note), 0o644); err != nil {
@@ -302,13 +166,6 @@ func parseExpiry(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-// WaiverRequest is the body of POST /api/v1/releases/{version}/waivers.
-type waiverRequest struct {
-	Gate    string    `json:"gate"`
-	Reason  string    `json:"reason"`
-	Expires time.Time `json:"expires"`
-}
-
 func releaseWaive(a *app) *cobra.Command {
 	var gate, reason, expires, as string
 	c := &cobra.Command{
@@ -321,16 +178,17 @@ func releaseWaive(a *app) *cobra.Command {
 			if err != nil {
 				return errExit(exitErr, "%v", err)
 			}
-			out, err := a.releaseAction(ctx, args[0], "waivers", waiverRequest{Gate: gate, Reason: reason, Expires: exp.UTC()}, as, ledger.ScopeAdmin,
-				func(s ledger.Store, who gates.Actor) (any, error) {
-					w, e, err := gates.RecordWaiver(ctx, s, args[0], gate, reason, exp, who, time.Now())
-					return map[string]any{"id": e.ID, "index": e.Index, "waiver": w}, err
-				})
+			l, err := a.openLedger(ctx, ledgerOptions{as: as})
 			if err != nil {
-				return err
+				return errExit(exitErr, "%v", err)
+			}
+			defer l.Close()
+			w, e, err := l.Waive(ctx, args[0], gate, reason, exp)
+			if err != nil {
+				return errExit(exitErr, "%v", err)
 			}
 			if a.JSON {
-				return a.printJSON(out)
+				return a.printJSON(map[string]any{"id": e.ID, "index": e.Index, "waiver": w})
 			}
 			fmt.Fprintf(a.stdout, "waiver of %s for release %s recorded, expires %s\n", gate, args[0], exp.UTC().Format(time.RFC3339))
 			return nil
@@ -343,12 +201,6 @@ func releaseWaive(a *app) *cobra.Command {
 	return c
 }
 
-// signoffRequest is the body of POST /api/v1/releases/{version}/signoffs.
-type signoffRequest struct {
-	Gate string `json:"gate"`
-	Note string `json:"note,omitempty"`
-}
-
 func releaseSignoff(a *app) *cobra.Command {
 	var gate, note, as string
 	c := &cobra.Command{
@@ -357,16 +209,17 @@ func releaseSignoff(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			out, err := a.releaseAction(ctx, args[0], "signoffs", signoffRequest{Gate: gate, Note: note}, as, ledger.ScopeRecord,
-				func(s ledger.Store, who gates.Actor) (any, error) {
-					so, e, err := gates.RecordSignoff(ctx, s, args[0], gate, note, who, time.Now())
-					return map[string]any{"id": e.ID, "index": e.Index, "signoff": so}, err
-				})
+			l, err := a.openLedger(ctx, ledgerOptions{as: as})
 			if err != nil {
-				return err
+				return errExit(exitErr, "%v", err)
+			}
+			defer l.Close()
+			so, e, err := l.Signoff(ctx, args[0], gate, note)
+			if err != nil {
+				return errExit(exitErr, "%v", err)
 			}
 			if a.JSON {
-				return a.printJSON(out)
+				return a.printJSON(map[string]any{"id": e.ID, "index": e.Index, "signoff": so})
 			}
 			fmt.Fprintf(a.stdout, "gate %s of release %s signed off\n", gate, args[0])
 			return nil
@@ -378,11 +231,6 @@ func releaseSignoff(a *app) *cobra.Command {
 	return c
 }
 
-// approvalRequest is the body of POST /api/v1/releases/{version}/approvals.
-type approvalRequest struct {
-	Note string `json:"note,omitempty"`
-}
-
 func releaseApprove(a *app) *cobra.Command {
 	var note, as string
 	c := &cobra.Command{
@@ -391,16 +239,20 @@ func releaseApprove(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			out, err := a.releaseAction(ctx, args[0], "approvals", approvalRequest{Note: note}, as, ledger.ScopeAdmin,
-				func(s ledger.Store, who gates.Actor) (any, error) {
-					ap, e, sv, err := gates.RecordApproval(ctx, s, args[0], note, who, time.Now())
-					return map[string]any{"id": e.ID, "index": e.Index, "approval": ap, "verdict": sv}, err
-				})
+			l, err := a.openLedger(ctx, ledgerOptions{as: as})
 			if err != nil {
-				return err
+				return errExit(exitErr, "%v", err)
+			}
+			defer l.Close()
+			ap, e, sv, err := l.Approve(ctx, args[0], note)
+			if ledger.ErrorCode(err) == ledger.CodePrecondition {
+				return errExit(exitNotReady, "%v", err)
+			}
+			if err != nil {
+				return errExit(exitErr, "%v", err)
 			}
 			if a.JSON {
-				return a.printJSON(out)
+				return a.printJSON(map[string]any{"id": e.ID, "index": e.Index, "approval": ap, "readiness": sv})
 			}
 			fmt.Fprintf(a.stdout, "release %s approved\n", args[0])
 			return nil
@@ -484,24 +336,13 @@ func releaseShow(a *app) *cobra.Command {
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if a.Server != "" {
-				var out any
-				p := "/api/v1/releases"
-				if len(args) == 1 {
-					p += "/" + url.PathEscape(args[0])
-				}
-				if _, err := a.apiCall(ctx, http.MethodGet, p, "", nil, &out); err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				return a.printJSON(out)
-			}
-			s, err := a.openStore(ctx)
+			l, err := a.openLedger(ctx, ledgerOptions{})
 			if err != nil {
 				return errExit(exitErr, "%v", err)
 			}
-			defer s.Close()
+			defer l.Close()
 			if len(args) == 0 {
-				rs, err := gates.ListReleases(ctx, s)
+				rs, err := l.Releases(ctx)
 				if err != nil {
 					return errExit(exitErr, "%v", err)
 				}
@@ -513,22 +354,18 @@ func releaseShow(a *app) *cobra.Command {
 				}
 				return nil
 			}
-			rel, e, err := gates.LoadRelease(ctx, s, args[0])
+			rel, e, aps, sos, err := l.Release(ctx, args[0])
 			if err != nil {
 				return errExit(exitErr, "%v", err)
 			}
-			hist, err := gates.ReleaseHistory(ctx, s, args[0])
-			if err != nil {
-				return errExit(exitErr, "%v", err)
-			}
-			aps, sos, err := gates.Approvals(ctx, s, args[0])
+			hist, err := definitions(ctx, l, args[0])
 			if err != nil {
 				return errExit(exitErr, "%v", err)
 			}
 			if a.JSON {
-				return a.printJSON(map[string]any{"release": rel, "entry": e.ID, "index": e.Index, "pins_digest": rel.PinsDigest(), "definitions": len(hist), "approvals": aps, "signoffs": sos})
+				return a.printJSON(map[string]any{"release": rel, "entry": e.ID, "index": e.Index, "pins_digest": rel.PinsDigest(), "definitions": hist, "approvals": aps, "signoffs": sos})
 			}
-			fmt.Fprintf(a.stdout, "release %s (%s)\n  entry %s at index %d, %d definition(s), pins %s\n", rel.Version, rel.Title, e.ID, e.Index, len(hist), rel.PinsDigest())
+			fmt.Fprintf(a.stdout, "release %s (%s)\n  entry %s at index %d, %d definition(s), pins %s\n", rel.Version, rel.Title, e.ID, e.Index, hist, rel.PinsDigest())
 			for _, c := range rel.Components {
 				fmt.Fprintf(a.stdout, "  component %-14s head %s reviewed %s %s\n", c.Name, c.Head, c.Reviewed, c.Repository)
 			}
@@ -551,5 +388,22 @@ func releaseShow(a *app) *cobra.Command {
 			}
 			return nil
 		},
+	}
+}
+
+// definitions counts the definitions of release version in the log, paging
+// to the end.
+func definitions(ctx context.Context, r ledger.Queries, version string) (int, error) {
+	n, cursor := 0, ""
+	for {
+		es, next, err := r.Entries(ctx, ledger.EntryFilter{Kind: ledger.KindRelease, Key: version, Cursor: cursor, Limit: 1000})
+		if err != nil {
+			return 0, err
+		}
+		n += len(es)
+		if next == "" {
+			return n, nil
+		}
+		cursor = next
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
@@ -18,11 +20,12 @@ import (
 // app holds the global flags shared by every subcommand. Values come from
 // flags, then LEDGER_* environment variables, then defaults.
 type app struct {
-	DB      string // path of the SQLite database
-	DataDir string // where the log's signing key lives; default: the database's directory
-	JSON    bool   // machine output
-	Server  string // base URL of a ledger server, for client commands
-	Token   string // bearer token for the server
+	DB      string        // path of the SQLite database
+	DataDir string        // where the log's signing key lives; default: the database's directory
+	JSON    bool          // machine output
+	Server  string        // base URL of a ledger server, for client commands
+	Token   string        // bearer token for the server
+	Timeout time.Duration // bound of one request to the server
 	Verbose bool
 
 	dbExplicit bool // --db or LEDGER_DB was given
@@ -33,12 +36,6 @@ type app struct {
 	log    *slog.Logger
 }
 
-// subcommands registers constructors of subcommands; each command file adds
-// its own in init so that files stay independent.
-var subcommands []func(*app) *cobra.Command
-
-func register(f func(*app) *cobra.Command) { subcommands = append(subcommands, f) }
-
 func envOr(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok && v != "" {
 		return v
@@ -46,6 +43,8 @@ func envOr(name, def string) string {
 	return def
 }
 
+// newRootCmd builds the whole command tree: the global flags and every
+// subcommand, in one place.
 func newRootCmd() *cobra.Command {
 	a := &app{stdout: os.Stdout, stderr: os.Stderr}
 	root := &cobra.Command{
@@ -59,6 +58,16 @@ func newRootCmd() *cobra.Command {
 				lvl = slog.LevelDebug
 			}
 			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+			if v := os.Getenv("LEDGER_TIMEOUT"); v != "" && !cmd.Flags().Changed("timeout") {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return errExit(2, "LEDGER_TIMEOUT=%q: want a duration such as 30s or 5m", v)
+				}
+				a.Timeout = d
+			}
+			if a.Timeout <= 0 {
+				return errExit(2, "--timeout must be positive, got %v", a.Timeout)
+			}
 			_, envDB := os.LookupEnv("LEDGER_DB")
 			a.dbExplicit = envDB || cmd.Flags().Changed("db")
 			for c := cmd; c != nil; c = c.Parent() {
@@ -76,10 +85,19 @@ func newRootCmd() *cobra.Command {
 	pf.BoolVar(&a.JSON, "json", false, "print machine-readable JSON")
 	pf.StringVar(&a.Server, "server", envOr("LEDGER_SERVER", ""), "ledger server base URL for client commands (env LEDGER_SERVER)")
 	pf.StringVar(&a.Token, "token", envOr("LEDGER_TOKEN", ""), "bearer token for the server (env LEDGER_TOKEN)")
+	pf.DurationVar(&a.Timeout, "timeout", client.DefaultTimeout, "bound of each request to --server (env LEDGER_TIMEOUT)")
 	pf.BoolVarP(&a.Verbose, "verbose", "v", false, "debug logging")
-	for _, f := range subcommands {
-		root.AddCommand(f(a))
-	}
+	root.AddCommand(
+		newServeCmd(a),
+		newRunCmd(a),
+		newRecordCmd(a),
+		newVerifyCmd(a),
+		newReleaseCmd(a),
+		newAuditCmd(a),
+		newBackupCmd(a),
+		newMigrateCmd(a),
+		newTokenCmd(a),
+	)
 	return root
 }
 
@@ -115,8 +133,8 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// codeExit maps an application error to the documented exit code 2 with a
-// clear message.
+// errExit returns an error that makes the command exit with code and print
+// the message.
 func errExit(code int, format string, args ...any) error {
 	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
 }

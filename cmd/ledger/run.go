@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -30,13 +29,12 @@ type runConfig struct {
 	List       bool
 }
 
-func init() {
-	register(func(a *app) *cobra.Command {
-		var c runConfig
-		cmd := &cobra.Command{
-			Use:   "run",
-			Short: "Run hardware validation lanes and record one evidence record per lane",
-			Long: `Run runs validation lanes (described in the README's "Lanes" section) on a backend, decides each from its
+func newRunCmd(a *app) *cobra.Command {
+	var c runConfig
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run hardware validation lanes and record one evidence record per lane",
+		Long: `Run runs validation lanes (described in the README's "Lanes" section) on a backend, decides each from its
 independent reference and negative control, prints a summary table and records
 one evidence record per lane run: into the local database (--db), or to a
 server (--server URL --token T, POST /api/v1/evidence).
@@ -46,21 +44,20 @@ info, else from git in --repo-path; --commit/--tree/--repository override it.
 
 Exit status: 0 when every lane passed, 1 when any lane failed, was
 inconclusive or errored, 2 on usage or recording errors.`,
-			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return a.runLanes(cmd.Context(), c) },
-		}
-		f := cmd.Flags()
-		f.StringVar(&c.Backend, "backend", "cpu", "backend to run on (registered: "+strings.Join(runner.BackendNames(), ", ")+")")
-		f.StringArrayVar(&c.Lanes, "lane", nil, "lane to run (name or name/vN; repeatable; default: all)")
-		f.StringVar(&c.RepoPath, "repo-path", ".", "checkout of the source, used for git when the binary lacks build info")
-		f.StringVar(&c.Repository, "repository", "", "repository of the subject (default: git remote origin, else the module path)")
-		f.StringVar(&c.Commit, "commit", "", "source commit id (overrides build info)")
-		f.StringVar(&c.Tree, "tree", "", "tree id of the source commit (default: from git)")
-		f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
-		f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
-		f.BoolVar(&c.List, "list", false, "list the lanes and exit")
-		return cmd
-	})
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runLanes(cmd.Context(), c) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.Backend, "backend", "cpu", "backend to run on (registered: "+strings.Join(runner.BackendNames(), ", ")+")")
+	f.StringArrayVar(&c.Lanes, "lane", nil, "lane to run (name or name/vN; repeatable; default: all)")
+	f.StringVar(&c.RepoPath, "repo-path", ".", "checkout of the source, used for git when the binary lacks build info")
+	f.StringVar(&c.Repository, "repository", "", "repository of the subject (default: git remote origin, else the module path)")
+	f.StringVar(&c.Commit, "commit", "", "source commit id (overrides build info)")
+	f.StringVar(&c.Tree, "tree", "", "tree id of the source commit (default: from git)")
+	f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
+	f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
+	f.BoolVar(&c.List, "list", false, "list the lanes and exit")
+	return cmd
 }
 
 func (a *app) runLanes(ctx context.Context, c runConfig) error {
@@ -69,9 +66,6 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 			fmt.Fprintf(a.stdout, "%-24s %s\n", l.Name(), l.Summary())
 		}
 		return nil
-	}
-	if a.Server != "" && a.Token == "" && !c.NoRecord {
-		return errExit(2, "--server needs --token (or LEDGER_TOKEN)")
 	}
 	for _, name := range c.Lanes {
 		if _, err := runner.LookupLane(name); err != nil {
@@ -94,6 +88,15 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	if subj.Dirty {
 		a.log.Warn("the work tree is dirty: this evidence will not count for gates", "commit", subj.Commit)
 	}
+	var l theLedger
+	if !c.NoRecord {
+		// Opened before the lanes run, so that a wrong --server, --token or
+		// --db fails before the work rather than after it.
+		if l, err = a.openLedger(ctx, ledgerOptions{records: true}); err != nil {
+			return errExit(2, "%v", err)
+		}
+		defer l.Close()
+	}
 	b, err := runner.OpenBackend(c.Backend)
 	if err != nil {
 		return errExit(2, "%v", err)
@@ -110,11 +113,18 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	for i, r := range runs {
 		evs[i] = r.Evidence
 	}
-	var recorded any
-	if !c.NoRecord {
-		if recorded, err = a.recordEvidence(ctx, evs); err != nil {
+	var recorded *appendedJSON
+	if l != nil {
+		recs, err := evidenceRecords(evs)
+		if err != nil {
 			return errExit(2, "record: %v", err)
 		}
+		res, err := l.Append(ctx, recs, "")
+		if err != nil {
+			return errExit(2, "record: %v", err)
+		}
+		out := appendedOf(res)
+		recorded = &out
 	}
 	if a.JSON {
 		if err := a.printJSON(map[string]any{"evidence": evs, "recorded": recorded}); err != nil {
@@ -122,12 +132,8 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 		}
 	} else {
 		printRunTable(a.stdout, runs)
-		if !c.NoRecord {
-			where := a.DB
-			if a.Server != "" {
-				where = a.Server
-			}
-			fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), where)
+		if l != nil {
+			fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), l.Where())
 		}
 	}
 	for _, r := range runs {
@@ -136,39 +142,6 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 		}
 	}
 	return nil
-}
-
-// recordEvidence appends the records locally or posts them to the server.
-func (a *app) recordEvidence(ctx context.Context, evs []ledger.Evidence) (any, error) {
-	if a.Server != "" {
-		body, err := json.Marshal(evs)
-		if err != nil {
-			return nil, err
-		}
-		var out json.RawMessage
-		if _, err := a.call(ctx, "POST", "/api/v1/evidence", body, "application/json", nil, &out); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	st, err := a.openStore(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	recs := make([]ledger.Record, len(evs))
-	for i := range evs {
-		body, err := ledger.CanonicalBody(&evs[i])
-		if err != nil {
-			return nil, err
-		}
-		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: body}
-	}
-	res, err := st.Append(ctx, recs, "")
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
 }
 
 func printRunTable(w io.Writer, runs []runner.LaneRun) {

@@ -112,30 +112,28 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	return nil
 }
 
-func init() {
-	register(func(a *app) *cobra.Command {
-		c, envErr := defaultServeConfig()
-		cmd := &cobra.Command{
-			Use:   "serve",
-			Short: "Serve the HTTP API and the reviewer dashboard (creates and migrates the database on first start)",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				if envErr != nil {
-					return errExit(2, "serve: %v", envErr)
-				}
-				c.DB, c.KeyDir, c.Log = a.DB, a.dataDir(), a.log
-				if c.Ready == nil {
-					c.Ready = func(addr net.Addr) { fmt.Fprintf(a.stdout, "ledger: serving on http://%s/\n", addr) }
-				}
-				if err := RunServe(cmd.Context(), c); err != nil {
-					return errExit(2, "serve: %v", err)
-				}
-				return nil
-			},
-		}
-		cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
-		cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
-		cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
-		return cmd
-	})
+func newServeCmd(a *app) *cobra.Command {
+	c, envErr := defaultServeConfig()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API and the reviewer dashboard (creates and migrates the database on first start)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if envErr != nil {
+				return errExit(2, "serve: %v", envErr)
+			}
+			c.DB, c.KeyDir, c.Log = a.DB, a.dataDir(), a.log
+			if c.Ready == nil {
+				c.Ready = func(addr net.Addr) { fmt.Fprintf(a.stdout, "ledger: serving on http://%s/\n", addr) }
+			}
+			if err := RunServe(cmd.Context(), c); err != nil {
+				return errExit(2, "serve: %v", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
+	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
+	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
+	return cmd
 }

@@ -84,20 +84,18 @@ func (m *materialFlags) options() (*verify.Options, error) {
 	return o, nil
 }
 
-func init() {
-	register(func(a *app) *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "verify",
-			Short: "Verify signed heads, commits and tags, and tree equivalence",
-			Long: `Verify git signatures (OpenPGP, SSH, X.509/gitsign) on raw object bytes and
+func newVerifyCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Verify signed heads, commits and tags, and tree equivalence",
+		Long: `Verify git signatures (OpenPGP, SSH, X.509/gitsign) on raw object bytes and
 compare a signed head's tree with the reviewed source.
 
 Exit codes: 0 verified (trusted / letter G / equivalent), 1 verified but not
 good or not trusted or not equivalent, 2 bad input or any error.`,
-		}
-		cmd.AddCommand(verifyHeadCmd(a), verifyObjectCmd(a, "commit"), verifyObjectCmd(a, "tag"), verifyTreeCmd(a))
-		return cmd
-	})
+	}
+	cmd.AddCommand(verifyHeadCmd(a), verifyObjectCmd(a, "commit"), verifyObjectCmd(a, "tag"), verifyTreeCmd(a))
+	return cmd
 }
 
 func verifyHeadCmd(a *app) *cobra.Command {
@@ -128,20 +126,20 @@ Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
 				return errExit(2, "verify head: %v", err)
 			}
 			var entryID string
-			if record && a.Server != "" {
-				return errExit(2, "verify head --record appends to the local database (--db); to verify on a server use POST %s/api/v1/heads/verify (the repository must be on the server's disk)", strings.TrimRight(a.Server, "/"))
-			}
 			if record {
-				st, err := a.openStore(cmd.Context())
+				// Through --server the client refuses a head record: a
+				// server records only the heads it verified itself (POST
+				// /api/v1/heads/verify), never a client's verdict.
+				l, err := a.openLedger(cmd.Context(), ledgerOptions{})
 				if err != nil {
 					return errExit(2, "open ledger: %v", err)
 				}
-				defer st.Close()
+				defer l.Close()
 				body, err := ledger.CanonicalBody(hv)
 				if err != nil {
 					return errExit(2, "record head: %v", err)
 				}
-				res, err := st.Append(cmd.Context(), []ledger.Record{{Kind: ledger.KindHead, Body: body}}, "")
+				res, err := l.Append(cmd.Context(), []ledger.Record{{Kind: ledger.KindHead, Body: body}}, "")
 				if err != nil {
 					return errExit(2, "record head: %v", err)
 				}
@@ -337,7 +335,7 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 
 // recordTreeEquivalence appends the tree-equivalence evidence record of
 // rep (ledger.TreeEquivalence.Evidence) about the signed head, to the
-// server when --server is set, else to the local database. It returns the
+// ledger openLedger gives (--server or the local database). It returns the
 // entry id.
 func (a *app) recordTreeEquivalence(ctx context.Context, rep verify.TreeReport, repository string, started time.Time) (string, error) {
 	te := ledger.TreeEquivalence{Reviewed: rep.Reviewed, Equivalent: &rep.Equivalent, OutsidePins: []string{}, Pins: rep.Pins, Differences: len(rep.Differences)}
@@ -354,21 +352,12 @@ func (a *app) recordTreeEquivalence(ctx context.Context, rep verify.TreeReport, 
 	if err != nil {
 		return "", err
 	}
-	if a.Server != "" {
-		var out struct {
-			ID string `json:"id"`
-		}
-		if _, err := a.call(ctx, "POST", "/api/v1/evidence", body, "application/json", nil, &out); err != nil {
-			return "", err
-		}
-		return out.ID, nil
-	}
-	st, err := a.openStore(ctx)
+	l, err := a.openLedger(ctx, ledgerOptions{records: true})
 	if err != nil {
 		return "", err
 	}
-	defer st.Close()
-	res, err := st.Append(ctx, []ledger.Record{{Kind: ledger.KindEvidence, Body: body}}, "")
+	defer l.Close()
+	res, err := l.Append(ctx, []ledger.Record{{Kind: ledger.KindEvidence, Body: body}}, "")
 	if err != nil {
 		return "", err
 	}

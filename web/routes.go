@@ -1,0 +1,89 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes builds the router: every route of the server is in this one table.
+// /api/v1 is JSON for CI and tools (web/openapi.yaml describes it; a test
+// checks the two against each other); the rest is the HTML dashboard, its
+// assets, /healthz and /metrics.
+//
+// Scopes: reads need scope read only when Config.ReadAuth is set. Writes
+// need record (evidence, head verifications, sign-offs of manual gates,
+// which also need the gate's role) or admin (release definitions, waivers,
+// and the final approval, which also needs the release's approval_role when
+// it has one and is refused with 409 unless the release is ready). A
+// sign-off satisfies one manual gate; the approval is the decision on the
+// whole release and is a separate record.
+func (s *Server) routes() chi.Router {
+	read, record, admin := s.require(ledger.ScopeRead), s.require(ledger.ScopeRecord), s.require(ledger.ScopeAdmin)
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders)
+	r.Get("/healthz", s.handleHealth)
+	r.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+
+	r.Route("/api/v1", func(api chi.Router) {
+		api.Get("/openapi.yaml", s.handleOpenAPI)
+
+		api.With(record).Post("/evidence", s.handlePostEvidence)
+		api.With(read).Get("/evidence", s.handleListEvidence)
+		api.With(read).Get("/evidence/{id}", s.handleGetEvidence)
+		api.With(read).Get("/evidence/{id}/proof", s.handleEvidenceProof)
+
+		api.With(read).Get("/log/checkpoint", s.handleCheckpoint)
+		api.With(read).Get("/log/key", s.handleKey)
+		api.With(read).Get("/log/entries", s.handleListEntries)
+		api.With(read).Get("/log/entries/{id}", s.handleEntry)
+		api.With(read).Get("/log/leaves/{index}", s.handleLeaf)
+		api.With(read).Get("/log/proof/inclusion", s.handleInclusion)
+		api.With(read).Get("/log/proof/consistency", s.handleConsistency)
+
+		api.With(read).Get("/heads", s.handleListHeads)
+		api.With(record).Post("/heads/verify", s.handleVerifyHead)
+
+		api.With(read).Get("/releases", s.handleListReleases)
+		api.With(admin).Put("/releases/{version}", s.handlePutRelease)
+		api.With(read).Get("/releases/{version}", s.handleGetRelease)
+		api.With(read).Get("/releases/{version}/readiness", s.handleReadiness)
+		api.With(admin).Post("/releases/{version}/waivers", s.handlePostWaiver)
+		api.With(record).Post("/releases/{version}/signoffs", s.handlePostSignoff)
+		api.With(admin).Post("/releases/{version}/approvals", s.handlePostApproval)
+
+		api.With(read).Get("/overview", s.apiOverview)
+		api.With(read).Get("/lanes/*", s.apiLane)
+		api.With(read).Get("/trajectories/*", s.apiTrajectory)
+
+		api.NotFound(func(w http.ResponseWriter, r *http.Request) {
+			s.writeError(w, r, ledger.NotFound("no API route %s %s", r.Method, r.URL.Path))
+		})
+		api.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+			s.writeJSON(w, http.StatusMethodNotAllowed, APIError{Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path})
+		})
+	})
+
+	r.Get("/", s.pageAuth(s.pageOverview))
+	r.Get("/evidence", s.pageAuth(s.pageEvidenceList))
+	r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))
+	r.Get("/entries/{id}", s.pageAuth(s.pageEntry))
+	r.Get("/heads", s.pageAuth(s.pageHeads))
+	r.Get("/lanes/*", s.pageAuth(s.pageLane))
+	r.Get("/trajectories/*", s.pageAuth(s.pageTrajectory))
+	r.Get("/releases/{version}", s.pageAuth(s.pageRelease))
+	// The release page's forms; see page_release_forms.go for their token
+	// and CSRF checks.
+	r.Post("/releases/{version}/waivers", s.postReleaseForm(formWaiver))
+	r.Post("/releases/{version}/signoffs", s.postReleaseForm(formSignoff))
+	r.Post("/releases/{version}/approvals", s.postReleaseForm(formApproval))
+	r.Get("/static/*", s.handleStatic)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.renderError(w, r, ledger.NotFound("no page at %s", r.URL.Path))
+	})
+	return r
+}
