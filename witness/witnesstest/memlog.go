@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,28 +68,19 @@ func NewMemLogWithKey(skey string) (*MemLog, error) {
 	return m, nil
 }
 
-// verifierKey derives "name+hash+base64(alg||pub)" from a signer key.
+// verifierKey derives "name+hash+base64(alg||pub)" from a signer key
+// "PRIVATE+KEY+name+hash+base64(alg||seed)" (the base64 may contain '+').
 func verifierKey(skey string) (string, error) {
-	var name, hash, key string
-	if _, err := fmt.Sscanf(replacePlus(skey), "PRIVATE KEY %s %s %s", &name, &hash, &key); err != nil {
+	parts := strings.SplitN(skey, "+", 5)
+	if len(parts) != 5 {
 		return "", fmt.Errorf("malformed signer key")
 	}
-	raw, err := base64.StdEncoding.DecodeString(key)
+	raw, err := base64.StdEncoding.DecodeString(parts[4])
 	if err != nil || len(raw) != 33 {
 		return "", fmt.Errorf("malformed signer key")
 	}
 	pub := ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey)
-	return note.NewEd25519VerifierKey(name, pub)
-}
-
-func replacePlus(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '+' {
-			b[i] = ' '
-		}
-	}
-	return string(b)
+	return note.NewEd25519VerifierKey(parts[2], pub)
 }
 
 // Origin returns the log origin (the key name).
