@@ -36,7 +36,7 @@ func TestClientAnswers(t *testing.T) {
 	var ans answer
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/w/add-checkpoint" {
-			http.Error(w, "wrong route", 405)
+			http.Error(w, "wrong route", http.StatusMethodNotAllowed)
 			return
 		}
 		b, _ := io.ReadAll(r.Body)

@@ -138,7 +138,7 @@ func ParsePolicy(b []byte) (*Policy, error) {
 			p.Witnesses = append(p.Witnesses, w)
 		case "group":
 			if len(f) < 4 {
-				return nil, fmt.Errorf("policy line %d: group wants <name> all|any|<k> <member>...", n)
+				return nil, fmt.Errorf("policy line %d: group wants <name>, all|any|<k> and one or more members", n)
 			}
 			if err := checkName(f[1], defined); err != nil {
 				return nil, fmt.Errorf("policy line %d: group name: %v", n, err)

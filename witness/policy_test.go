@@ -126,7 +126,7 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"threshold too big", wa + wb + "group G 3 A B\nquorum G\n", "line 3: group threshold 3 is not between 1 and its 2 members"},
 		{"threshold zero", wa + wb + "group G 0 A B\nquorum G\n", "threshold 0"},
 		{"threshold not decimal", wa + wb + "group G 01 A B\nquorum G\n", "line 3: group threshold must be"},
-		{"group without members", wa + "group G any\nquorum G\n", "line 2: group wants"},
+		{"group without members", wa + "group G any\nquorum G\n", "line 2: group wants <name>, all|any|<k> and one or more members"},
 		{"duplicate name", wa + "witness A " + b.vkey + "\nquorum A\n", "line 2: witness name: already defined on line 1"},
 		{"group reuses witness name", wa + "group A any A\nquorum A\n", "line 2: group name: already defined on line 1"},
 		{"none as name", "witness none " + a.vkey + "\nquorum none\n", `line 1: witness name: "none" is reserved`},
