@@ -53,6 +53,16 @@ func ParseSavedCheckpoint(b []byte) ([]byte, error) {
 	return b, nil
 }
 
+// CheckpointReader is the part of LogReader that AuditAgainst reads: a
+// store, or an HTTP client of a server's /api/v1/log routes (everything
+// it answers is checked against the public key, so the server need not be
+// trusted).
+type CheckpointReader interface {
+	Checkpoint(ctx context.Context) (Checkpoint, error)
+	CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error)
+	ConsistencyProof(ctx context.Context, from, to uint64) (ConsistencyProof, error)
+}
+
 // AgainstStatus is the verdict on one saved checkpoint.
 type AgainstStatus string
 
@@ -118,9 +128,9 @@ type AgainstReport struct {
 // the saved root (RFC 6962, checked with transparency-dev/merkle), and
 // hold a checkpoint of the saved size with the same root. It returns an
 // error only when vkey is malformed or the log cannot be read; every
-// finding is in the report. It reads the log through LogReader only and is
+// finding is in the report. It reads the log through CheckpointReader only and is
 // safe to call on a log that is being appended to.
-func AuditAgainst(ctx context.Context, log LogReader, vkey string, saved []SavedCheckpoint) (AgainstReport, error) {
+func AuditAgainst(ctx context.Context, log CheckpointReader, vkey string, saved []SavedCheckpoint) (AgainstReport, error) {
 	v, err := note.NewVerifier(strings.TrimSpace(vkey))
 	if err != nil {
 		return AgainstReport{}, fmt.Errorf("verifier key: %w", err)
@@ -159,7 +169,7 @@ func AuditAgainst(ctx context.Context, log LogReader, vkey string, saved []Saved
 	return rep, nil
 }
 
-func auditOne(ctx context.Context, log LogReader, v note.Verifier, cur Checkpoint, s SavedCheckpoint) AgainstResult {
+func auditOne(ctx context.Context, log CheckpointReader, v note.Verifier, cur Checkpoint, s SavedCheckpoint) AgainstResult {
 	r := AgainstResult{Source: s.Source}
 	size, root, st, msg := openCheckpoint(s.Note, v)
 	r.Size, r.Root, r.Status, r.Problem = size, root, st, msg

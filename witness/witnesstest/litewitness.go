@@ -32,11 +32,15 @@ var (
 	buildOnce sync.Once
 	binDir    string
 	buildErr  error
+	mainUsed  bool
 )
 
 // Main runs a test binary's tests and removes the litewitness binaries
-// built for them; call it from TestMain.
+// built for them; call it from TestMain. Without it, each test that
+// starts a litewitness builds the binaries into its own temporary
+// directory.
 func Main(m *testing.M) {
+	mainUsed = true
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -47,21 +51,32 @@ func Main(m *testing.M) {
 // binaries builds litewitness and witnessctl once per test binary.
 func binaries(t testing.TB) (litewitness, witnessctl string) {
 	t.Helper()
+	if !mainUsed {
+		dir := t.TempDir()
+		if err := build(dir); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(dir, "litewitness"), filepath.Join(dir, "witnessctl")
+	}
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "witnesstest-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), litewitnessPkg, witnessctlPkg)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build litewitness: %v\n%s", err, out)
+		if buildErr == nil {
+			buildErr = build(binDir)
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(binDir, "litewitness"), filepath.Join(binDir, "witnessctl")
+}
+
+// build builds litewitness and witnessctl (the versions go.mod pins) into dir.
+func build(dir string) error {
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), litewitnessPkg, witnessctlPkg)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build litewitness: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // RequireSSHAgent skips the test when ssh-agent is not on PATH:
