@@ -37,19 +37,19 @@ type Client struct {
 // (c2sp.org/tlog-witness). A *StatusError wraps one of them; errors.Is
 // tells them apart.
 var (
-	ErrBadRequest = errors.New("witness: bad request (400)")
+	ErrBadRequest = errors.New("bad request (400)")
 	// ErrForbidden: no signature on the checkpoint verifies against a log
 	// key the witness trusts (403). litewitness also answers 403 for an
 	// origin it does not know.
-	ErrForbidden = errors.New("witness: checkpoint signature not trusted (403)")
+	ErrForbidden = errors.New("checkpoint signature not trusted (403)")
 	// ErrUnknownLog: the witness does not know the checkpoint's origin (404).
-	ErrUnknownLog = errors.New("witness: unknown log (404)")
+	ErrUnknownLog = errors.New("unknown log (404)")
 	// ErrBadProof: the consistency proof from the witness's size does not
 	// verify (422): the checkpoint is not an extension of what the witness
 	// cosigned, that is a fork, unless the proof itself is wrong.
-	ErrBadProof = errors.New("witness: consistency proof refused (422)")
+	ErrBadProof = errors.New("consistency proof refused (422)")
 	// ErrUnavailable: the witness could not be reached or answered 5xx.
-	ErrUnavailable = errors.New("witness: unavailable")
+	ErrUnavailable = errors.New("unavailable")
 )
 
 // StatusError is a refused add-checkpoint request: the witness, the HTTP

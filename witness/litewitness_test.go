@@ -252,6 +252,13 @@ func TestLitewitnessQuorumTwoOfThree(t *testing.T) {
 	if res, err := p.Check([]byte(st.LastWitnessed.Note), logV); err != nil || len(res.Cosigners) != 2 {
 		t.Fatalf("last witnessed note: %+v, %v", res, err)
 	}
+	// Size 6 keeps the quorum's two cosignatures, though q3 has moved on.
+	cp6, _ := l.CheckpointAt(context.Background(), 6)
+	if n, cosigners := w.CosignedCheckpoint(cp6); strings.Join(cosigners, ",") != "witness.test/q2,witness.test/q3" {
+		t.Fatalf("cosigners of size 6: %v", cosigners)
+	} else if res, err := p.Check([]byte(n), logV); err != nil || !res.QuorumMet {
+		t.Fatalf("size 6 note: %+v, %v", res, err)
+	}
 
 	// Witnesses back (litewitness kept its state): quorum again.
 	lws[0].Start()

@@ -79,9 +79,16 @@ func TestWitnesserOverSQLiteStore(t *testing.T) {
 // BenchmarkCheckpointWitnessing is the cost of one appended record with
 // its checkpoint (SQLite store, fsynced), then cosigned by 0, 1 or 3
 // litewitness processes on loopback.
+//
+// The variant state=memory keeps the Witnesser's state in memory (no
+// state-file write and fsync per round), to show that part of the cost.
 func BenchmarkCheckpointWitnessing(b *testing.B) {
-	for _, nw := range []int{0, 1, 3} {
-		b.Run(fmt.Sprintf("witnesses=%d", nw), func(b *testing.B) {
+	for _, c := range []struct {
+		nw    int
+		state string
+	}{{0, "file"}, {1, "file"}, {1, "memory"}, {3, "file"}, {3, "memory"}} {
+		nw := c.nw
+		b.Run(fmt.Sprintf("witnesses=%d/state=%s", nw, c.state), func(b *testing.B) {
 			ctx := context.Background()
 			s := openStore(b)
 			var w *witness.Witnesser
@@ -105,7 +112,11 @@ func BenchmarkCheckpointWitnessing(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				w, err = witness.New(witness.Config{Log: s, LogKey: s.VerifierKey(), Policy: p, StatePath: filepath.Join(b.TempDir(), "state.json")})
+				statePath := filepath.Join(b.TempDir(), "state.json")
+				if c.state == "memory" {
+					statePath = ""
+				}
+				w, err = witness.New(witness.Config{Log: s, LogKey: s.VerifierKey(), Policy: p, StatePath: statePath})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -129,6 +140,43 @@ func BenchmarkCheckpointWitnessing(b *testing.B) {
 						b.Fatalf("%+v %v", r, err)
 					}
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkAppendWhileWitnessing is what an append costs while a Witnesser
+// runs in the background as `ledger serve` runs it (a round after each
+// append, never waited for), with 0 or 1 litewitness: the append path's
+// share of witnessing, on a machine whose cores the witness shares.
+func BenchmarkAppendWhileWitnessing(b *testing.B) {
+	for _, nw := range []int{0, 1} {
+		b.Run(fmt.Sprintf("witnesses=%d", nw), func(b *testing.B) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := openStore(b)
+			notify := func() {}
+			if nw == 1 {
+				lw := witnesstest.NewLitewitness(b, "witness.test/a", s.Origin(), s.VerifierKey())
+				p, err := witness.ParsePolicy([]byte(lw.PolicyLine() + "quorum witness.test/a\n"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				w, err := witness.New(witness.Config{Log: s, LogKey: s.VerifierKey(), Policy: p, StatePath: filepath.Join(b.TempDir(), "state.json")})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done := make(chan struct{})
+				go func() { defer close(done); w.Run(ctx, time.Minute, 30*time.Second) }()
+				defer func() { cancel(); <-done }()
+				notify = w.Notify
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.Append(ctx, []ledger.Record{evidence(b, i)}, ""); err != nil {
+					b.Fatal(err)
+				}
+				notify()
 			}
 		})
 	}

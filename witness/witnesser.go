@@ -220,6 +220,9 @@ func (w *Witnesser) Witness(ctx context.Context) (Round, error) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if unchanged(w.st, wss, w.clients, c) {
+		return round, nil // an idle round: nothing to write
+	}
 	next := *w.st
 	next.Witnesses = map[string]*witnessState{}
 	for i, cl := range w.clients {
@@ -241,6 +244,21 @@ func (w *Witnesser) Witness(ctx context.Context) (Round, error) {
 	}
 	w.st = &next
 	return round, nil
+}
+
+// unchanged reports whether a round changed nothing: the same checkpoint
+// as the last round, the same outcome, and every witness state as before.
+func unchanged(st *state, wss []witnessState, clients []*Client, c Cosigned) bool {
+	l := st.Latest
+	if l == nil || l.Size != c.Size || l.Root != c.Root || l.QuorumMet != c.QuorumMet || !slices.Equal(l.Cosigners, c.Cosigners) {
+		return false
+	}
+	for i, cl := range clients {
+		if *st.Witnesses[cl.Name] != wss[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // cosignOne asks one witness to cosign cp and updates ws.
@@ -323,8 +341,10 @@ func (w *Witnesser) Status() Status {
 
 // CosignedCheckpoint returns the log's checkpoint cp with the cosignatures
 // the witnesses gave for exactly that checkpoint (same size and root), and
-// the names of those witnesses; cp.Note unchanged and nil when there are
-// none. It reads only the Witnesser's state.
+// the names of those witnesses: the witnesses' latest cosignatures, or the
+// last checkpoint that met the quorum when that is cp and has more. It
+// returns cp.Note unchanged and nil when there are none. It reads only the
+// Witnesser's state.
 func (w *Witnesser) CosignedCheckpoint(cp ledger.Checkpoint) (signedNote string, cosigners []string) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -335,6 +355,9 @@ func (w *Witnesser) CosignedCheckpoint(cp ledger.Checkpoint) (signedNote string,
 			signedNote += ws.Cosignature
 			cosigners = append(cosigners, c.Name)
 		}
+	}
+	if lw := w.st.LastWitnessed; lw != nil && lw.Size == cp.Size && lw.Root == cp.Root && len(lw.Cosigners) > len(cosigners) {
+		return lw.Note, slices.Clone(lw.Cosigners)
 	}
 	return signedNote, cosigners
 }
