@@ -101,4 +101,3 @@ func (s *Server) serveTLogProof(w http.ResponseWriter, r *http.Request, e ledger
 	w.WriteHeader(http.StatusOK)
 	w.Write(p.Marshal())
 }
-

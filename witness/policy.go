@@ -73,14 +73,9 @@ func ParsePolicy(b []byte) (*Policy, error) {
 			return nil, fmt.Errorf("policy: control character at byte %d (only tab and newline are allowed)", i)
 		}
 	}
-	p := &Policy{}
-	names := map[string]*member{}
-	defined := map[string]int{} // name -> line
-	keys := map[string]int{}    // "log:"/"witness:" + key material -> line
-	quorumLine := 0
+	ps := &policyParser{p: &Policy{}, names: map[string]*member{}, defined: map[string]int{}, keys: map[string]int{}}
 	items := 0
 	for i, line := range strings.Split(string(b), "\n") {
-		n := i + 1
 		f := strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' })
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue
@@ -88,116 +83,155 @@ func ParsePolicy(b []byte) (*Policy, error) {
 		if items++; items > maxPolicyItems {
 			return nil, fmt.Errorf("policy: more than %d definitions", maxPolicyItems)
 		}
+		var err error
 		switch f[0] {
 		case "log":
-			if len(f) < 2 || len(f) > 3 {
-				return nil, fmt.Errorf("policy line %d: log wants <vkey> [<url>]", n)
-			}
-			v, err := note.NewVerifier(f[1])
-			if err != nil {
-				return nil, fmt.Errorf("policy line %d: log vkey: %v", n, err)
-			}
-			k := "log:" + vkeyMaterial(f[1])
-			if prev, ok := keys[k]; ok {
-				return nil, fmt.Errorf("policy line %d: log key duplicates line %d", n, prev)
-			}
-			keys[k] = n
-			l := PolicyLog{VKey: f[1], Verifier: v}
-			if len(f) == 3 {
-				if err := checkURL(f[2]); err != nil {
-					return nil, fmt.Errorf("policy line %d: log url: %v", n, err)
-				}
-				l.URL = f[2]
-			}
-			p.Logs = append(p.Logs, l)
+			err = ps.log(f[1:], i+1)
 		case "witness":
-			if len(f) < 3 || len(f) > 4 {
-				return nil, fmt.Errorf("policy line %d: witness wants <name> <vkey> [<url>]", n)
-			}
-			if err := checkName(f[1], defined); err != nil {
-				return nil, fmt.Errorf("policy line %d: witness name: %v", n, err)
-			}
-			v, err := NewCosignatureVerifier(f[2])
-			if err != nil {
-				return nil, fmt.Errorf("policy line %d: witness vkey: %v", n, err)
-			}
-			k := "witness:" + vkeyMaterial(f[2])
-			if prev, ok := keys[k]; ok {
-				return nil, fmt.Errorf("policy line %d: witness key duplicates line %d", n, prev)
-			}
-			keys[k] = n
-			w := PolicyWitness{Name: f[1], VKey: f[2], Verifier: v}
-			if len(f) == 4 {
-				if err := checkURL(f[3]); err != nil {
-					return nil, fmt.Errorf("policy line %d: witness url: %v", n, err)
-				}
-				w.URL = f[3]
-			}
-			defined[f[1]] = n
-			names[f[1]] = &member{witness: len(p.Witnesses)}
-			p.Witnesses = append(p.Witnesses, w)
+			err = ps.witness(f[1:], i+1)
 		case "group":
-			if len(f) < 4 {
-				return nil, fmt.Errorf("policy line %d: group wants <name>, all|any|<k> and one or more members", n)
-			}
-			if err := checkName(f[1], defined); err != nil {
-				return nil, fmt.Errorf("policy line %d: group name: %v", n, err)
-			}
-			g := &member{witness: -1}
-			seen := map[string]bool{}
-			for j, m := range f[3:] {
-				mm, ok := names[m]
-				if !ok {
-					return nil, fmt.Errorf("policy line %d: group member %d is not a witness or group defined above", n, j+1)
-				}
-				if seen[m] {
-					return nil, fmt.Errorf("policy line %d: group member %d is listed twice", n, j+1)
-				}
-				seen[m] = true
-				g.members = append(g.members, mm)
-			}
-			switch f[2] {
-			case "all":
-				g.k = len(g.members)
-			case "any":
-				g.k = 1
-			default:
-				k, err := strconv.Atoi(f[2])
-				if err != nil || strconv.Itoa(k) != f[2] {
-					return nil, fmt.Errorf("policy line %d: group threshold must be all, any or a decimal number", n)
-				}
-				if k < 1 || k > len(g.members) {
-					return nil, fmt.Errorf("policy line %d: group threshold %d is not between 1 and its %d members", n, k, len(g.members))
-				}
-				g.k = k
-			}
-			defined[f[1]] = n
-			names[f[1]] = g
+			err = ps.group(f[1:], i+1)
 		case "quorum":
-			if len(f) != 2 {
-				return nil, fmt.Errorf("policy line %d: quorum wants one name", n)
-			}
-			if quorumLine != 0 {
-				return nil, fmt.Errorf("policy line %d: second quorum line (first on line %d)", n, quorumLine)
-			}
-			quorumLine = n
-			p.Quorum = f[1]
-			if f[1] == "none" {
-				break
-			}
-			q, ok := names[f[1]]
-			if !ok {
-				return nil, fmt.Errorf("policy line %d: quorum is not a witness or group defined above", n)
-			}
-			p.quorum = q
+			err = ps.quorum(f[1:], i+1)
 		default:
-			return nil, fmt.Errorf("policy line %d: unknown keyword (want log, witness, group or quorum)", n)
+			err = errors.New("unknown keyword (want log, witness, group or quorum)")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy line %d: %w", i+1, err)
 		}
 	}
-	if quorumLine == 0 {
+	if ps.quorumLine == 0 {
 		return nil, errors.New("policy: no quorum line (use \"quorum none\" to require no cosignatures)")
 	}
-	return p, nil
+	return ps.p, nil
+}
+
+// policyParser holds what ParsePolicy has read so far.
+type policyParser struct {
+	p          *Policy
+	names      map[string]*member // witness and group names
+	defined    map[string]int     // name -> line
+	keys       map[string]int     // "log:"/"witness:" + key material -> line
+	quorumLine int
+}
+
+// key records a log or witness key, refusing a duplicate.
+func (ps *policyParser) key(kind, vkey string, line int) error {
+	k := kind + ":" + vkeyMaterial(vkey)
+	if prev, ok := ps.keys[k]; ok {
+		return fmt.Errorf("%s key duplicates line %d", kind, prev)
+	}
+	ps.keys[k] = line
+	return nil
+}
+
+func (ps *policyParser) log(f []string, line int) error {
+	if len(f) < 1 || len(f) > 2 {
+		return errors.New("log wants <vkey> [<url>]")
+	}
+	v, err := note.NewVerifier(f[0])
+	if err != nil {
+		return fmt.Errorf("log vkey: %v", err)
+	}
+	if err := ps.key("log", f[0], line); err != nil {
+		return err
+	}
+	l := PolicyLog{VKey: f[0], Verifier: v}
+	if len(f) == 2 {
+		if err := checkURL(f[1]); err != nil {
+			return fmt.Errorf("log url: %v", err)
+		}
+		l.URL = f[1]
+	}
+	ps.p.Logs = append(ps.p.Logs, l)
+	return nil
+}
+
+func (ps *policyParser) witness(f []string, line int) error {
+	if len(f) < 2 || len(f) > 3 {
+		return errors.New("witness wants <name> <vkey> [<url>]")
+	}
+	if err := checkName(f[0], ps.defined); err != nil {
+		return fmt.Errorf("witness name: %v", err)
+	}
+	v, err := NewCosignatureVerifier(f[1])
+	if err != nil {
+		return fmt.Errorf("witness vkey: %v", err)
+	}
+	if err := ps.key("witness", f[1], line); err != nil {
+		return err
+	}
+	w := PolicyWitness{Name: f[0], VKey: f[1], Verifier: v}
+	if len(f) == 3 {
+		if err := checkURL(f[2]); err != nil {
+			return fmt.Errorf("witness url: %v", err)
+		}
+		w.URL = f[2]
+	}
+	ps.defined[f[0]] = line
+	ps.names[f[0]] = &member{witness: len(ps.p.Witnesses)}
+	ps.p.Witnesses = append(ps.p.Witnesses, w)
+	return nil
+}
+
+func (ps *policyParser) group(f []string, line int) error {
+	if len(f) < 3 {
+		return errors.New("group wants <name>, all|any|<k> and one or more members")
+	}
+	if err := checkName(f[0], ps.defined); err != nil {
+		return fmt.Errorf("group name: %v", err)
+	}
+	g := &member{witness: -1}
+	seen := map[string]bool{}
+	for j, m := range f[2:] {
+		mm, ok := ps.names[m]
+		if !ok {
+			return fmt.Errorf("group member %d is not a witness or group defined above", j+1)
+		}
+		if seen[m] {
+			return fmt.Errorf("group member %d is listed twice", j+1)
+		}
+		seen[m] = true
+		g.members = append(g.members, mm)
+	}
+	switch f[1] {
+	case "all":
+		g.k = len(g.members)
+	case "any":
+		g.k = 1
+	default:
+		k, err := strconv.Atoi(f[1])
+		if err != nil || strconv.Itoa(k) != f[1] {
+			return errors.New("group threshold must be all, any or a decimal number")
+		}
+		if k < 1 || k > len(g.members) {
+			return fmt.Errorf("group threshold %d is not between 1 and its %d members", k, len(g.members))
+		}
+		g.k = k
+	}
+	ps.defined[f[0]] = line
+	ps.names[f[0]] = g
+	return nil
+}
+
+func (ps *policyParser) quorum(f []string, line int) error {
+	if len(f) != 1 {
+		return errors.New("quorum wants one name")
+	}
+	if ps.quorumLine != 0 {
+		return fmt.Errorf("second quorum line (first on line %d)", ps.quorumLine)
+	}
+	ps.quorumLine = line
+	ps.p.Quorum = f[0]
+	if f[0] == "none" {
+		return nil
+	}
+	q, ok := ps.names[f[0]]
+	if !ok {
+		return errors.New("quorum is not a witness or group defined above")
+	}
+	ps.p.quorum = q
+	return nil
 }
 
 // checkName checks a witness or group name: not "none", not defined before.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -149,9 +150,20 @@ func BenchmarkCheckpointWitnessing(b *testing.B) {
 // runs in the background as `ledger serve` runs it (a round after each
 // append, never waited for), with 0 or 1 litewitness: the append path's
 // share of witnessing, on a machine whose cores the witness shares.
+//
+// minRound=0 runs a round after every append that found none running (the
+// worst case); minRound=1s is the default of Config.MinRoundInterval.
 func BenchmarkAppendWhileWitnessing(b *testing.B) {
-	for _, nw := range []int{0, 1} {
-		b.Run(fmt.Sprintf("witnesses=%d", nw), func(b *testing.B) {
+	for _, c := range []struct {
+		nw       int
+		minRound time.Duration
+	}{{0, 0}, {1, time.Nanosecond}, {1, time.Second}} {
+		nw, minRound := c.nw, c.minRound
+		name := fmt.Sprintf("witnesses=%d", nw)
+		if nw > 0 {
+			name += "/minRound=" + map[bool]string{true: "0", false: "1s"}[minRound < time.Millisecond]
+		}
+		b.Run(name, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			s := openStore(b)
@@ -162,7 +174,8 @@ func BenchmarkAppendWhileWitnessing(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				w, err := witness.New(witness.Config{Log: s, LogKey: s.VerifierKey(), Policy: p, StatePath: filepath.Join(b.TempDir(), "state.json")})
+				w, err := witness.New(witness.Config{Log: s, LogKey: s.VerifierKey(), Policy: p, StatePath: filepath.Join(b.TempDir(), "state.json"),
+					Logger: slog.New(slog.DiscardHandler), MinRoundInterval: minRound})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -35,6 +35,10 @@ type Config struct {
 	Now func() time.Time
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// MinRoundInterval is the least time between the starts of two rounds
+	// of Run (default 1 s): appends in a burst share one round, and a
+	// witness gets at most one request per interval.
+	MinRoundInterval time.Duration
 }
 
 // Cosigned is a checkpoint with the cosignatures a round got for it.
@@ -115,6 +119,9 @@ func New(cfg Config) (*Witnesser, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MinRoundInterval <= 0 {
+		cfg.MinRoundInterval = time.Second
 	}
 	w := &Witnesser{cfg: cfg, logKey: v, kick: make(chan struct{}, 1)}
 	for _, pw := range cfg.Policy.Witnesses {
@@ -217,11 +224,15 @@ func (w *Witnesser) Witness(ctx context.Context) (Round, error) {
 			w.cfg.Logger.Log(ctx, level, "witness did not cosign", "witness", w.clients[i].Name, "size", cp.Size, "err", e)
 		}
 	}
+	return round, w.publish(wss, c, cp.CreatedAt, now)
+}
 
+// publish makes a round's outcome the Witnesser's state, saving it first.
+func (w *Witnesser) publish(wss []witnessState, c Cosigned, created, now time.Time) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if unchanged(w.st, wss, w.clients, c) {
-		return round, nil // an idle round: nothing to write
+		return nil // an idle round: nothing to write
 	}
 	next := *w.st
 	next.Witnesses = map[string]*witnessState{}
@@ -234,16 +245,16 @@ func (w *Witnesser) Witness(ctx context.Context) (Round, error) {
 		next.UnwitnessedSince = nil
 	} else if next.UnwitnessedSince == nil {
 		since := now
-		if !cp.CreatedAt.IsZero() && cp.CreatedAt.Before(now) {
-			since = cp.CreatedAt.UTC()
+		if !created.IsZero() && created.Before(now) {
+			since = created.UTC()
 		}
 		next.UnwitnessedSince = &since
 	}
 	if err := next.save(w.cfg.StatePath); err != nil {
-		return round, err
+		return err
 	}
 	w.st = &next
-	return round, nil
+	return nil
 }
 
 // unchanged reports whether a round changed nothing: the same checkpoint
@@ -372,8 +383,9 @@ func (w *Witnesser) Notify() {
 }
 
 // Run runs a round at once, then after every Notify and at least every
-// interval (default 1 minute), each bounded by timeout (default 30 s),
-// until ctx is done. Round errors are logged, never fatal.
+// interval (default 1 minute), each bounded by timeout (default 30 s) and
+// starting at least Config.MinRoundInterval after the previous one, until
+// ctx is done. Round errors are logged, never fatal.
 func (w *Witnesser) Run(ctx context.Context, interval, timeout time.Duration) {
 	if interval <= 0 {
 		interval = time.Minute
@@ -384,6 +396,7 @@ func (w *Witnesser) Run(ctx context.Context, interval, timeout time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		if _, err := w.Witness(rctx); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("witness round failed", "err", err)
@@ -394,6 +407,13 @@ func (w *Witnesser) Run(ctx context.Context, interval, timeout time.Duration) {
 			return
 		case <-t.C:
 		case <-w.kick:
+		}
+		if d := w.cfg.MinRoundInterval - time.Since(start); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
 		}
 	}
 }

@@ -35,61 +35,7 @@ the quorum.
 Exit codes: 0 verified, 1 the proof does not verify, 2 error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			vkey, err := readVerifierKey(a.keyPath(key))
-			if err != nil {
-				return errExit(2, "proof verify: %v", err)
-			}
-			v, err := note.NewVerifier(vkey)
-			if err != nil {
-				return errExit(2, "proof verify: --key: %v", err)
-			}
-			var pol *witness.Policy
-			if policyPath != "" {
-				b, err := readCapped(policyPath)
-				if err != nil {
-					return errExit(2, "proof verify: --witness-policy: %v", err)
-				}
-				if pol, err = witness.ParsePolicy(b); err != nil {
-					return errExit(2, "proof verify: --witness-policy %s: %v", policyPath, err)
-				}
-			}
-			var leaf []byte
-			if leafPath != "" {
-				if leaf, err = readCapped(leafPath); err != nil {
-					return errExit(2, "proof verify: --leaf: %v", err)
-				}
-			}
-			b, err := os.ReadFile(args[0])
-			if err != nil {
-				return errExit(2, "proof verify: %v", err)
-			}
-			res, verr := tlogproof.Verify(b, leaf, v, pol)
-			if verr != nil && !errors.Is(verr, witness.ErrQuorum) {
-				fmt.Fprintf(a.stdout, "proof FAILED: %v\n", verr)
-				return &exitError{code: 1}
-			}
-			if a.JSON {
-				out := map[string]any{"ok": verr == nil, "result": res}
-				if l, err := ledger.DecodeLeaf(res.Leaf); err == nil {
-					out["leaf"] = l
-				}
-				if verr != nil {
-					out["problem"] = verr.Error()
-				}
-				a.printJSON(out)
-			} else {
-				fmt.Fprintf(a.stdout, "entry %d (leaf hash %s) is in log %s at size %d, root %s\n", res.Index, res.LeafHash, res.Origin, res.Size, res.Root)
-				if pol != nil {
-					fmt.Fprintf(a.stdout, "cosigned by %d witnesses (%s); quorum %s met: %v\n", len(res.Cosigners), strings.Join(res.Cosigners, ", "), pol.Quorum, res.QuorumMet)
-				}
-				if verr != nil {
-					fmt.Fprintf(a.stdout, "proof FAILED: %v\n", verr)
-				}
-			}
-			if verr != nil {
-				return &exitError{code: 1}
-			}
-			return nil
+			return runProofVerify(a, args[0], key, policyPath, leafPath)
 		},
 	}
 	verify.Flags().StringVar(&key, "key", "", "the log's public verifier key file (default: ledger.pub in the data directory)")
@@ -119,4 +65,63 @@ Exit codes: 0 verified, 1 the proof does not verify, 2 error.`,
 	get.Flags().StringVarP(&outPath, "output", "o", "", "write the proof to this file (default: stdout)")
 	cmd.AddCommand(verify, get)
 	return cmd
+}
+
+// runProofVerify is `ledger proof verify`: exit 0 verified, 1 not, 2 error.
+func runProofVerify(a *app, file, key, policyPath, leafPath string) error {
+	vkey, err := readVerifierKey(a.keyPath(key))
+	if err != nil {
+		return errExit(2, "proof verify: %v", err)
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return errExit(2, "proof verify: --key: %v", err)
+	}
+	var pol *witness.Policy
+	if policyPath != "" {
+		b, err := readCapped(policyPath)
+		if err != nil {
+			return errExit(2, "proof verify: --witness-policy: %v", err)
+		}
+		if pol, err = witness.ParsePolicy(b); err != nil {
+			return errExit(2, "proof verify: --witness-policy %s: %v", policyPath, err)
+		}
+	}
+	var leaf []byte
+	if leafPath != "" {
+		if leaf, err = readCapped(leafPath); err != nil {
+			return errExit(2, "proof verify: --leaf: %v", err)
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return errExit(2, "proof verify: %v", err)
+	}
+	res, verr := tlogproof.Verify(b, leaf, v, pol)
+	if verr != nil && !errors.Is(verr, witness.ErrQuorum) {
+		fmt.Fprintf(a.stdout, "proof FAILED: %v\n", verr)
+		return &exitError{code: 1}
+	}
+	if a.JSON {
+		out := map[string]any{"ok": verr == nil, "result": res}
+		if l, err := ledger.DecodeLeaf(res.Leaf); err == nil {
+			out["leaf"] = l
+		}
+		if verr != nil {
+			out["problem"] = verr.Error()
+		}
+		a.printJSON(out)
+	} else {
+		fmt.Fprintf(a.stdout, "entry %d (leaf hash %s) is in log %s at size %d, root %s\n", res.Index, res.LeafHash, res.Origin, res.Size, res.Root)
+		if pol != nil {
+			fmt.Fprintf(a.stdout, "cosigned by %d witnesses (%s); quorum %s met: %v\n", len(res.Cosigners), strings.Join(res.Cosigners, ", "), pol.Quorum, res.QuorumMet)
+		}
+		if verr != nil {
+			fmt.Fprintf(a.stdout, "proof FAILED: %v\n", verr)
+		}
+	}
+	if verr != nil {
+		return &exitError{code: 1}
+	}
+	return nil
 }

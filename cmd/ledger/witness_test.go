@@ -289,4 +289,3 @@ func checkWithSumdbTlog(b []byte, vkey string) error {
 	}
 	return tlog.CheckRecord(rp, size, root, index, tlog.RecordHash(leaf))
 }
-
