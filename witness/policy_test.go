@@ -157,3 +157,23 @@ func TestParsePolicyErrors(t *testing.T) {
 		t.Fatalf("quorum none: %v", err)
 	}
 }
+
+func FuzzParsePolicy(f *testing.F) {
+	w := "witness.example+c53c8b5b+BCTQvLDUr7udXnrkcX5vE1VsoK2r7Bfw5QTYD6K5kPNr"
+	f.Add([]byte("witness A " + w + " https://w.example\ngroup G any A\nquorum G\n"))
+	f.Add([]byte("quorum none\n"))
+	f.Add([]byte("# c\n\tlog x+1+2\nwitness none x\ngroup G 0\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := witness.ParsePolicy(b)
+		if err != nil {
+			return
+		}
+		names := []string{}
+		for _, w := range p.Witnesses {
+			names = append(names, w.Name)
+		}
+		if !p.Met(names) {
+			t.Fatalf("every witness cosigning does not meet quorum %s", p.Quorum)
+		}
+	})
+}
