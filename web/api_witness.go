@@ -58,6 +58,17 @@ func (s *Server) witnessHealth() map[string]any {
 	return out
 }
 
+// addWitnessing puts the witnesses' cosignatures and status on the
+// overview, when the server runs witnesses.
+func (s *Server) addWitnessing(o *Overview) {
+	if s.cfg.Witnesser == nil {
+		return
+	}
+	o.Checkpoint.Note, _ = s.cfg.Witnesser.CosignedCheckpoint(o.Checkpoint)
+	st := s.cfg.Witnesser.Status()
+	o.Witnesses = &st
+}
+
 // handleWitnesses answers the Witnesser's status: every witness's size,
 // last cosignature and last error, the latest and last witnessed
 // checkpoints; 404 when the server runs no witnesses.
