@@ -3,6 +3,7 @@ module github.com/evidence-ledger/ledger
 go 1.26.8
 
 require (
+	filippo.io/torchwood v0.6.1
 	github.com/ProtonMail/go-crypto v1.5.2
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/chromedp/cdproto v0.159.0
@@ -31,7 +32,6 @@ require (
 
 require (
 	dario.cat/mergo v1.0.0 // indirect
-	filippo.io/torchwood v0.6.1 // indirect
 	github.com/Microsoft/go-winio v0.6.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bits-and-blooms/bitset v1.24.2 // indirect
