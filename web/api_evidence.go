@@ -277,6 +277,15 @@ func (s *Server) handleEvidenceProof(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "json":
+	case "tlog-proof":
+		s.serveTLogProof(w, r, e, size)
+		return
+	default:
+		s.writeError(w, r, ledger.FieldError("format", "must be json or tlog-proof"))
+		return
+	}
 	p, err := s.store.InclusionProof(r.Context(), e.Index, size)
 	if err != nil {
 		s.writeError(w, r, err)

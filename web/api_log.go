@@ -26,7 +26,7 @@ func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.logSize.Set(float64(cp.Size))
-	s.writeJSON(w, http.StatusOK, cp)
+	s.writeJSON(w, http.StatusOK, s.withCosignatures(cp))
 }
 
 func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {

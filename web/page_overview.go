@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/witness"
 )
 
 // ReleaseSummary is one release's gate summary on the overview.
@@ -37,7 +38,10 @@ type Overview struct {
 	Latest      []EvidenceJSON    `json:"latest_evidence"`
 	Checkpoint  ledger.Checkpoint `json:"checkpoint"`
 	VerifierKey string            `json:"verifier_key"`
-	latest      []ledger.EvidenceEntry
+	// Witnesses is the witnessing status when the server runs witnesses;
+	// Checkpoint.Note then carries their cosignatures.
+	Witnesses *witness.Status `json:"witnesses,omitempty"`
+	latest    []ledger.EvidenceEntry
 }
 
 // overviewScan is how many of the newest evidence records the overview
@@ -50,6 +54,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	if o.Checkpoint, err = s.store.Checkpoint(ctx); err != nil {
 		return nil, err
 	}
+	s.addWitnessing(o)
 	if o.Releases, err = s.releaseSummaries(ctx); err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ func (s *Server) routes() chi.Router {
 		api.With(read).Get("/log/leaves/{index}", s.handleLeaf)
 		api.With(read).Get("/log/proof/inclusion", s.handleInclusion)
 		api.With(read).Get("/log/proof/consistency", s.handleConsistency)
+		api.With(read).Get("/log/witnesses", s.handleWitnesses)
 
 		api.With(read).Get("/heads", s.handleListHeads)
 		api.With(record).Post("/heads/verify", s.handleVerifyHead)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/witness"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,9 @@ type Config struct {
 	ReadAuth bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Witnesser, when set, supplies the witnesses' cosignatures served with
+	// checkpoints and proofs, and the witness part of /healthz.
+	Witnesser *witness.Witnesser
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent
@@ -131,7 +135,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": "store not readable"})
 		return
 	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "log_size": cp.Size})
+	out := map[string]any{"status": "ok", "log_size": cp.Size}
+	if wh := s.witnessHealth(); wh != nil {
+		out["witness"] = wh
+	}
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // writeJSON writes v with status, rendering into a buffer first.

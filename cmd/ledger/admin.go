@@ -29,7 +29,9 @@ func runAudit(ctx context.Context, path, keyDir string) (ledger.AuditReport, err
 }
 
 func newAuditCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var against []string
+	var key string
+	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Recompute every leaf hash and the Merkle tree from the database and check every signed checkpoint",
 		Long: `Audit the log in --db: recompute every leaf hash and tree node from the stored
@@ -37,9 +39,17 @@ bytes, check the query projections, and verify every stored checkpoint's
 signature and root. Any edit, deletion, reordering or insertion done behind the
 service's back is reported with the first bad leaf index.
 
+With --against FILE|URL (repeatable), prove instead that the log (--db, or
+--server) extends each saved signed checkpoint, with the public key alone
+(--key, default the data directory's ledger.pub); see "Witnesses and offline
+proofs" in the README.
+
 Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(against) > 0 {
+				return runAuditAgainst(cmd.Context(), a, against, key)
+			}
 			if a.Server != "" {
 				return errExit(2, "audit reads the database itself: run it where the database is, with --db (not --server)")
 			}
@@ -63,6 +73,9 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringArrayVar(&against, "against", nil, "a saved signed checkpoint (file or http(s) URL: a note, checkpoint JSON or tlog-proof) the log must extend; repeatable")
+	cmd.Flags().StringVar(&key, "key", "", "the log's public verifier key file for --against (default: ledger.pub in the data directory)")
+	return cmd
 }
 
 func newMigrateCmd(a *app) *cobra.Command {

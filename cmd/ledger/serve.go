@@ -24,6 +24,11 @@ type ServeConfig struct {
 	Addr     string // LEDGER_ADDR
 	MaxBody  int64  // LEDGER_MAX_BODY (bytes)
 	ReadAuth bool   // LEDGER_READ_AUTH
+	// WitnessPolicy is a c2sp.org/tlog-policy file of the witnesses that
+	// cosign checkpoints (LEDGER_WITNESS_POLICY); WitnessState their state
+	// file (default witness-state.json in KeyDir).
+	WitnessPolicy string
+	WitnessState  string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -33,7 +38,7 @@ type ServeConfig struct {
 // environment variables; envErr reports a variable that does not parse (a
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
-	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20}
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", "")}
 	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -82,7 +87,12 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer st.Close()
-	srv, err := web.New(web.Config{Store: st, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth})
+	wit, served, stopWitnesser, err := startWitnesser(ctx, st, c.WitnessPolicy, c.WitnessState, c.KeyDir, c.Log)
+	if err != nil {
+		return err
+	}
+	defer stopWitnesser()
+	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit})
 	if err != nil {
 		return err
 	}
@@ -135,5 +145,7 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
 	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
+	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
+	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
 	return cmd
 }

@@ -88,7 +88,8 @@ type request struct {
 	header       map[string]string
 }
 
-// do performs req and decodes a 2xx JSON answer into out (when non-nil). A
+// do performs req and decodes a 2xx JSON answer into out (when non-nil; a
+// *[]byte out receives the answer's bytes as they are). A
 // non-2xx answer becomes the *ledger.Error of apiError; errOut, when
 // non-nil, also receives the error answer's JSON (approvals refused as not
 // ready carry the verdict).
@@ -136,6 +137,10 @@ func (c *Client) do(ctx context.Context, req request, out, errOut any) error {
 			_ = json.Unmarshal(b, errOut)
 		}
 		return apiError(resp.StatusCode, b)
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = b
+		return nil
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {

@@ -311,3 +311,16 @@ func (c *Client) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadE
 	}
 	return out, ans.Next, nil
 }
+
+// TLogProof returns the c2sp.org/tlog-proof of the entry with content id
+// id, as the server wrote it (GET /evidence/{id}/proof?format=tlog-proof).
+// Nothing in it is trusted: check it with tlogproof.Verify and the log's
+// public key.
+func (c *Client) TLogProof(ctx context.Context, id string) ([]byte, error) {
+	var raw []byte
+	q := url.Values{"format": {"tlog-proof"}}
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/evidence/" + url.PathEscape(id) + "/proof", query: q}, &raw, nil); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
