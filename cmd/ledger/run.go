@@ -30,6 +30,8 @@ type runConfig struct {
 	Dirty      string // "", "true" or "false"
 	NoRecord   bool
 	List       bool
+	Impl       string // external implementation to run (impl.go)
+	ImplFile   string // its configuration file
 }
 
 func init() {
@@ -61,6 +63,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 		f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
 		f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
 		f.BoolVar(&c.List, "list", false, "list the lanes and exit")
+		addImplFlags(f, &c)
 		return cmd
 	})
 }
@@ -74,6 +77,9 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	}
 	if a.Server != "" && a.Token == "" && !c.NoRecord {
 		return errExit(2, "--server needs --token (or LEDGER_TOKEN)")
+	}
+	if c.Impl != "" {
+		return a.runImpl(ctx, c)
 	}
 	for _, name := range c.Lanes {
 		if _, err := runner.LookupLane(name); err != nil {
