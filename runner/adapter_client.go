@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -310,6 +311,7 @@ func (s *adapterSession) batch(ctx context.Context, cases []adapterCase, out []A
 		wg.Wait()
 	}()
 	werr := make(chan error, 1)
+	var sent atomic.Int64 // cases fully handed to the pipe
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -333,6 +335,7 @@ func (s *adapterSession) batch(ctx context.Context, cases []adapterCase, out []A
 				werr <- fmt.Errorf("send case %s: %w", c.ID, err)
 				return
 			}
+			sent.Store(int64(i + 1))
 		}
 		_ = bw.Flush()
 	}()
@@ -359,14 +362,31 @@ func (s *adapterSession) batch(ctx context.Context, cases []adapterCase, out []A
 	}()
 	timer := time.NewTimer(s.spec.CaseTimeout)
 	defer timer.Stop()
+	var writeErr error
+	wait := s.spec.CaseTimeout
 	for i, c := range cases {
-		timer.Reset(s.spec.CaseTimeout)
+		if writeErr != nil && int64(i) >= sent.Load() {
+			return i, fmt.Errorf("%v%s", writeErr, p.exitNote())
+		}
+		timer.Reset(wait)
 		var f frame
+	recv:
 		select {
 		case f = <-frames:
 		case err := <-werr:
-			return i, fmt.Errorf("%v%s", err, p.exitNote())
+			// The adapter stopped reading (it probably exited): answers of
+			// cases already sent may still be in the pipe, or the reader
+			// will see why the stream ended, so keep reading briefly.
+			writeErr, werr = err, nil
+			if wait > 2*time.Second {
+				wait = 2 * time.Second
+				timer.Reset(wait)
+			}
+			goto recv
 		case <-timer.C:
+			if writeErr != nil {
+				return i, fmt.Errorf("%v%s", writeErr, p.exitNote())
+			}
 			return i, fmt.Errorf("no answer within %v (adapter killed)", s.spec.CaseTimeout)
 		case <-ctx.Done():
 			return i, ctx.Err()
