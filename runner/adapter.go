@@ -118,7 +118,7 @@ var implNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:-]{0,127}$`)
 // Validate checks an adapter's hello: the protocol version, an
 // implementation name (letters, digits, ._+@:-, at most 128), a version
 // (1..128 characters), device limits (model and driver at most 512
-// characters, at most 32 attributes), at most 32 runtime entries, every
+// characters, at most 32 attributes), at most 24 runtime entries, every
 // key at most 64 and every value at most 256 characters of valid UTF-8.
 func (h *AdapterHello) Validate() error {
 	if h.Protocol != AdapterProtocol {
@@ -133,8 +133,8 @@ func (h *AdapterHello) Validate() error {
 	if len(h.Device.Model) > 512 || len(h.Device.Driver) > 512 || h.Device.Cores < 0 || len(h.Device.Attrs) > 32 {
 		return fmt.Errorf("hello: device model/driver at most 512 characters, cores >= 0, at most 32 attrs")
 	}
-	if len(h.Runtime) > 32 {
-		return fmt.Errorf("hello: at most 32 runtime entries")
+	if len(h.Runtime) > 24 {
+		return fmt.Errorf("hello: at most 24 runtime entries")
 	}
 	for _, m := range []map[string]string{h.Device.Attrs, h.Runtime} {
 		for k, v := range m {
