@@ -174,9 +174,8 @@ def hello(impl, device):
         runtime["cuda"] = str(torch.version.cuda)
         runtime["cudnn"] = str(torch.backends.cudnn.version())
         m = torch.backends.cuda.matmul
-        runtime["cuda.matmul.allow_tf32"] = str(m.allow_tf32)
-        runtime["cuda.matmul.allow_fp16_reduced_precision_reduction"] = str(m.allow_fp16_reduced_precision_reduction)
-        runtime["cuda.matmul.allow_bf16_reduced_precision_reduction"] = str(m.allow_bf16_reduced_precision_reduction)
+        for flag in ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+            runtime["cuda.matmul." + flag] = str(getattr(m, flag, "n/a"))
     else:
         runtime["threads"] = str(torch.get_num_threads())
         runtime["mkldnn"] = str(torch.backends.mkldnn.is_available())
