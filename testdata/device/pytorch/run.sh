@@ -20,9 +20,10 @@ PY
 } > "$OUT/environment.txt" 2>&1
 for impl in pytorch-dequant-cuda pytorch-int4pack-cuda pytorch-dequant-cpu pytorch-int4pack-cpu; do
   echo "== $impl" >> "$OUT/log.txt"
-  /usr/bin/time -f "$impl wall %e s" "$L" --db /tmp/device.db --json run --impl "$impl" --impls adapters/implementations.yaml \
+  SECONDS=0
+  "$L" --db /tmp/device.db --json run --impl "$impl" --impls adapters/implementations.yaml \
     --repository github.com/evidence-ledger/ledger --commit "$COMMIT" --tree "$TREE" --dirty=false \
     > "$OUT/$impl.json" 2>> "$OUT/log.txt"
-  echo "exit $?" >> "$OUT/log.txt"
+  echo "exit $? after ${SECONDS}s" >> "$OUT/log.txt"
 done
 "$L" --db /tmp/device.db audit >> "$OUT/log.txt" 2>&1
