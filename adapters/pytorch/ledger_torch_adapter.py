@@ -16,8 +16,9 @@ Two implementations, chosen with --kernel:
             bias converts to zero = bias + 8 * scale; where that zero is not
             exact in bfloat16 for a group that meets a nonzero x the case is
             answered unsupported (the format cannot hold the weights). N is
-            padded to a multiple of 8 with zero rows (tiling), K is used as
-            is (inner K tiles 2: K must be a multiple of 32).
+            padded to a multiple of 16 with zero rows (the CPU kernel's
+            tiling; CUDA needs 8), K is used as is (inner K tiles 2: K must
+            be a multiple of 32).
 
 Usage: python3 ledger_torch_adapter.py --kernel dequant|int4pack --device cuda|cpu
 Only the protocol goes to stdout; diagnostics go to stderr.
@@ -25,6 +26,7 @@ Only the protocol goes to stdout; diagnostics go to stderr.
 
 import argparse
 import os
+from fractions import Fraction
 import platform
 import sys
 
@@ -112,7 +114,7 @@ class Int4Pack:
     def probe(self):
         """Find the nibble order for which the kernel returns W^T from an
         identity input (scale 1, zero 8: w = q exactly)."""
-        n, k, g = 8, 64, 32
+        n, k, g = 16, 64, 32
         gen = torch.Generator().manual_seed(7)
         q = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.int32)
         sz = torch.empty(k // g, n, 2, dtype=torch.bfloat16)
@@ -133,21 +135,22 @@ class Int4Pack:
         if case.k % (self.inner_k_tiles * 16):
             raise la.Unsupported("K=%d is not a multiple of %d" % (case.k, self.inner_k_tiles * 16))
         d = self.device
-        npad = (case.n + 7) // 8 * 8
+        npad = (case.n + 15) // 16 * 16
         q = torch.zeros(npad, case.k, dtype=torch.int64)
         q[:case.n] = unpack_q(case, "cpu")
-        scales = raw_tensor(case.scales, case.dtype, (case.n, case.groups), "cpu").double()
-        biases = raw_tensor(case.biases, case.dtype, (case.n, case.groups), "cpu").double()
-        zero = biases + 8 * scales  # exact in float64
-        zero_bf = zero.to(torch.bfloat16)
+        scales = raw_tensor(case.scales, case.dtype, (case.n, case.groups), "cpu")
+        biases = raw_tensor(case.biases, case.dtype, (case.n, case.groups), "cpu")
+        zero_bf = (biases.double() + 8 * scales.double()).to(torch.bfloat16)
         x = raw_tensor(case.x, case.dtype, (1, case.k), "cpu")
-        live = (x.reshape(case.groups, case.group_size) != 0).any(dim=1)  # groups that meet a nonzero x
-        bad = (zero_bf.double() != zero) & live.unsqueeze(0)
-        if bool(bad.any()):
-            r, gi = [int(v) for v in bad.nonzero()[0]]
-            raise la.Unsupported("zero point bias+8*scale = %r (row %d group %d) is not exact in bfloat16" % (float(zero[r, gi]), r, gi))
+        live = (x.reshape(case.groups, case.group_size) != 0).any(dim=1).tolist()  # groups that meet a nonzero x
+        sl, bl, zl = scales.float().tolist(), biases.float().tolist(), zero_bf.float().tolist()
+        for r in range(case.n):
+            for gi in range(case.groups):
+                # Exact rational check: float64 itself cannot hold e.g. 0.5 + 2**-100.
+                if live[gi] and Fraction(zl[r][gi]) != Fraction(bl[r][gi]) + 8 * Fraction(sl[r][gi]):
+                    raise la.Unsupported("zero point bias+8*scale = %r + 8*%r (row %d group %d) is not exact in bfloat16" % (bl[r][gi], sl[r][gi], r, gi))
         sz = torch.zeros(case.groups, npad, 2, dtype=torch.bfloat16)
-        sz[:, :case.n, 0] = scales.t().to(torch.bfloat16)
+        sz[:, :case.n, 0] = scales.t()
         sz[:, :case.n, 1] = zero_bf.t()
         sz[:, case.n:, 1] = 8  # padded rows: q = 0 -> w = -8 + 8 = 0
         sz[:, case.n:, 0] = 1
