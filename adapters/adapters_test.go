@@ -30,6 +30,7 @@ func TestPythonProtocolUnit(t *testing.T) {
 	py := python(t)
 	cmd := exec.Command(py, "-m", "unittest", "-v", "test_ledger_adapter")
 	cmd.Dir = "python"
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("python unittest: %v\n%s", err, out)
 	}
@@ -62,7 +63,7 @@ func config(t *testing.T, name string, command []string, env ...string) *runner.
 		t.Fatal(err)
 	}
 	cmd, _ := json.Marshal(command)
-	envj, _ := json.Marshal(env)
+	envj, _ := json.Marshal(append(env, "PYTHONDONTWRITEBYTECODE=1"))
 	y := fmt.Sprintf("implementations:\n  - name: %s\n    command: %s\n    backend: cpu\n    env: %s\n    adapter_sources: [python/ledger_adapter.py]\n    case_timeout: 60s\n", name, cmd, envj)
 	cfg, err := runner.ParseImplConfig([]byte(y), wd)
 	if err != nil {
