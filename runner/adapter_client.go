@@ -286,20 +286,83 @@ func (s *adapterSession) Run(ctx context.Context, cases []adapterCase) ([]Answer
 	return answers, ctx.Err()
 }
 
-// errStop tells the writer to stop.
-var errStop = errors.New("stopped")
+// frame is one frame read from an adapter, or the read's error.
+type frame struct {
+	typ     byte
+	payload []byte
+	err     error
+}
+
+// pipe is the two goroutines of one batch: a writer that keeps up to
+// Window cases in flight and a reader that forwards frames.
+type pipe struct {
+	window chan struct{}
+	stop   chan struct{}
+	frames chan frame
+	werr   chan error
+	sent   atomic.Int64 // cases fully handed to the pipe
+	wg     sync.WaitGroup
+}
+
+func (s *adapterSession) startPipe(p *adapterProc, cases []adapterCase) *pipe {
+	pp := &pipe{window: make(chan struct{}, s.spec.Window), stop: make(chan struct{}),
+		frames: make(chan frame, s.spec.Window), werr: make(chan error, 1)}
+	pp.wg.Add(2)
+	go pp.write(p, cases)
+	go pp.read(p, len(cases))
+	return pp
+}
+
+func (pp *pipe) write(p *adapterProc, cases []adapterCase) {
+	defer pp.wg.Done()
+	bw := bufio.NewWriterSize(p.stdin, 1<<16)
+	for i, c := range cases {
+		select {
+		case pp.window <- struct{}{}:
+		case <-pp.stop:
+			return
+		}
+		payload, err := EncodeCase(c.ID, c.Req)
+		if err == nil {
+			err = WriteFrame(bw, FrameCase, payload)
+		}
+		// Flush when the window is full or the cases are done, so the
+		// adapter sees work while the ledger waits.
+		if err == nil && (len(pp.window) == cap(pp.window) || i == len(cases)-1) {
+			err = bw.Flush()
+		}
+		if err != nil {
+			pp.werr <- fmt.Errorf("send case %s: %w", c.ID, err)
+			return
+		}
+		pp.sent.Store(int64(i + 1))
+	}
+}
+
+func (pp *pipe) read(p *adapterProc, n int) {
+	defer pp.wg.Done()
+	for i := 0; i < n; i++ {
+		typ, payload, err := ReadFrame(p.out)
+		select {
+		case pp.frames <- frame{typ, payload, err}:
+		case <-pp.stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // batch pipelines cases to the running adapter and collects answers into
 // out until all are answered (it returns len(cases), nil) or the stream
-// fails: then it returns the number of cases answered and the failure of
-// the next one; the caller kills the adapter. Answers that arrive but are
+// fails: then it kills the adapter and returns the number of cases
+// answered and the failure of the next one. Answers that arrive but are
 // unusable without breaking the stream (wrong dtype or length) fail their
 // case and batch goes on.
 func (s *adapterSession) batch(ctx context.Context, cases []adapterCase, out []Answer) (int, error) {
 	p := s.proc
-	window := make(chan struct{}, s.spec.Window)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	pp := s.startPipe(p, cases)
 	ok := false
 	defer func() {
 		// A failed stream is killed first, which unblocks the reader and
@@ -307,77 +370,27 @@ func (s *adapterSession) batch(ctx context.Context, cases []adapterCase, out []A
 		if !ok {
 			p.kill()
 		}
-		close(stop)
-		wg.Wait()
-	}()
-	werr := make(chan error, 1)
-	var sent atomic.Int64 // cases fully handed to the pipe
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		bw := bufio.NewWriterSize(p.stdin, 1<<16)
-		for i, c := range cases {
-			select {
-			case window <- struct{}{}:
-			case <-stop:
-				return
-			}
-			payload, err := EncodeCase(c.ID, c.Req)
-			if err == nil {
-				err = WriteFrame(bw, FrameCase, payload)
-			}
-			// Flush when the window is full or the cases are done, so the
-			// adapter sees work while the ledger waits.
-			if err == nil && (len(window) == cap(window) || i == len(cases)-1) {
-				err = bw.Flush()
-			}
-			if err != nil {
-				werr <- fmt.Errorf("send case %s: %w", c.ID, err)
-				return
-			}
-			sent.Store(int64(i + 1))
-		}
-		_ = bw.Flush()
-	}()
-	type frame struct {
-		typ     byte
-		payload []byte
-		err     error
-	}
-	frames := make(chan frame, s.spec.Window)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for range cases {
-			typ, payload, err := ReadFrame(p.out)
-			select {
-			case frames <- frame{typ, payload, err}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
+		close(pp.stop)
+		pp.wg.Wait()
 	}()
 	timer := time.NewTimer(s.spec.CaseTimeout)
 	defer timer.Stop()
 	var writeErr error
 	wait := s.spec.CaseTimeout
 	for i, c := range cases {
-		if writeErr != nil && int64(i) >= sent.Load() {
+		if writeErr != nil && int64(i) >= pp.sent.Load() {
 			return i, fmt.Errorf("%v%s", writeErr, p.exitNote())
 		}
 		timer.Reset(wait)
 		var f frame
 	recv:
 		select {
-		case f = <-frames:
-		case err := <-werr:
+		case f = <-pp.frames:
+		case err := <-pp.werr:
 			// The adapter stopped reading (it probably exited): answers of
 			// cases already sent may still be in the pipe, or the reader
 			// will see why the stream ended, so keep reading briefly.
-			writeErr, werr = err, nil
+			writeErr, pp.werr = err, nil
 			if wait > 2*time.Second {
 				wait = 2 * time.Second
 				timer.Reset(wait)
@@ -391,26 +404,37 @@ func (s *adapterSession) batch(ctx context.Context, cases []adapterCase, out []A
 		case <-ctx.Done():
 			return i, ctx.Err()
 		}
-		<-window
-		if f.err != nil {
-			what := "adapter output ended"
-			if !errors.Is(f.err, io.EOF) {
-				what = "malformed frame: " + f.err.Error()
-			}
-			return i, fmt.Errorf("%s before the answer%s", what, p.exitNote())
-		}
-		a, err := DecodeAnswer(f.typ, f.payload)
+		<-pp.window
+		a, err := checkAnswer(f, c, p)
 		if err != nil {
-			return i, fmt.Errorf("malformed answer: %v", err)
-		}
-		if a.ID != c.ID {
-			return i, fmt.Errorf("answer names case %q, want %q (answers must come in order)", clipText(a.ID), c.ID)
-		}
-		if a.Kind == AnswerOutput && (a.Out.DType != c.Req.DType || a.Out.Len() != c.Req.N) {
-			a = Answer{ID: c.ID, Kind: AnswerFailed, Text: fmt.Sprintf("answer has %d values of %v, want %d of %v", a.Out.Len(), a.Out.DType, c.Req.N, c.Req.DType)}
+			return i, err
 		}
 		out[i] = a
 	}
 	ok = true
 	return len(cases), nil
+}
+
+// checkAnswer decodes a frame as the answer to case c. An error means the
+// stream is broken; a usable frame with the wrong dtype or length is an
+// AnswerFailed for the case.
+func checkAnswer(f frame, c adapterCase, p *adapterProc) (Answer, error) {
+	if f.err != nil {
+		what := "adapter output ended"
+		if !errors.Is(f.err, io.EOF) {
+			what = "malformed frame: " + f.err.Error()
+		}
+		return Answer{}, fmt.Errorf("%s before the answer%s", what, p.exitNote())
+	}
+	a, err := DecodeAnswer(f.typ, f.payload)
+	if err != nil {
+		return Answer{}, fmt.Errorf("malformed answer: %v", err)
+	}
+	if a.ID != c.ID {
+		return Answer{}, fmt.Errorf("answer names case %q, want %q (answers must come in order)", clipText(a.ID), c.ID)
+	}
+	if a.Kind == AnswerOutput && (a.Out.DType != c.Req.DType || a.Out.Len() != c.Req.N) {
+		return Answer{ID: c.ID, Kind: AnswerFailed, Text: fmt.Sprintf("answer has %d values of %v, want %d of %v", a.Out.Len(), a.Out.DType, c.Req.N, c.Req.DType)}, nil
+	}
+	return a, nil
 }

@@ -84,26 +84,107 @@ type implSide struct {
 // pin that cannot be read, or an adapter that does not start or whose hello
 // contradicts the subject's commit.
 func RunImpl(ctx context.Context, cfg *ImplConfig, name string, o ImplOptions) ([]ImplRun, error) {
-	im, err := cfg.Lookup(name)
+	r, err := newImplRunner(cfg, name, &o)
 	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	if err := r.start(ctx); err != nil {
+		return nil, err
+	}
+	var outs []laneOut
+	for _, l := range r.lanes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		outs = append(outs, r.runLane(ctx, l))
+	}
+	// The pins must not have changed while the adapters ran.
+	changed := changedPins(r.im, r.pins)
+	if r.orig != nil {
+		changed = append(changed, changedPins(r.orig, r.origPins)...)
+	}
+	var runs []ImplRun
+	for _, lo := range outs {
+		rs, err := r.evidence(lo, changed)
+		if err != nil {
+			return runs, err
+		}
+		runs = append(runs, rs...)
+	}
+	return runs, nil
+}
+
+// implRunner is one RunImpl call's state.
+type implRunner struct {
+	o              *ImplOptions
+	im, orig       *Implementation
+	lanes          []*qmvLane
+	now            func() time.Time
+	stderr         io.Writer
+	common         map[string]string // bin/ledger and the control kernel's sources
+	pins, origPins map[string]string // the implementations' artifacts and adapter sources
+	sess, origSess *adapterSession
+}
+
+// laneOut is what one lane produced before evidence is built.
+type laneOut struct {
+	lane        *qmvLane
+	cs          *caseSet
+	start, end  time.Time
+	wall        time.Duration
+	main, other *implSide
+	ctl         ctlOutcome
+	err         error
+}
+
+// newImplRunner checks the options and pins everything pinned before the
+// run.
+func newImplRunner(cfg *ImplConfig, name string, o *ImplOptions) (*implRunner, error) {
+	r := &implRunner{o: o, now: o.Now, stderr: o.Stderr}
+	var err error
+	if r.im, err = cfg.Lookup(name); err != nil {
 		return nil, err
 	}
 	if o.Control == nil {
 		return nil, fmt.Errorf("run %s: no control backend", name)
 	}
-	var orig *Implementation
-	if im.Original != "" {
-		if orig, err = cfg.Lookup(im.Original); err != nil {
+	if err := o.Subject.Validate("subject."); err != nil {
+		return nil, fmt.Errorf("run %s: %w", name, err)
+	}
+	if r.im.Original != "" {
+		if r.orig, err = cfg.Lookup(r.im.Original); err != nil {
 			return nil, err
 		}
 		if err := o.OriginalSubject.Validate("original subject."); err != nil {
 			return nil, fmt.Errorf("run %s: %w", name, err)
 		}
 	}
-	if err := o.Subject.Validate("subject."); err != nil {
-		return nil, fmt.Errorf("run %s: %w", name, err)
+	if r.lanes, err = implLanes(o.Lanes); err != nil {
+		return nil, err
 	}
-	names := o.Lanes
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.stderr == nil {
+		r.stderr = os.Stderr
+	}
+	if r.common, err = commonPins(o.BinaryPath, o.Control); err != nil {
+		return nil, err
+	}
+	if r.pins, err = r.im.Pins(); err != nil {
+		return nil, err
+	}
+	if r.orig != nil {
+		if r.origPins, err = r.orig.Pins(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// implLanes resolves lane names to qmv lanes (default: both).
+func implLanes(names []string) ([]*qmvLane, error) {
 	if len(names) == 0 {
 		names = []string{LaneQMV, LaneQMVPaths}
 	}
@@ -119,131 +200,116 @@ func RunImpl(ctx context.Context, cfg *ImplConfig, name string, o ImplOptions) (
 		}
 		lanes = append(lanes, ql)
 	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
-	}
-	stderr := o.Stderr
-	if stderr == nil {
-		stderr = os.Stderr
-	}
-	bin := o.BinaryPath
+	return lanes, nil
+}
+
+// commonPins pins the ledger binary and the control kernel's sources.
+func commonPins(bin string, ctl Backend) (map[string]string, error) {
+	var err error
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("run: locate the running binary: %w", err)
 		}
 	}
-	binDigest, err := FileDigest(bin)
+	d, err := FileDigest(bin)
 	if err != nil {
 		return nil, fmt.Errorf("run: hash the running binary: %w", err)
 	}
-	common := map[string]string{"bin/ledger": binDigest}
-	for src, b := range o.Control.Sources() {
-		common["backends/"+string(o.Control.Name())+"/"+src] = sha256Hex(b)
+	common := map[string]string{"bin/ledger": d}
+	for src, b := range ctl.Sources() {
+		common["backends/"+string(ctl.Name())+"/"+src] = sha256Hex(b)
 	}
-	pins, err := im.Pins()
+	return common, nil
+}
+
+// start starts the adapters and checks their hellos against the subjects.
+func (r *implRunner) start(ctx context.Context) error {
+	var err error
+	if r.sess, err = startSession(ctx, r.im, r.o.Subject, r.o.Runner, r.stderr); err != nil {
+		return err
+	}
+	if r.orig != nil {
+		if r.origSess, err = startSession(ctx, r.orig, r.o.OriginalSubject, r.o.Runner, r.stderr); err != nil {
+			return fmt.Errorf("original of %s: %w", r.im.Name, err)
+		}
+	}
+	return nil
+}
+
+func startSession(ctx context.Context, im *Implementation, subj ledger.Subject, rb ledger.RunnerBuild, stderr io.Writer) (*adapterSession, error) {
+	s := newImplSession(im, rb, stderr)
+	h, err := s.Hello(ctx)
+	if err == nil {
+		err = checkHelloSource(h, subj)
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: %w", im.Name, err)
+	}
+	return s, nil
+}
+
+func (r *implRunner) close() {
+	if r.sess != nil {
+		r.sess.Close()
+	}
+	if r.origSess != nil {
+		r.origSess.Close()
+	}
+}
+
+func (r *implRunner) runLane(ctx context.Context, l *qmvLane) laneOut {
+	lo := laneOut{lane: l, start: r.now()}
+	t0 := time.Now()
+	var progress func(done, total int)
+	if r.o.Progress != nil {
+		progress = func(done, total int) { r.o.Progress(l.name, done, total) }
+	}
+	if cs, err := prepareCases(l); err != nil {
+		lo.err = err
+	} else {
+		lo.cs = cs
+		lo.main, lo.other, lo.ctl, lo.err = runImplLane(ctx, cs, r.sess, r.origSess, r.o.Control, progress)
+	}
+	lo.wall = time.Since(t0)
+	lo.end = r.now()
+	return lo
+}
+
+// evidence builds a lane's records: the implementation's and, with an
+// original, the original's.
+func (r *implRunner) evidence(lo laneOut, changed []string) ([]ImplRun, error) {
+	rb := r.o.Runner
+	mk := func(im *Implementation, ev ledger.Evidence, role string) ImplRun {
+		return ImplRun{LaneRun: LaneRun{Lane: lo.lane.name, Evidence: ev, Wall: lo.wall, Err: lo.err}, Implementation: im.Name, Role: role}
+	}
+	if lo.main == nil {
+		ev, err := buildImplEvidence(lo.lane, r.im, r.o.Subject, r.common, r.pins, rb, nil, nil, lo.err, changed, "impl", lo.start, lo.end)
+		if err != nil {
+			return nil, err
+		}
+		return []ImplRun{mk(r.im, ev, "impl")}, nil
+	}
+	res := implResult(lo.cs, lo.main, lo.ctl)
+	var origRes *Result
+	if lo.other != nil {
+		origRes = implResult(lo.cs, lo.other, lo.ctl)
+		addOriginalControl(res, lo.cs, r.orig.Name, lo.other, origRes)
+	}
+	ev, err := buildImplEvidence(lo.lane, r.im, r.o.Subject, r.common, r.pins, rb, lo.main, res, lo.err, changed, "impl", lo.start, lo.end)
 	if err != nil {
 		return nil, err
 	}
-	var origPins map[string]string
-	if orig != nil {
-		if origPins, err = orig.Pins(); err != nil {
+	out := []ImplRun{mk(r.im, ev, "impl")}
+	if lo.other != nil {
+		origRes.Details["negative_evidence_of"] = r.im.Name
+		ev, err := buildImplEvidence(lo.lane, r.orig, r.o.OriginalSubject, r.common, r.origPins, rb, lo.other, origRes, lo.err, changed, "original", lo.start, lo.end)
+		if err != nil {
 			return nil, err
 		}
+		out = append(out, mk(r.orig, ev, "original"))
 	}
-	rb := o.Runner
-	sess := newImplSession(im, rb, stderr)
-	defer sess.Close()
-	hello, err := sess.Hello(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", im.Name, err)
-	}
-	if err := checkHelloSource(hello, o.Subject); err != nil {
-		return nil, fmt.Errorf("%s: %w", im.Name, err)
-	}
-	var osess *adapterSession
-	if orig != nil {
-		osess = newImplSession(orig, rb, stderr)
-		defer osess.Close()
-		h, err := osess.Hello(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%s (original of %s): %w", orig.Name, im.Name, err)
-		}
-		if err := checkHelloSource(h, o.OriginalSubject); err != nil {
-			return nil, fmt.Errorf("%s: %w", orig.Name, err)
-		}
-	}
-
-	type laneOut struct {
-		lane        *qmvLane
-		cs          *caseSet
-		start, end  time.Time
-		wall        time.Duration
-		main, other *implSide
-		ctl         ctlOutcome
-		err         error
-	}
-	var outs []laneOut
-	for _, l := range lanes {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		lo := laneOut{lane: l, start: now()}
-		t0 := time.Now()
-		var progress func(done, total int)
-		if o.Progress != nil {
-			progress = func(done, total int) { o.Progress(l.name, done, total) }
-		}
-		cs, err := prepareCases(l)
-		if err != nil {
-			lo.err = err
-		} else {
-			lo.cs = cs
-			lo.main, lo.other, lo.ctl, lo.err = runImplLane(ctx, cs, sess, osess, o.Control, progress)
-		}
-		lo.wall = time.Since(t0)
-		lo.end = now()
-		outs = append(outs, lo)
-	}
-
-	// The pins must not have changed while the adapters ran.
-	changed := changedPins(im, pins)
-	if orig != nil {
-		changed = append(changed, changedPins(orig, origPins)...)
-	}
-
-	var runs []ImplRun
-	for _, lo := range outs {
-		if lo.err != nil && lo.main == nil {
-			ev, berr := buildImplEvidence(lo.lane, im, o.Subject, common, pins, rb, nil, nil, lo.err, changed, "impl", lo.start, lo.end)
-			if berr != nil {
-				return runs, berr
-			}
-			runs = append(runs, ImplRun{LaneRun: LaneRun{Lane: lo.lane.name, Evidence: ev, Wall: lo.wall, Err: lo.err}, Implementation: im.Name, Role: "impl"})
-			continue
-		}
-		cs := lo.cs
-		res := implResult(cs, lo.main, lo.ctl)
-		var origRes *Result
-		if lo.other != nil {
-			origRes = implResult(cs, lo.other, lo.ctl)
-			addOriginalControl(res, cs, orig.Name, lo.other, origRes)
-		}
-		ev, err := buildImplEvidence(lo.lane, im, o.Subject, common, pins, rb, lo.main, res, lo.err, changed, "impl", lo.start, lo.end)
-		if err != nil {
-			return runs, err
-		}
-		runs = append(runs, ImplRun{LaneRun: LaneRun{Lane: lo.lane.name, Evidence: ev, Wall: lo.wall, Err: lo.err}, Implementation: im.Name, Role: "impl"})
-		if lo.other != nil {
-			origRes.Details["role"] = "original build: negative evidence of " + im.Name
-			ev, err := buildImplEvidence(lo.lane, orig, o.OriginalSubject, common, origPins, rb, lo.other, origRes, lo.err, changed, "original", lo.start, lo.end)
-			if err != nil {
-				return runs, err
-			}
-			runs = append(runs, ImplRun{LaneRun: LaneRun{Lane: lo.lane.name, Evidence: ev, Wall: lo.wall, Err: lo.err}, Implementation: orig.Name, Role: "original"})
-		}
-	}
-	return runs, nil
+	return out, nil
 }
 
 func newImplSession(im *Implementation, rb ledger.RunnerBuild, stderr io.Writer) *adapterSession {
