@@ -235,11 +235,12 @@ func (s *adapterSession) Close() {
 // wrong dtype or length) gets an AnswerFailed naming what happened; after
 // a crash, hang or malformed stream the adapter is killed and restarted
 // for the remaining cases, at most MaxRestarts times, after which the
-// remaining cases fail as not run. Cancelling ctx fails the remaining
+// remaining cases fail as not run (the budget is per call). Cancelling ctx fails the remaining
 // cases and returns ctx's error.
 func (s *adapterSession) Run(ctx context.Context, cases []adapterCase) ([]Answer, error) {
 	answers := make([]Answer, len(cases))
 	next := 0
+	s.restarts = 0 // the restart budget is per call (one lane)
 	failRest := func(text string) {
 		for ; next < len(cases); next++ {
 			answers[next] = Answer{ID: cases[next].ID, Kind: AnswerFailed, Text: text}

@@ -48,6 +48,7 @@ func TestMain(m *testing.M) {
 //	error:ID            answers case ID with an error frame
 //	unsupported:ID      answers case ID with an unsupported frame
 //	bad-hello           answers the hello with another protocol version
+//	other-commit        claims a source commit of the subject's repository other than the subject's
 func fakeAdapter(mode string) error {
 	mode, target, _ := strings.Cut(mode, ":")
 	b, err := cpu.New()
@@ -63,7 +64,11 @@ func fakeAdapter(mode string) error {
 	if mode == "bad-hello" {
 		proto = "ledger-adapter/0"
 	}
-	hb, _ := json.Marshal(runner.AdapterHello{Protocol: proto, Implementation: "fake-" + mode, Version: "1", Device: ledger.Device{Model: "test"}})
+	h := runner.AdapterHello{Protocol: proto, Implementation: "fake-" + mode, Version: "1", Device: ledger.Device{Model: "test"}}
+	if mode == "other-commit" {
+		h.Source = &runner.HelloSource{Repository: "https://example.com/impl.git", Commit: strings.Repeat("f", 40)}
+	}
+	hb, _ := json.Marshal(h)
 	if err := runner.WriteFrame(out, runner.FrameHello, hb); err != nil {
 		return err
 	}
@@ -324,6 +329,16 @@ func TestImplBadHello(t *testing.T) {
 	subj := ledger.Subject{Repository: "example.com/impl", Commit: testCommit, Tree: testTree}
 	_, err := runner.RunImpl(context.Background(), fakeConfig(t, "bad-hello", ""), "fake", runner.ImplOptions{Subject: subj, Control: cpuBackend(t), Stderr: testWriter{t}})
 	if err == nil || !strings.Contains(err.Error(), "ledger-adapter/0") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestImplHelloCommitMismatch: an adapter whose hello claims another
+// commit of the subject's repository is refused before any case.
+func TestImplHelloCommitMismatch(t *testing.T) {
+	subj := ledger.Subject{Repository: "example.com/impl", Commit: testCommit, Tree: testTree}
+	_, err := runner.RunImpl(context.Background(), fakeConfig(t, "other-commit", ""), "fake", runner.ImplOptions{Subject: subj, Control: cpuBackend(t), Stderr: testWriter{t}})
+	if err == nil || !strings.Contains(err.Error(), "reports commit ffff") {
 		t.Fatalf("err = %v", err)
 	}
 }

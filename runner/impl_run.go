@@ -380,9 +380,8 @@ func runImplLane(ctx context.Context, cs *caseSet, sess, osess *adapterSession, 
 		ch := make(chan sideRes, 1)
 		go func() {
 			t := time.Now()
-			before := s.restarts
 			ans, err := s.Run(ctx, acs)
-			ch <- sideRes{&implSide{hello: *s.hello, answers: ans, restarts: s.restarts - before, wall: time.Since(t)}, err}
+			ch <- sideRes{&implSide{hello: *s.hello, answers: ans, restarts: s.restarts, wall: time.Since(t)}, err}
 		}()
 		return ch
 	}
