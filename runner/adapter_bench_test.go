@@ -21,7 +21,8 @@ import (
 // inprocess-ms/op, adapter-ms/op and their ratio (whole calls), and
 // lane-wall-adapter/inprocess, the ratio of the lanes' own wall times
 // (LaneRun.Wall: without the adapter's start and hello, which happen once
-// per run).
+// per run). Sub-benchmark "both" runs the two lanes in one call, as
+// `ledger run --impl` does by default.
 func BenchmarkAdapterOverhead(b *testing.B) {
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "ledger-ref-adapter")
@@ -38,22 +39,30 @@ func BenchmarkAdapterOverhead(b *testing.B) {
 	}
 	subj := ledger.Subject{Repository: "example.com/impl", Commit: testCommit, Tree: testTree}
 	ctl := cpuBackend(b)
-	for _, lane := range []string{runner.LaneQMV, runner.LaneQMVPaths} {
-		b.Run(lane, func(b *testing.B) {
+	for _, lanes := range [][]string{{runner.LaneQMV}, {runner.LaneQMVPaths}, {runner.LaneQMV, runner.LaneQMVPaths}} {
+		name := lanes[0]
+		if len(lanes) > 1 {
+			name = "both"
+		}
+		b.Run(name, func(b *testing.B) {
 			var tin, tad, lin, lad time.Duration
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				runs, err := runner.Run(context.Background(), ctl, runner.Options{Lanes: []string{lane}, Subject: subj, BinaryPath: small})
+				runs, err := runner.Run(context.Background(), ctl, runner.Options{Lanes: lanes, Subject: subj, BinaryPath: small})
 				tin += time.Since(t0)
-				lin += runs[0].Wall
-				if err != nil || runs[0].Evidence.Status != ledger.StatusPassed {
+				for _, r := range runs {
+					lin += r.Wall
+				}
+				if err != nil || len(runs) != len(lanes) || runs[0].Evidence.Status != ledger.StatusPassed {
 					b.Fatalf("in process: %v", err)
 				}
 				t1 := time.Now()
-				ir, err := runner.RunImpl(context.Background(), cfg, "ref", runner.ImplOptions{Lanes: []string{lane}, Subject: subj, Control: ctl, BinaryPath: small})
+				ir, err := runner.RunImpl(context.Background(), cfg, "ref", runner.ImplOptions{Lanes: lanes, Subject: subj, Control: ctl, BinaryPath: small})
 				tad += time.Since(t1)
-				lad += ir[0].Wall
-				if err != nil || ir[0].Evidence.Status != ledger.StatusPassed {
+				for _, r := range ir {
+					lad += r.Wall
+				}
+				if err != nil || len(ir) != len(lanes) || ir[len(ir)-1].Evidence.Status != ledger.StatusPassed {
 					b.Fatalf("adapter: %v", err)
 				}
 			}
