@@ -169,7 +169,7 @@ func fakeConfig(t *testing.T, mode, origMode string) *runner.ImplConfig {
     commit: %s
     tree: %s
     env: ["LEDGER_TEST_ADAPTER=%s"]
-    case_timeout: 2s
+    case_timeout: 5s
     hello_timeout: 20s
     artifacts: {libimpl.so: lib.so}
 `, name, exe, testCommit, testTree, mode)
@@ -283,7 +283,7 @@ func TestImplBrokenAdapters(t *testing.T) {
 	}{
 		{"wrong-bits", ledger.StatusFailed, "mismatch", "row 0", 215},
 		{"crash", ledger.StatusError, "error", "exit status 3", 215},
-		{"hang", ledger.StatusError, "error", "no answer within 2s", 215},
+		{"hang", ledger.StatusError, "error", "no answer within 5s", 215},
 		{"short", ledger.StatusError, "error", "answer has 7 values", 215},
 		{"wrong-id", ledger.StatusError, "error", "answers must come in order", 215},
 		{"garbage", ledger.StatusError, "error", "malformed answer", 215},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,4 +68,71 @@ func TestRunImplReference(t *testing.T) {
 	if _, errOut, code := runBin(t, "", "--db", db, "run", "--impl", "reference", "--impls", cfg, "--lane", "alloc-snapshot"); code != 2 || !strings.Contains(errOut, "adapter protocol") {
 		t.Fatalf("allocator lane: exit %d %s", code, errOut)
 	}
+}
+
+// TestImplEvidenceCountsForLaneGate: evidence of `ledger run --impl` is
+// about the implementation's pins, so a release that binds the
+// implementation's commit, tree and artifact digest is ready once the
+// lane passed; a release binding another digest of that artifact keeps
+// the gate open and says why.
+func TestImplEvidenceCountsForLaneGate(t *testing.T) {
+	cfg := refAdapterConfig(t)
+	digest, err := fileSHA256(filepath.Join(filepath.Dir(cfg), "ledger-ref-adapter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "l.db")
+	release := func(version, d string) string {
+		p := filepath.Join(dir, version+".yaml")
+		y := fmt.Sprintf(`version: %s
+components:
+  - name: runtime
+    repository: example.com/runtime
+    reviewed: %s
+    head: %s
+    tree: %s
+artifacts:
+  ledger-ref-adapter: %s
+gates:
+  - id: qmv-discriminator
+    kind: lane
+    lane: qmv-bias-sum/v1
+    component: runtime
+    backends: [cpu]
+    artifacts: [ledger-ref-adapter]
+    cases: 216
+`, version, strings.Repeat("c", 40), strings.Repeat("c", 40), strings.Repeat("e", 40), d)
+		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, r := range [][2]string{{"1.0.0", digest}, {"1.0.1", "sha256:" + strings.Repeat("0", 64)}} {
+		if out, errOut, code := runBin(t, "", "--db", db, "release", "apply", release(r[0], r[1])); code != 0 {
+			t.Fatalf("apply %s: %d %s %s", r[0], code, out, errOut)
+		}
+	}
+	if _, _, code := runBin(t, "", "--db", db, "release", "check", "1.0.0"); code != 1 {
+		t.Fatalf("check before the run: exit %d, want 1", code)
+	}
+	if out, errOut, code := runBin(t, "", "--db", db, "run", "--impl", "reference", "--impls", cfg, "--lane", "qmv-bias-sum"); code != 0 {
+		t.Fatalf("run: %d\n%s\n%s", code, out, errOut)
+	}
+	if out, errOut, code := runBin(t, "", "--db", db, "release", "check", "1.0.0"); code != 0 {
+		t.Fatalf("check 1.0.0 after the run: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runBin(t, "", "--db", db, "release", "check", "1.0.1")
+	if code != 1 || !strings.Contains(out+errOut, "other artifact ledger-ref-adapter") {
+		t.Fatalf("check 1.0.1: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+func fileSHA256(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:]), nil
 }
