@@ -252,7 +252,7 @@ func (s *adapterSession) Run(ctx context.Context, cases []adapterCase) ([]Answer
 			return answers, err
 		}
 		if s.proc == nil && s.hello != nil && s.restarts >= s.spec.MaxRestarts {
-			failRest(fmt.Sprintf("not run: the adapter failed %d times", s.restarts+1))
+			failRest(fmt.Sprintf("not run: the adapter failed %d times", s.restarts))
 			break
 		}
 		if err := s.start(ctx); err != nil {

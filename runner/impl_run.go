@@ -82,7 +82,11 @@ type implSide struct {
 // passed otherwise. It fails before running anything on an unknown lane
 // or implementation, a lane that is not a qmv lane, an invalid subject, a
 // pin that cannot be read, or an adapter that does not start or whose hello
-// contradicts the subject's commit.
+// contradicts the subject's commit. Cancelling ctx stops the adapters and
+// the run; RunImpl then returns ctx's error (or the records of the lanes
+// that finished, the cancelled one with status error, when the
+// cancellation came during the last lane). RunImpl is safe for concurrent
+// use with distinct options; adapters are started per call.
 func RunImpl(ctx context.Context, cfg *ImplConfig, name string, o ImplOptions) ([]ImplRun, error) {
 	r, err := newImplRunner(cfg, name, &o)
 	if err != nil {
