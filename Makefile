@@ -9,6 +9,7 @@ export CGO_ENABLED ?= 0
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
+	$(GO) build -trimpath -o $(dir $(BIN))ledger-ref-adapter ./cmd/ledger-ref-adapter
 
 # The main job on the embedded SQLite default (see scripts/run.sh).
 run: build
@@ -44,6 +45,7 @@ fuzz:
 # A static linux/amd64 binary for the GPU device machine (no cgo).
 device-bin:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o .devbin/ledger ./cmd/ledger
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o .devbin/ledger-ref-adapter ./cmd/ledger-ref-adapter
 
 clean:
 	rm -rf ./bin ./.devbin

@@ -19,6 +19,13 @@
 // dtype with round-to-nearest-even, outputs compared bit for bit; the
 // caching allocator runs over the backend's raw memory.
 //
+// External implementations (a runtime's own kernel: MLX, PyTorch, ...)
+// run the qmv lanes through an adapter process speaking the adapter
+// protocol, ledger-adapter/1 (adapter.go: framing and codec, ServeAdapter
+// for the adapter side; adapter_client.go: the pipelined client).
+// RunImpl runs a configured Implementation (impl.go, LoadImplConfig) with
+// the CPU backend's narrow kernel as the negative control.
+//
 // Run executes lanes and builds evidence: subject pins (repository, commit,
 // tree, dirty, artifact digests of the running binary, of each lane's
 // definition and of the backend's kernel sources), device identity, runner

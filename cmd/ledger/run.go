@@ -27,6 +27,8 @@ type runConfig struct {
 	Dirty      string // "", "true" or "false"
 	NoRecord   bool
 	List       bool
+	Impl       string // external implementation to run (impl.go)
+	ImplFile   string // its configuration file
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -57,6 +59,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
 	f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
 	f.BoolVar(&c.List, "list", false, "list the lanes and exit")
+	addImplFlags(f, &c)
 	return cmd
 }
 
@@ -66,6 +69,9 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 			fmt.Fprintf(a.stdout, "%-24s %s\n", l.Name(), l.Summary())
 		}
 		return nil
+	}
+	if c.Impl != "" {
+		return a.runImpl(ctx, c)
 	}
 	for _, name := range c.Lanes {
 		if _, err := runner.LookupLane(name); err != nil {
@@ -115,16 +121,9 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	}
 	var recorded *appendedJSON
 	if l != nil {
-		recs, err := evidenceRecords(evs)
-		if err != nil {
+		if recorded, err = appendEvidence(ctx, l, evs); err != nil {
 			return errExit(2, "record: %v", err)
 		}
-		res, err := l.Append(ctx, recs, "")
-		if err != nil {
-			return errExit(2, "record: %v", err)
-		}
-		out := appendedOf(res)
-		recorded = &out
 	}
 	if a.JSON {
 		if err := a.printJSON(map[string]any{"evidence": evs, "recorded": recorded}); err != nil {
@@ -142,6 +141,21 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 		}
 	}
 	return nil
+}
+
+// appendEvidence appends evs to l atomically and returns the answer as the
+// commands print it.
+func appendEvidence(ctx context.Context, l theLedger, evs []ledger.Evidence) (*appendedJSON, error) {
+	recs, err := evidenceRecords(evs)
+	if err != nil {
+		return nil, err
+	}
+	res, err := l.Append(ctx, recs, "")
+	if err != nil {
+		return nil, err
+	}
+	out := appendedOf(res)
+	return &out, nil
 }
 
 func printRunTable(w io.Writer, runs []runner.LaneRun) {

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runner"
+	"github.com/spf13/pflag"
+)
+
+// addImplFlags adds the external-implementation flags of `ledger run`.
+func addImplFlags(f *pflag.FlagSet, c *runConfig) {
+	f.StringVar(&c.Impl, "impl", "", "run the qmv lanes against this configured external implementation through its adapter (README: External implementations); --repository/--commit/--tree/--dirty then describe the implementation")
+	f.StringVar(&c.ImplFile, "impls", envOr("LEDGER_IMPLEMENTATIONS", "implementations.yaml"), "implementation configuration file (env LEDGER_IMPLEMENTATIONS)")
+}
+
+// runImpl is `ledger run --impl NAME`.
+func (a *app) runImpl(ctx context.Context, c runConfig) error {
+	cfg, err := runner.LoadImplConfig(c.ImplFile)
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	im, err := cfg.Lookup(c.Impl)
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	so := runner.ImplSubjectOptions{Repository: c.Repository, Commit: c.Commit, Tree: c.Tree}
+	switch c.Dirty {
+	case "":
+	case "true", "false":
+		d := c.Dirty == "true"
+		so.Dirty = &d
+	default:
+		return errExit(2, "--dirty must be true or false, got %q", c.Dirty)
+	}
+	subj, err := im.ResolveSubject(ctx, so)
+	if err != nil {
+		return errExit(2, "subject: %v", err)
+	}
+	var osubj ledger.Subject
+	if im.Original != "" {
+		orig, err := cfg.Lookup(im.Original)
+		if err != nil {
+			return errExit(2, "%v", err)
+		}
+		if osubj, err = orig.ResolveSubject(ctx, runner.ImplSubjectOptions{}); err != nil {
+			return errExit(2, "original subject: %v", err)
+		}
+	}
+	if subj.Dirty {
+		a.log.Warn("the implementation's work tree is dirty: this evidence will not count for gates", "commit", subj.Commit)
+	}
+	var l theLedger
+	if !c.NoRecord {
+		// Opened before the lanes run, so that a wrong --server, --token or
+		// --db fails before the work rather than after it.
+		if l, err = a.openLedger(ctx, ledgerOptions{records: true}); err != nil {
+			return errExit(2, "%v", err)
+		}
+		defer l.Close()
+	}
+	ctl, err := runner.OpenBackend(string(ledger.BackendCPU))
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	defer ctl.Close()
+	prog := a.newProgress()
+	runs, err := runner.RunImpl(ctx, cfg, c.Impl, runner.ImplOptions{Lanes: c.Lanes, Subject: subj, OriginalSubject: osubj,
+		Control: ctl, Runner: runner.BuildRunner(), Stderr: a.stderr, Progress: prog.update})
+	prog.done()
+	if err != nil {
+		return errExit(2, "run: %v", err)
+	}
+	evs := make([]ledger.Evidence, len(runs))
+	for i, r := range runs {
+		evs[i] = r.Evidence
+	}
+	var recorded *appendedJSON
+	if l != nil {
+		if recorded, err = appendEvidence(ctx, l, evs); err != nil {
+			return errExit(2, "record: %v", err)
+		}
+	}
+	if a.JSON {
+		if err := a.printJSON(map[string]any{"evidence": evs, "recorded": recorded}); err != nil {
+			return err
+		}
+	} else {
+		printImplTable(a.stdout, runs)
+		if l != nil {
+			fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), l.Where())
+		}
+	}
+	// The original build's records are negative evidence: they are meant
+	// to fail. The exit status follows the implementation's own records.
+	for _, r := range runs {
+		if r.Role == "impl" && r.Evidence.Status != ledger.StatusPassed {
+			return errExit(1, "")
+		}
+	}
+	return nil
+}
+
+func printImplTable(w io.Writer, runs []runner.ImplRun) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IMPLEMENTATION\tROLE\tLANE\tCASES\tCONTROL\tSTATUS\tTIME")
+	for _, r := range runs {
+		ev := r.Evidence
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.Implementation, r.Role, r.Lane, ev.CasesExact, ev.CasesTotal, ev.Control, ev.Status, r.Wall.Round(time.Millisecond))
+	}
+	_ = tw.Flush()
+	for _, r := range runs {
+		if r.Err != nil {
+			fmt.Fprintf(w, "%s %s: error: %v\n", r.Implementation, r.Lane, r.Err)
+		} else if n := len(r.Evidence.FailingCases); n > 0 {
+			fmt.Fprintf(w, "%s %s: %d failing cases, first %s\n", r.Implementation, r.Lane, n, r.Evidence.FailingCases[0])
+		}
+	}
+}
