@@ -89,7 +89,7 @@ func FuzzParseAllowedSigners(f *testing.F) {
 			if at.IsZero() {
 				at = time.Unix(1700000000, 0)
 			}
-			if m, _ := as.FindPrincipals(e.Key, "git", at); m == nil {
+			if m, _ := as.FindPrincipals(e.Key, at); m == nil {
 				t.Fatalf("entry on line %d not found by its own key at %s", e.Line, at)
 			}
 		}

@@ -59,9 +59,16 @@ type Result struct {
 	// B or N. Objects this package refuses (ErrMalformed, unsupported)
 	// read E: they cannot be checked.
 	Letter string `json:"git_letter"`
-	// Signer is the OpenPGP primary user id, the SSH principal(s) of the
-	// matching allowed-signers line, or the certificate SAN.
+	// Signer is the OpenPGP primary user id, the SSH principal git
+	// reports (the first that ssh-keygen -Y find-principals prints and -Y
+	// verify accepts; for a certificate, the certificate's principal), or
+	// the certificate SAN.
 	Signer string `json:"signer,omitempty"`
+	// Principals are every SSH principal found and verified, in
+	// find-principals order (Signer first); a policy matches any of them.
+	Principals []string `json:"principals,omitempty"`
+	// SK holds the FIDO flags and counter of an sk SSH signature.
+	SK *SKSignature `json:"sk,omitempty"`
 	// Issuer is the Fulcio OIDC issuer (1.3.6.1.4.1.57264.1.8 or .1.1) or
 	// the certificate issuer DN for other X.509 certificates.
 	Issuer string `json:"issuer,omitempty"`
