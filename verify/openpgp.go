@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -16,53 +15,6 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 	"github.com/evidence-ledger/ledger/ledger"
 )
-
-// LoadKeyring reads OpenPGP public keys from a file, armoured or binary
-// (a gpg --export keyring). Several files may be concatenated by the caller
-// with append.
-func LoadKeyring(path string) (openpgp.EntityList, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read keyring: %w", err)
-	}
-	return ParseKeyring(b)
-}
-
-// ParseKeyring parses armoured or binary OpenPGP public keys.
-func ParseKeyring(b []byte) (openpgp.EntityList, error) {
-	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("-----BEGIN PGP")) {
-		el, err := openpgp.ReadKeyRing(bytes.NewReader(b))
-		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "parse keyring")
-		}
-		return el, nil
-	}
-	// Armoured files may hold several blocks one after another (GitHub's
-	// web-flow.gpg does); read them all.
-	var el openpgp.EntityList
-	r := bytes.NewReader(b)
-	for {
-		blk, err := armor.Decode(r)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "parse keyring armour")
-		}
-		if blk.Type != openpgp.PublicKeyType && blk.Type != openpgp.PrivateKeyType {
-			return nil, newErr(ErrMalformed, "keyring armour type %q is not a key block", blk.Type)
-		}
-		part, err := openpgp.ReadKeyRing(blk.Body)
-		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "parse keyring")
-		}
-		el = append(el, part...)
-	}
-	if len(el) == 0 {
-		return nil, newErr(ErrMalformed, "keyring holds no keys")
-	}
-	return el, nil
-}
 
 func fpr(b []byte) string { return strings.ToUpper(hex.EncodeToString(b)) }
 
@@ -159,8 +111,13 @@ func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 			return nil
 		}
 	}
+	// The web of trust: a key certified by a trusted key or an introducer.
+	if p := newWOT(opts.Keyring, now, opts.TrustedFingerprints, opts.Introducers).path(ent); p != nil {
+		r.Letter, r.CertificationPath = "G", p
+		return nil
+	}
 	r.Letter = "U"
-	return newErr(ErrUntrusted, "good signature, key not in the trusted set")
+	return newErr(ErrUntrusted, "good signature, key neither trusted nor certified by a trusted key")
 }
 
 // hashTagMismatch reports whether a v4 signature's hash tag disagrees with

@@ -25,9 +25,15 @@ type Options struct {
 	// Keyring holds the OpenPGP public keys (gpg's keyring).
 	Keyring openpgp.EntityList
 	// TrustedFingerprints are primary-key fingerprints (hex, any case) with
-	// ultimate trust: a good signature by one reads G, by another key of
-	// the keyring U.
+	// ultimate trust, as gpg gives it: a good signature by one reads G, and
+	// so does one by a key one of them certified (a certification path of
+	// length 1, see Introducers); by another key of the keyring U.
 	TrustedFingerprints []string
+	// Introducers are certifying keys (a project's master key): keys they
+	// certified are valid, as gpg computes validity for a fully trusted,
+	// valid certifier; their own signatures read U unless they are also in
+	// TrustedFingerprints.
+	Introducers []Introducer
 
 	// AllowedSigners is git's gpg.ssh.allowedSignersFile, parsed.
 	AllowedSigners *AllowedSigners
@@ -81,6 +87,11 @@ type Result struct {
 	// TlogEntry reports that a gitsign signature embeds a Rekor entry
 	// (CMS unsigned attribute 1.3.6.1.4.1.57264.3.1).
 	TlogEntry bool `json:"tlog_entry,omitempty"`
+	// CertificationPath is the OpenPGP web-of-trust path that made the
+	// signing key valid: from a trusted or introducer key to the signer's
+	// primary key, one certification per step. Empty when the key is
+	// itself trusted or not valid.
+	CertificationPath []Certification `json:"certification_path,omitempty"`
 	// ChainVerified reports an X.509 chain verified to a configured root.
 	ChainVerified bool `json:"chain_verified,omitempty"`
 	// Reason explains a non-G letter in words.

@@ -1,0 +1,203 @@
+package verify
+
+import (
+	"crypto"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
+)
+
+// Introducer is a certifying OpenPGP key named by primary-key fingerprint
+// (hex, any case), with the longest certification path it may start:
+// Depth 1 (the default when 0) admits only keys it certified itself;
+// Depth n also keys certified by a key it validated at distance below n,
+// as an OpenPGP trust signature of level n-1 would (RFC 4880 5.2.3.13).
+type Introducer struct {
+	Fingerprint string `json:"fingerprint"`
+	Depth       int    `json:"depth,omitempty"`
+}
+
+// Certification is one step of a web-of-trust path: Certifier's primary
+// key certified UserID on Certified's primary key at Created.
+type Certification struct {
+	Certifier string    `json:"certifier"`
+	Certified string    `json:"certified"`
+	UserID    string    `json:"user_id"`
+	Created   time.Time `json:"created"`
+	Hash      string    `json:"hash"`
+}
+
+// weakCertHash lists the digests gpg 2.2 refuses in certifications by
+// default (its weak-digest list holds MD5 only); SHA-1 is accepted.
+var weakCertHash = map[crypto.Hash]bool{crypto.MD5: true}
+
+// maxCertDepth bounds certification paths (gpg's max-cert-depth is 5 by
+// default; a policy may ask for up to 8).
+const maxCertDepth = 8
+
+// wot computes key validity over a keyring at a time, the way gpg's trust
+// model does for certifiers whose ownertrust is full or ultimate: a key is
+// valid when one of its user ids, itself self-signed, unrevoked and
+// unexpired, carries a certification (signature class 0x10-0x13) that
+// verifies, by a valid introducer's primary key, not expired at now, not
+// made with a weak digest, and not revoked by a later certification
+// revocation (0x30) from the same key on the same user id. Introducers
+// are valid when they are in the keyring and neither revoked nor expired.
+type wot struct {
+	ring   openpgp.EntityList
+	now    time.Time
+	depths map[string]int // introducer primary fingerprint -> depth
+}
+
+func newWOT(ring openpgp.EntityList, now time.Time, trusted []string, intro []Introducer) *wot {
+	w := &wot{ring: ring, now: now, depths: map[string]int{}}
+	for _, f := range trusted {
+		// gpg's ultimately trusted keys introduce at distance 1: keys
+		// they certify are valid, and those keys' own ownertrust (unknown
+		// here) would be needed to go further.
+		if w.depths[normFpr(f)] < 1 {
+			w.depths[normFpr(f)] = 1
+		}
+	}
+	for _, in := range intro {
+		d := in.Depth
+		if d <= 0 {
+			d = 1
+		}
+		d = min(d, maxCertDepth)
+		if w.depths[normFpr(in.Fingerprint)] < d {
+			w.depths[normFpr(in.Fingerprint)] = d
+		}
+	}
+	return w
+}
+
+// usable reports whether e may take part in a path at w.now: not revoked,
+// not expired.
+func (w *wot) usable(e *openpgp.Entity) bool {
+	if e.Revoked(w.now) {
+		return false
+	}
+	id := e.PrimaryIdentity()
+	if id == nil || id.SelfSignature == nil {
+		return false
+	}
+	return !e.PrimaryKey.KeyExpired(id.SelfSignature, w.now)
+}
+
+// path returns a certification path from an introducer to e (the first
+// step the introducer's), or nil when e is not valid by certification.
+// Shorter paths are found first.
+func (w *wot) path(e *openpgp.Entity) []Certification {
+	if len(w.depths) == 0 || !w.usable(e) {
+		return nil
+	}
+	for n := 1; n <= maxCertDepth; n++ {
+		if p := w.find(e, n, n, map[*openpgp.Entity]bool{e: true}); p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// find looks for a path of n certifications ending at e, starting at an
+// introducer whose depth admits a path of total steps.
+func (w *wot) find(e *openpgp.Entity, n, total int, seen map[*openpgp.Entity]bool) []Certification {
+	for _, c := range w.certifications(e) {
+		ce := c.by
+		if n == 1 {
+			if w.depths[c.step.Certifier] >= total {
+				return []Certification{c.step}
+			}
+			continue
+		}
+		if seen[ce] {
+			continue
+		}
+		seen[ce] = true
+		p := w.find(ce, n-1, total, seen)
+		delete(seen, ce)
+		if p != nil {
+			return append(p, c.step)
+		}
+	}
+	return nil
+}
+
+type certBy struct {
+	by   *openpgp.Entity
+	step Certification
+}
+
+// certifications lists the valid third-party certifications on e's valid
+// user ids, by usable keys of the ring.
+func (w *wot) certifications(e *openpgp.Entity) []certBy {
+	var out []certBy
+	target := fpr(e.PrimaryKey.Fingerprint)
+	for name, id := range e.Identities {
+		if id.SelfSignature == nil || id.Revoked(w.now) || id.SelfSignature.SigExpired(w.now) {
+			continue
+		}
+		for _, sig := range id.Signatures {
+			if !isCertification(sig.SigType) || sig.IssuerKeyId == nil || sig.CheckKeyIdOrFingerprint(e.PrimaryKey) {
+				continue
+			}
+			if weakCertHash[sig.Hash] || sig.SigExpired(w.now) {
+				continue
+			}
+			by := w.primaryByID(*sig.IssuerKeyId, sig)
+			if by == nil || !w.usable(by) {
+				continue
+			}
+			if by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, sig) != nil {
+				continue
+			}
+			if w.revokedCert(e, id, name, by, sig) {
+				continue
+			}
+			out = append(out, certBy{by: by, step: Certification{
+				Certifier: fpr(by.PrimaryKey.Fingerprint), Certified: target, UserID: name,
+				Created: sig.CreationTime.UTC(), Hash: sig.Hash.String(),
+			}})
+		}
+	}
+	return out
+}
+
+func isCertification(t packet.SignatureType) bool {
+	switch t {
+	case packet.SigTypeGenericCert, packet.SigTypePersonaCert, packet.SigTypeCasualCert, packet.SigTypePositiveCert:
+		return true
+	}
+	return false
+}
+
+// primaryByID returns the entity whose primary key issued sig
+// (certifications are made by primary keys), or nil.
+func (w *wot) primaryByID(id uint64, sig *packet.Signature) *openpgp.Entity {
+	for _, k := range w.ring.KeysById(id) {
+		if k.Entity != nil && k.PublicKey == k.Entity.PrimaryKey && sig.CheckKeyIdOrFingerprint(k.PublicKey) {
+			return k.Entity
+		}
+	}
+	return nil
+}
+
+// revokedCert reports a certification revocation (0x30) by the same key on
+// the same user id, verifying, made at or after the certification and not
+// after now.
+func (w *wot) revokedCert(e *openpgp.Entity, id *openpgp.Identity, name string, by *openpgp.Entity, cert *packet.Signature) bool {
+	for _, r := range id.Signatures {
+		if r.SigType != packet.SigTypeCertificationRevocation || !r.CheckKeyIdOrFingerprint(by.PrimaryKey) {
+			continue
+		}
+		if r.CreationTime.Before(cert.CreationTime) || r.CreationTime.After(w.now) {
+			continue
+		}
+		if by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, r) == nil {
+			return true
+		}
+	}
+	return false
+}
