@@ -103,37 +103,167 @@ func armourChunks(b []byte) [][]byte {
 	return out
 }
 
-// readEntities reads every entity of a packet stream, skipping (with a
-// warning) packets that do not begin a key and keys that do not parse, up
-// to the next primary key, as gpg --import does.
+// readEntities reads every entity of a packet stream, as gpg --import
+// does: packets before a primary key (a lone revocation certificate, a
+// signature) are skipped with a warning; a key go-crypto refuses whole for
+// a signature of the wrong class under a subkey or user id is read again
+// without those signatures, which gpg ignores; a key still unreadable is
+// skipped with a warning.
 func readEntities(r io.Reader, name string) (openpgp.EntityList, []string) {
-	var el openpgp.EntityList
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("%s: unreadable (%v): skipped", name, err)}
+	}
+	pkts, err := splitPackets(b)
 	var warns []string
-	pr := packet.NewReader(r)
+	if err != nil {
+		warns = append(warns, fmt.Sprintf("%s: %v: the rest of the block skipped", name, err))
+	}
+	var el openpgp.EntityList
 	n := 0
-	for {
-		p, err := pr.Next()
-		if err == io.EOF {
-			return el, warns
-		}
-		if err != nil {
-			warns = append(warns, fmt.Sprintf("%s: unreadable packet (%v): rest of the block skipped", name, err))
-			return el, warns
-		}
-		if !isPrimaryKey(p) {
-			warns = append(warns, fmt.Sprintf("%s: %s outside a key (a lone revocation certificate or signature): skipped", name, packetName(p)))
+	for i := 0; i < len(pkts); {
+		if !pkts[i].primary() {
+			warns = append(warns, fmt.Sprintf("%s: %s outside a key (a lone revocation certificate or signature): skipped", name, pkts[i].describe(b)))
+			i++
 			continue
+		}
+		j := i + 1
+		for j < len(pkts) && !pkts[j].primary() {
+			j++
 		}
 		n++
-		pr.Unread(p)
-		e, err := openpgp.ReadEntity(pr)
+		e, err := readOneEntity(b, pkts[i:j], false)
+		if err != nil {
+			if e2, err2 := readOneEntity(b, pkts[i:j], true); err2 == nil {
+				e, err = e2, nil
+			}
+		}
 		if err != nil {
 			warns = append(warns, fmt.Sprintf("%s: key %d unusable (%v): skipped", name, n, err))
-			skipToKey(pr)
-			continue
+		} else {
+			el = append(el, e)
 		}
-		el = append(el, e)
+		i = j
 	}
+	return el, warns
+}
+
+// rawPacket is one OpenPGP packet's span in a byte stream (RFC 4880 4.2).
+type rawPacket struct {
+	tag              byte
+	start, body, end int
+}
+
+func (p rawPacket) primary() bool { return p.tag == 6 || p.tag == 5 }
+
+// sigClass returns the signature class of a signature packet (v3: the
+// third body byte; v4 and later: the second), or -1.
+func (p rawPacket) sigClass(b []byte) int {
+	body := b[p.body:p.end]
+	if p.tag != 2 || len(body) < 3 {
+		return -1
+	}
+	if body[0] == 3 {
+		return int(body[2])
+	}
+	return int(body[1])
+}
+
+func (p rawPacket) describe(b []byte) string {
+	switch p.sigClass(b) {
+	case 0x20:
+		return "key revocation signature"
+	case 0x30:
+		return "certification revocation signature"
+	case -1:
+		return fmt.Sprintf("packet of tag %d", p.tag)
+	}
+	return "signature packet"
+}
+
+// splitPackets frames b into packets; partial lengths are not used in
+// transferable keys and end the framing with an error.
+func splitPackets(b []byte) ([]rawPacket, error) {
+	var out []rawPacket
+	for off := 0; off < len(b); {
+		h := b[off]
+		if h&0x80 == 0 {
+			return out, fmt.Errorf("byte %d is not a packet header", off)
+		}
+		var tag byte
+		var n, hl int
+		if h&0x40 != 0 {
+			tag = h & 0x3f
+			if off+1 >= len(b) {
+				return out, fmt.Errorf("truncated packet header at byte %d", off)
+			}
+			switch l := b[off+1]; {
+			case l < 192:
+				n, hl = int(l), 2
+			case l < 224 && off+2 < len(b):
+				n, hl = (int(l)-192)<<8+int(b[off+2])+192, 3
+			case l == 255 && off+5 < len(b):
+				n, hl = int(b[off+2])<<24|int(b[off+3])<<16|int(b[off+4])<<8|int(b[off+5]), 6
+			default:
+				return out, fmt.Errorf("unsupported packet length at byte %d", off)
+			}
+		} else {
+			tag = (h >> 2) & 0x0f
+			switch h & 3 {
+			case 0:
+				if off+1 < len(b) {
+					n, hl = int(b[off+1]), 2
+				}
+			case 1:
+				if off+2 < len(b) {
+					n, hl = int(b[off+1])<<8|int(b[off+2]), 3
+				}
+			case 2:
+				if off+4 < len(b) {
+					n, hl = int(b[off+1])<<24|int(b[off+2])<<16|int(b[off+3])<<8|int(b[off+4]), 5
+				}
+			case 3:
+				n, hl = len(b)-off-1, 1
+			}
+			if hl == 0 {
+				return out, fmt.Errorf("truncated packet header at byte %d", off)
+			}
+		}
+		if n < 0 || off+hl+n > len(b) {
+			return out, fmt.Errorf("packet at byte %d runs past the end", off)
+		}
+		out = append(out, rawPacket{tag: tag, start: off, body: off + hl, end: off + hl + n})
+		off += hl + n
+	}
+	return out, nil
+}
+
+// readOneEntity parses one key's packets; with filter, it first drops the
+// signatures that go-crypto refuses and gpg ignores: under a subkey any
+// class but binding (0x18) and subkey revocation (0x28), under a user id
+// any class but certifications (0x10-0x13) and their revocation (0x30).
+func readOneEntity(b []byte, pkts []rawPacket, filter bool) (*openpgp.Entity, error) {
+	var buf bytes.Buffer
+	var under byte // tag of the last non-signature packet
+	for _, p := range pkts {
+		if p.tag != 2 {
+			under = p.tag
+		} else if filter {
+			c := p.sigClass(b)
+			switch under {
+			case 14, 7:
+				if c != 0x18 && c != 0x28 {
+					continue
+				}
+			case 13, 17:
+				if !(c >= 0x10 && c <= 0x13) && c != 0x30 {
+					continue
+				}
+			}
+		}
+		buf.Write(b[p.start:p.end])
+	}
+	return openpgp.ReadEntity(packet.NewReader(&buf))
 }
 
 func isPrimaryKey(p packet.Packet) bool {
@@ -144,34 +274,4 @@ func isPrimaryKey(p packet.Packet) bool {
 		return !k.IsSubkey
 	}
 	return false
-}
-
-// skipToKey drops packets up to the next primary key, left unread.
-func skipToKey(pr *packet.Reader) {
-	for {
-		p, err := pr.Next()
-		if err != nil {
-			return
-		}
-		if isPrimaryKey(p) {
-			pr.Unread(p)
-			return
-		}
-	}
-}
-
-func packetName(p packet.Packet) string {
-	switch s := p.(type) {
-	case *packet.Signature:
-		switch s.SigType {
-		case packet.SigTypeKeyRevocation:
-			return "key revocation signature"
-		case packet.SigTypeCertificationRevocation:
-			return "certification revocation signature"
-		}
-		return "signature packet"
-	case *packet.UserId:
-		return "user id packet"
-	}
-	return fmt.Sprintf("%T packet", p)
 }

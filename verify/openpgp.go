@@ -65,6 +65,16 @@ func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 	now := opts.now()
 	cfg := &packet.Config{Time: func() time.Time { return now }}
 	_, ent, verr := openpgp.VerifyDetachedSignature(opts.Keyring, bytes.NewReader(o.Payload), bytes.NewReader(body), cfg)
+	if errors.Is(verr, pgperrors.ErrSignatureExpired) && !sigLifetimeOver(sig, now) {
+		// go-crypto calls a signature "expired" when it, or the key's
+		// self-signature or subkey binding, was made after the
+		// verification time (a key refreshed later, a clock a second
+		// ahead); gpg, asked at that time, reports the signature good. Judge
+		// it at the latest of those creation times instead.
+		if at := latestCreation(opts.Keyring.KeysById(*sig.IssuerKeyId), sig); at.After(now) {
+			_, ent, verr = openpgp.VerifyDetachedSignature(opts.Keyring, bytes.NewReader(o.Payload), bytes.NewReader(body), &packet.Config{Time: func() time.Time { return at }})
+		}
+	}
 	if ent == nil {
 		if errors.Is(verr, pgperrors.ErrUnknownIssuer) {
 			// The key exists but not with signing capability.
@@ -94,6 +104,10 @@ func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 	}
 	switch {
 	case verr == nil:
+	case errors.Is(verr, pgperrors.ErrKeyRevoked) && signingKeyExpired(opts.Keyring, sig, now):
+		// gpg reports EXPKEYSIG before REVKEYSIG for a key both expired
+		// and revoked (sig-check.c checks expiry first).
+		return fail(ledger.VerdictExpiredKey, "Y", wrapErr(ErrExpired, verr, "good signature by a key expired (and revoked) at %s", now.UTC().Format(time.RFC3339)))
 	case errors.Is(verr, pgperrors.ErrKeyRevoked):
 		return fail(ledger.VerdictRevoked, "R", wrapErr(ErrRevoked, verr, "good signature by a revoked key"))
 	case errors.Is(verr, pgperrors.ErrKeyExpired):
@@ -134,4 +148,52 @@ func hashTagMismatch(sig *packet.Signature, payload []byte) bool {
 	h.Write(sig.HashSuffix)
 	d := h.Sum(nil)
 	return d[0] != sig.HashTag[0] || d[1] != sig.HashTag[1]
+}
+
+// sigLifetimeOver reports whether sig's own expiry lies before now.
+func sigLifetimeOver(sig *packet.Signature, now time.Time) bool {
+	if sig.SigLifetimeSecs == nil || *sig.SigLifetimeSecs == 0 {
+		return false
+	}
+	return now.After(sig.CreationTime.Add(time.Duration(*sig.SigLifetimeSecs) * time.Second))
+}
+
+// latestCreation returns the latest creation time among sig and the
+// self-signatures and subkey bindings of the entities holding keys.
+func latestCreation(keys []openpgp.Key, sig *packet.Signature) time.Time {
+	at := sig.CreationTime
+	later := func(s *packet.Signature) {
+		if s != nil && s.CreationTime.After(at) {
+			at = s.CreationTime
+		}
+	}
+	for _, k := range keys {
+		if k.Entity == nil {
+			continue
+		}
+		for _, id := range k.Entity.Identities {
+			later(id.SelfSignature)
+		}
+		for _, sk := range k.Entity.Subkeys {
+			later(sk.Sig)
+		}
+	}
+	return at
+}
+
+// signingKeyExpired reports whether the key that made sig (primary or
+// subkey) has expired at now by its self-signature or binding.
+func signingKeyExpired(ring openpgp.EntityList, sig *packet.Signature, now time.Time) bool {
+	for _, k := range ring.KeysById(*sig.IssuerKeyId) {
+		if k.Entity == nil {
+			continue
+		}
+		if id := k.Entity.PrimaryIdentity(); id != nil && id.SelfSignature != nil && k.Entity.PrimaryKey.KeyExpired(id.SelfSignature, now) {
+			return true
+		}
+		if k.SelfSignature != nil && k.PublicKey != k.Entity.PrimaryKey && k.PublicKey.KeyExpired(k.SelfSignature, now) {
+			return true
+		}
+	}
+	return false
 }

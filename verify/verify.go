@@ -181,3 +181,12 @@ func kindOf(err error) error {
 func normFpr(s string) string {
 	return strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), " ", ""))
 }
+
+// PrimaryKeyOr returns the OpenPGP primary-key fingerprint: PrimaryKey when
+// set (a subkey signed), else Key.
+func (r Result) PrimaryKeyOr() string {
+	if r.PrimaryKey != "" {
+		return r.PrimaryKey
+	}
+	return r.Key
+}

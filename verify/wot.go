@@ -45,13 +45,15 @@ const maxCertDepth = 8
 // revocation (0x30) from the same key on the same user id. Introducers
 // are valid when they are in the keyring and neither revoked nor expired.
 type wot struct {
-	ring   openpgp.EntityList
-	now    time.Time
-	depths map[string]int // introducer primary fingerprint -> depth
+	ring     openpgp.EntityList
+	now      time.Time
+	depths   map[string]int // introducer primary fingerprint -> depth
+	maxDepth int
+	certs    map[*openpgp.Entity][]certBy // memoized certifications
 }
 
 func newWOT(ring openpgp.EntityList, now time.Time, trusted []string, intro []Introducer) *wot {
-	w := &wot{ring: ring, now: now, depths: map[string]int{}}
+	w := &wot{ring: ring, now: now, depths: map[string]int{}, certs: map[*openpgp.Entity][]certBy{}}
 	for _, f := range trusted {
 		// gpg's ultimately trusted keys introduce at distance 1: keys
 		// they certify are valid, and those keys' own ownertrust (unknown
@@ -69,6 +71,9 @@ func newWOT(ring openpgp.EntityList, now time.Time, trusted []string, intro []In
 		if w.depths[normFpr(in.Fingerprint)] < d {
 			w.depths[normFpr(in.Fingerprint)] = d
 		}
+	}
+	for _, d := range w.depths {
+		w.maxDepth = max(w.maxDepth, d)
 	}
 	return w
 }
@@ -93,7 +98,7 @@ func (w *wot) path(e *openpgp.Entity) []Certification {
 	if len(w.depths) == 0 || !w.usable(e) {
 		return nil
 	}
-	for n := 1; n <= maxCertDepth; n++ {
+	for n := 1; n <= w.maxDepth; n++ {
 		if p := w.find(e, n, n, map[*openpgp.Entity]bool{e: true}); p != nil {
 			return p
 		}
@@ -133,7 +138,11 @@ type certBy struct {
 // certifications lists the valid third-party certifications on e's valid
 // user ids, by usable keys of the ring.
 func (w *wot) certifications(e *openpgp.Entity) []certBy {
-	var out []certBy
+	if c, ok := w.certs[e]; ok {
+		return c
+	}
+	out := []certBy{}
+	defer func() { w.certs[e] = out }()
 	target := fpr(e.PrimaryKey.Fingerprint)
 	for name, id := range e.Identities {
 		if id.SelfSignature == nil || id.Revoked(w.now) || id.SelfSignature.SigExpired(w.now) {
