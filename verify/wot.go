@@ -32,6 +32,15 @@ type Certification struct {
 // default (its weak-digest list holds MD5 only); SHA-1 is accepted.
 var weakCertHash = map[crypto.Hash]bool{crypto.MD5: true}
 
+// sha1Cutoff is the time after which gpg 2.2 (since 2.2.18) rejects
+// SHA-1 third-party key signatures, unless --allow-weak-key-signatures
+// (GnuPG sig-check.c: 2019-01-19T00:00:00Z, 1547856000).
+var sha1Cutoff = time.Unix(1547856000, 0)
+
+func sha1AfterCutoff(sig *packet.Signature) bool {
+	return sig.Hash == crypto.SHA1 && sig.CreationTime.After(sha1Cutoff)
+}
+
 // maxCertDepth bounds certification paths (gpg's max-cert-depth is 5 by
 // default; a policy may ask for up to 8).
 const maxCertDepth = 8
@@ -135,8 +144,15 @@ type certBy struct {
 	step Certification
 }
 
-// certifications lists the valid third-party certifications on e's valid
-// user ids, by usable keys of the ring.
+// certifications lists the usable third-party certifications on e's
+// valid user ids, by usable keys of the ring, as gpg's
+// mark_usable_uid_certs (key-clean.c) selects them: of one certifier's
+// signatures on a user id that verify (certifications of class 0x10, 0x12
+// or 0x13, gpg's default min-cert-level 2 dropping 0x11, and certification
+// revocations 0x30), the latest counts, the later packet on equal times; a
+// revocation revokes, an expired latest certification does not fall back
+// to an older one. (gpg also prefers a non-revocable certification over a
+// later revocation; go-crypto does not expose that flag.)
 func (w *wot) certifications(e *openpgp.Entity) []certBy {
 	if c, ok := w.certs[e]; ok {
 		return c
@@ -148,21 +164,33 @@ func (w *wot) certifications(e *openpgp.Entity) []certBy {
 		if id.SelfSignature == nil || id.Revoked(w.now) || id.SelfSignature.SigExpired(w.now) {
 			continue
 		}
+		latest := map[*openpgp.Entity]*packet.Signature{}
+		var order []*openpgp.Entity
 		for _, sig := range id.Signatures {
-			if !isCertification(sig.SigType) || sig.IssuerKeyId == nil || sig.CheckKeyIdOrFingerprint(e.PrimaryKey) {
+			if sig.IssuerKeyId == nil || sig.CheckKeyIdOrFingerprint(e.PrimaryKey) {
 				continue
 			}
-			if weakCertHash[sig.Hash] || sig.SigExpired(w.now) {
+			if !isCertification(sig.SigType) && sig.SigType != packet.SigTypeCertificationRevocation {
+				continue
+			}
+			if weakCertHash[sig.Hash] || sha1AfterCutoff(sig) || sig.CreationTime.After(w.now) {
 				continue
 			}
 			by := w.primaryByID(*sig.IssuerKeyId, sig)
-			if by == nil || !w.usable(by) {
+			if by == nil || by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, sig) != nil {
 				continue
 			}
-			if by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, sig) != nil {
-				continue
+			prev, seen := latest[by]
+			if !seen {
+				order = append(order, by)
 			}
-			if w.revokedCert(e, id, name, by, sig) {
+			if !seen || !sig.CreationTime.Before(prev.CreationTime) {
+				latest[by] = sig
+			}
+		}
+		for _, by := range order {
+			sig := latest[by]
+			if !isCertification(sig.SigType) || sig.SigExpired(w.now) || !w.usable(by) {
 				continue
 			}
 			out = append(out, certBy{by: by, step: Certification{
@@ -176,7 +204,7 @@ func (w *wot) certifications(e *openpgp.Entity) []certBy {
 
 func isCertification(t packet.SignatureType) bool {
 	switch t {
-	case packet.SigTypeGenericCert, packet.SigTypePersonaCert, packet.SigTypeCasualCert, packet.SigTypePositiveCert:
+	case packet.SigTypeGenericCert, packet.SigTypeCasualCert, packet.SigTypePositiveCert:
 		return true
 	}
 	return false
@@ -191,22 +219,4 @@ func (w *wot) primaryByID(id uint64, sig *packet.Signature) *openpgp.Entity {
 		}
 	}
 	return nil
-}
-
-// revokedCert reports a certification revocation (0x30) by the same key on
-// the same user id, verifying, made at or after the certification and not
-// after now.
-func (w *wot) revokedCert(e *openpgp.Entity, id *openpgp.Identity, name string, by *openpgp.Entity, cert *packet.Signature) bool {
-	for _, r := range id.Signatures {
-		if r.SigType != packet.SigTypeCertificationRevocation || !r.CheckKeyIdOrFingerprint(by.PrimaryKey) {
-			continue
-		}
-		if r.CreationTime.Before(cert.CreationTime) || r.CreationTime.After(w.now) {
-			continue
-		}
-		if by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, r) == nil {
-			return true
-		}
-	}
-	return false
 }
