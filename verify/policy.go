@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/evidence-ledger/ledger/ledger"
@@ -44,6 +45,7 @@ import (
 //	    x509:
 //	      trusted_root: trusted_root.json        # Sigstore trusted root (gitsign)
 //	      ca_pool: smime-ca.pem                  # PEM roots for S/MIME
+//	      require_tlog: false                    # gitsign: require a verified embedded Rekor entry
 //	      identities:                            # required when x509 is accepted
 //	        - san: "*@acme.example"              # path.Match pattern on the SAN
 //	          issuer: https://accounts.google.com  # exact OIDC issuer (or CA DN for S/MIME)
@@ -96,10 +98,15 @@ type SSHTrust struct {
 }
 
 // X509Trust names trust anchors and the identities trusted under them.
+// RequireTlog makes the rule trust a gitsign signature only with an
+// embedded Rekor entry verified offline against the trusted root's
+// transparency-log keys (Result.Tlog) whose integrated time lies within
+// the signing certificate's validity.
 type X509Trust struct {
 	TrustedRoot string         `yaml:"trusted_root"`
 	CAPool      string         `yaml:"ca_pool"`
 	Identities  []X509Identity `yaml:"identities"`
+	RequireTlog bool           `yaml:"require_tlog"`
 }
 
 // X509Identity is a certificate identity: SAN pattern and exact issuer.
@@ -221,6 +228,9 @@ func (r *PolicyRule) x509Problem() string {
 	}
 	if r.X509 == nil || (r.X509.TrustedRoot == "" && r.X509.CAPool == "") {
 		return "x509 accepted but neither x509.trusted_root nor x509.ca_pool is set"
+	}
+	if r.X509.RequireTlog && r.X509.TrustedRoot == "" {
+		return "x509.require_tlog needs x509.trusted_root (its transparency-log keys)"
 	}
 	if len(r.X509.Identities) == 0 {
 		return "x509 accepted but x509.identities is empty"
@@ -365,6 +375,9 @@ func (r *PolicyRule) Decide(res Result) (ledger.Decision, error) {
 			return untrusted(ErrUntrusted, "%s", msg)
 		}
 	case "x509":
+		if msg := r.X509.refusesTlog(res); msg != "" {
+			return untrusted(ErrUntrusted, "%s", msg)
+		}
 		for _, id := range r.X509.Identities {
 			if ok, _ := path.Match(id.SAN, res.Signer); ok && id.Issuer == res.Issuer {
 				return ledger.DecisionTrusted, nil
@@ -404,6 +417,22 @@ func (t *SSHTrust) refuses(res Result) string {
 		if !sk.UserVerification && t.VerifyRequired {
 			return fmt.Sprintf("FIDO signature without user verification (flags %#02x); the policy sets verify_required", sk.Flags)
 		}
+	}
+	return ""
+}
+
+// refusesTlog returns why the rule's transparency-log requirement is not
+// met, or "".
+func (t *X509Trust) refusesTlog(res Result) string {
+	switch {
+	case !t.RequireTlog:
+		return ""
+	case res.Tlog == nil && res.TlogError != "":
+		return "the policy requires a verified transparency-log entry: " + res.TlogError
+	case res.Tlog == nil:
+		return "the policy requires a verified transparency-log entry; the signature embeds none"
+	case !res.Tlog.CertificateValid:
+		return fmt.Sprintf("transparency-log entry integrated at %s, outside the signing certificate's validity", res.Tlog.IntegratedTime.Format(time.RFC3339))
 	}
 	return ""
 }

@@ -87,6 +87,12 @@ type Result struct {
 	// TlogEntry reports that a gitsign signature embeds a Rekor entry
 	// (CMS unsigned attribute 1.3.6.1.4.1.57264.3.1).
 	TlogEntry bool `json:"tlog_entry,omitempty"`
+	// Tlog is the embedded Rekor entry, set only when it verified offline
+	// against the trusted root's transparency-log keys (it is about this
+	// signature by construction, see TlogEntry); TlogError says why an
+	// embedded entry did not verify.
+	Tlog      *TlogEntry `json:"tlog,omitempty"`
+	TlogError string     `json:"tlog_error,omitempty"`
 	// CertificationPath is the OpenPGP web-of-trust path that made the
 	// signing key valid: from a trusted or introducer key to the signer's
 	// primary key, one certification per step. Empty when the key is

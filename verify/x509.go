@@ -84,6 +84,13 @@ func verifyX509(o *Object, opts *Options, r *Result) *Error {
 			r.TlogEntry = true
 		}
 	}
+	if r.TlogEntry {
+		// Verified offline, whatever the chain's outcome below; a policy
+		// may require it (X509Trust.RequireTlog).
+		if r.Tlog, err = verifyTlog(p7, leaf, opts.TrustedRoot); err != nil {
+			r.TlogError = err.Error()
+		}
+	}
 	var signingTime time.Time
 	if err := p7.UnmarshalSignedAttribute(pkcs7.OIDAttributeSigningTime, &signingTime); err != nil || signingTime.IsZero() {
 		signingTime = o.SignerTime
