@@ -123,39 +123,49 @@ func parseAllowedSignerLine(line string) (AllowedSigner, error) {
 		return e, fmt.Errorf("parse key: %w", err)
 	}
 	e.Key = key
+	if err := e.setOptions(opts); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// setOptions applies the line's options as sshsigopt_parse (sshsig.c)
+// reads them: cert-authority, namespaces, valid-after, valid-before, each
+// once; anything else makes the line unusable.
+func (e *AllowedSigner) setOptions(opts []string) error {
 	seen := map[string]bool{}
 	for _, o := range opts {
 		name, val, hasVal := strings.Cut(o, "=")
 		lname := strings.ToLower(name)
 		if seen[lname] && lname != "cert-authority" {
-			return e, fmt.Errorf("multiple %q clauses", name)
+			return fmt.Errorf("multiple %q clauses", name)
 		}
 		seen[lname] = true
 		switch lname {
 		case "cert-authority":
 			if hasVal {
-				return e, fmt.Errorf("cert-authority takes no value")
+				return fmt.Errorf("cert-authority takes no value")
 			}
 			e.CertAuthority = true
 		case "namespaces":
 			v, err := unquoteOpt(val, hasVal)
 			if err != nil {
-				return e, fmt.Errorf("namespaces: %w", err)
+				return fmt.Errorf("namespaces: %w", err)
 			}
 			for _, ns := range strings.Split(v, ",") {
 				if ns == "" {
-					return e, fmt.Errorf("namespaces: empty namespace")
+					return fmt.Errorf("namespaces: empty namespace")
 				}
 				e.Namespaces = append(e.Namespaces, ns)
 			}
 		case "valid-after", "valid-before":
 			v, err := unquoteOpt(val, hasVal)
 			if err != nil {
-				return e, fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			t, err := parseSSHTime(v)
 			if err != nil {
-				return e, fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			if strings.EqualFold(name, "valid-after") {
 				e.ValidAfter = t
@@ -165,13 +175,13 @@ func parseAllowedSignerLine(line string) (AllowedSigner, error) {
 		default:
 			// no-touch-required and verify-required are authorized_keys
 			// options; sshsigopt_parse (OpenSSH 9.x) rejects them too.
-			return e, fmt.Errorf("unknown option %q", name)
+			return fmt.Errorf("unknown option %q", name)
 		}
 	}
 	if !e.ValidAfter.IsZero() && !e.ValidBefore.IsZero() && !e.ValidBefore.After(e.ValidAfter) {
-		return e, fmt.Errorf("valid-before is not after valid-after")
+		return fmt.Errorf("valid-before is not after valid-after")
 	}
-	return e, nil
+	return nil
 }
 
 func unquoteOpt(v string, has bool) (string, error) {

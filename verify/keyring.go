@@ -265,13 +265,3 @@ func readOneEntity(b []byte, pkts []rawPacket, filter bool) (*openpgp.Entity, er
 	}
 	return openpgp.ReadEntity(packet.NewReader(&buf))
 }
-
-func isPrimaryKey(p packet.Packet) bool {
-	switch k := p.(type) {
-	case *packet.PublicKey:
-		return !k.IsSubkey
-	case *packet.PrivateKey:
-		return !k.IsSubkey
-	}
-	return false
-}

@@ -9,11 +9,9 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/binary"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,11 +22,25 @@ import (
 )
 
 // sshLab adds ssh-keygen keys, a CA and certificates to a gitLab.
-type sshLab struct{ *gitLab }
+type sshLab struct {
+	*gitLab
+	letters map[string]int // git's letters over the checked cases
+}
 
 func newSSHLab(t *testing.T) *sshLab {
 	needTools(t, "git", "ssh-keygen")
-	return &sshLab{newGitLab(t)}
+	return &sshLab{gitLab: newGitLab(t), letters: map[string]int{}}
+}
+
+// requireLetters fails unless git gave each letter at least once, so that
+// agreement is not agreement on one answer only.
+func (l *sshLab) requireLetters(letters ...string) {
+	l.t.Helper()
+	for _, x := range letters {
+		if l.letters[x] == 0 {
+			l.t.Errorf("git never answered %s (answers %v): the cases do not cover it", x, l.letters)
+		}
+	}
 }
 
 // key makes an ed25519 key with ssh-keygen and returns its path.
@@ -86,6 +98,7 @@ func (l *sshLab) check(c sshCase) Result {
 	id := l.store("commit", c.raw)
 	sp := l.write("allowed_signers", []byte(c.signers))
 	letter, signer := l.gitVerdict(id, sp)
+	l.letters[letter]++
 	as, err := ParseAllowedSigners([]byte(c.signers))
 	if err != nil {
 		l.t.Fatalf("%s: %v", c.name, err)
@@ -157,6 +170,7 @@ func TestSSHAgainstGit(t *testing.T) {
 	for _, c := range cases {
 		l.check(c)
 	}
+	l.requireLetters("G", "U", "B")
 }
 
 // TestSSHGpgsigHeadersAgainstGit: a commit header starting with "gpgsig"
@@ -174,6 +188,7 @@ func TestSSHGpgsigHeadersAgainstGit(t *testing.T) {
 		// Signed with it: the payload lacks it, so B.
 		l.check(sshCase{name: "signed with " + h, raw: insertGpgsig(with, l.sign(alice, with)), signers: signers})
 	}
+	l.requireLetters("G", "B")
 }
 
 // skSign makes an SSHSIG over data with an sk key in software: the FIDO
@@ -295,6 +310,7 @@ func TestFIDOAgainstGit(t *testing.T) {
 			l.check(sshCase{name: name + " flags altered", raw: insertGpgsig(body, bad), signers: signers})
 		}
 	}
+	l.requireLetters("G", "B")
 }
 
 // flipSKFlags returns the armoured signature with its FIDO flags byte
@@ -309,5 +325,41 @@ func flipSKFlags(t *testing.T, armoured []byte) []byte {
 	return sshsig.Armor(sig)
 }
 
-var _ = pem.Decode
-var _ = filepath.Join
+// TestSSHTagsAgainstGit signs annotated tags with ssh-keygen (a plain key
+// and a CA certificate) and compares the ledger's letter with git
+// verify-tag's exit status (0 exactly when the letter is G).
+func TestSSHTagsAgainstGit(t *testing.T) {
+	l := newSSHLab(t)
+	alice, ca, dev := l.key("alice"), l.key("ca"), l.key("dev")
+	cert := l.cert(ca, dev, "dev-bob", "always:forever")
+	tag := func(tagger string) []byte {
+		return fmt.Appendf(nil, "object %s\ntype tree\ntag v1\ntagger %s\n\nrelease v1\n", l.tree, tagger)
+	}
+	now := ident(time.Now())
+	outcomes := map[bool]int{}
+	defer func() {
+		if outcomes[true] != 2 || outcomes[false] != 3 {
+			t.Errorf("git verify-tag outcomes %v, want 2 good and 3 not", outcomes)
+		}
+	}()
+	for _, c := range []struct {
+		name, signers string
+		raw           []byte
+	}{
+		{"plain key", "alice " + l.pub(alice) + "\n", signObject("tag", tag(now), l.signer(alice))},
+		{"namespaces=file", "alice namespaces=\"file\" " + l.pub(alice) + "\n", signObject("tag", tag(now), l.signer(alice))},
+		{"certificate", "dev-* cert-authority " + l.pub(ca) + "\n", signObject("tag", tag(now), l.signer(cert))},
+		{"certificate, other principal", "release-* cert-authority " + l.pub(ca) + "\n", signObject("tag", tag(now), l.signer(cert))},
+		{"retired key, no tagger date", "alice valid-before=\"20200101\" " + l.pub(alice) + "\n", signObject("tag", tag("T <t@example.com>"), l.signer(alice))},
+	} {
+		id := l.store("tag", c.raw)
+		sp := l.write("allowed_signers", []byte(c.signers))
+		gitOK := l.gitVerifyTag(id, sp)
+		outcomes[gitOK]++
+		as, _ := ParseAllowedSigners([]byte(c.signers))
+		r, err := VerifyObject(c.raw, "tag", &Options{AllowedSigners: as, ExpectedID: id})
+		if (r.Letter == "G") != gitOK {
+			t.Errorf("%s: ours %s (%v), git verify-tag ok=%v", c.name, r.Letter, err, gitOK)
+		}
+	}
+}
