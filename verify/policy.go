@@ -425,7 +425,7 @@ func (t *SSHTrust) refuses(res Result) string {
 // met, or "".
 func (t *X509Trust) refusesTlog(res Result) string {
 	switch {
-	case !t.RequireTlog:
+	case t == nil || !t.RequireTlog:
 		return ""
 	case res.Tlog == nil && res.TlogError != "":
 		return "the policy requires a verified transparency-log entry: " + res.TlogError
