@@ -55,6 +55,12 @@ func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 		return fail(v, letter, e)
 	}
 	identifySigner(r, opts.Keyring, sig, ent)
+	if verr == nil && revokedAnyTime(opts.Keyring, sig) {
+		// gpg applies a key revocation whatever its date (go-crypto only
+		// from its creation on): a key revoked later reads R at a past
+		// verification time too.
+		verr = pgperrors.ErrKeyRevoked
+	}
 	if verr != nil {
 		v, letter, e := goodButInvalid(verr, opts.Keyring, sig, now)
 		return fail(v, letter, e)
@@ -229,6 +235,25 @@ func signingKeyExpired(ring openpgp.EntityList, sig *packet.Signature, now time.
 		}
 		if k.SelfSignature != nil && k.PublicKey != k.Entity.PrimaryKey && k.PublicKey.KeyExpired(k.SelfSignature, now) {
 			return true
+		}
+	}
+	return false
+}
+
+// revokedAnyTime reports whether the signing key (subkey or its primary)
+// carries a revocation, of any date.
+func revokedAnyTime(ring openpgp.EntityList, sig *packet.Signature) bool {
+	for _, k := range ring.KeysById(*sig.IssuerKeyId) {
+		if k.Entity == nil {
+			continue
+		}
+		if len(k.Entity.Revocations) > 0 {
+			return true
+		}
+		for _, sk := range k.Entity.Subkeys {
+			if sk.PublicKey == k.PublicKey && len(sk.Revocations) > 0 {
+				return true
+			}
 		}
 	}
 	return false

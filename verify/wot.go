@@ -87,10 +87,10 @@ func newWOT(ring openpgp.EntityList, now time.Time, trusted []string, intro []In
 	return w
 }
 
-// usable reports whether e may take part in a path at w.now: not revoked,
-// not expired.
+// usable reports whether e may take part in a path at w.now: never
+// revoked (gpg applies a key revocation whatever its date), not expired.
 func (w *wot) usable(e *openpgp.Entity) bool {
-	if e.Revoked(w.now) {
+	if len(e.Revocations) > 0 {
 		return false
 	}
 	id := e.PrimaryIdentity()
@@ -161,7 +161,10 @@ func (w *wot) certifications(e *openpgp.Entity) []certBy {
 	defer func() { w.certs[e] = out }()
 	target := fpr(e.PrimaryKey.Fingerprint)
 	for name, id := range e.Identities {
-		if id.SelfSignature == nil || id.Revoked(w.now) || id.SelfSignature.SigExpired(w.now) {
+		// A user id counts while self-signed and neither revoked nor past its
+		// self-signature's lifetime (a self-signature refreshed after now
+		// still vouches for the user id, as gpg reads the key).
+		if id.SelfSignature == nil || id.Revoked(w.now) || sigLifetimeOver(id.SelfSignature, w.now) {
 			continue
 		}
 		latest := map[*openpgp.Entity]*packet.Signature{}
