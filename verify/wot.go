@@ -47,12 +47,11 @@ const maxCertDepth = 8
 
 // wot computes key validity over a keyring at a time, the way gpg's trust
 // model does for certifiers whose ownertrust is full or ultimate: a key is
-// valid when one of its user ids, itself self-signed, unrevoked and
-// unexpired, carries a certification (signature class 0x10-0x13) that
-// verifies, by a valid introducer's primary key, not expired at now, not
-// made with a weak digest, and not revoked by a later certification
-// revocation (0x30) from the same key on the same user id. Introducers
-// are valid when they are in the keyring and neither revoked nor expired.
+// valid when one of its user ids, self-signed and unrevoked, carries a
+// usable certification (see certifications) by the primary key of an
+// introducer, or, within the introducer's depth, of a key valid that way
+// in turn. A key in a path must never have been revoked and must not be
+// expired at now. A wot is used by one verification only (it memoizes).
 type wot struct {
 	ring     openpgp.EntityList
 	now      time.Time
