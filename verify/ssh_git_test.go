@@ -218,8 +218,12 @@ func skSign(t *testing.T, pub ssh.PublicKey, app string, priv any, flags byte, c
 		blob = ssh.Marshal(struct{ R, S *big.Int }{r, s})
 	}
 	rest := binary.BigEndian.AppendUint32([]byte{flags}, counter)
+	format := pub.Type()
+	if c, ok := pub.(*ssh.Certificate); ok {
+		format = c.Key.Type()
+	}
 	sig := &sshsig.Signature{Version: 1, PublicKey: pub, Namespace: "git", HashAlgorithm: sshsig.HashSHA512,
-		Signature: &ssh.Signature{Format: pub.Type(), Blob: blob, Rest: rest}}
+		Signature: &ssh.Signature{Format: format, Blob: blob, Rest: rest}}
 	return sshsig.Armor(sig)
 }
 
@@ -309,6 +313,24 @@ func TestFIDOAgainstGit(t *testing.T) {
 			bad = flipSKFlags(t, bad)
 			l.check(sshCase{name: name + " flags altered", raw: insertGpgsig(body, bad), signers: signers})
 		}
+	}
+	// A CA certificate of the sk key (ssh-keygen certifies the public half),
+	// signing without user presence: git accepts it on a cert-authority line.
+	ca := l.key("ca")
+	l.write("sk.pub", []byte(authorizedLine(edPub)+"\n"))
+	l.run(nil, "ssh-keygen", "-q", "-s", ca, "-I", "sk-dev", "-n", "dev-sk", "-V", "always:forever", l.path("sk.pub"))
+	cb, err := os.ReadFile(l.path("sk-cert.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPub, _, _, _, err := ssh.ParseAuthorizedKey(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := l.check(sshCase{name: "sk certificate, no UP", raw: insertGpgsig(body, skSign(t, certPub, "ssh:", edPriv, 0x00, 7, body)),
+		signers: "dev-* cert-authority " + l.pub(ca) + "\n", policy: []string{"dev-sk"}, trusted: true})
+	if r.Signer != "dev-sk" || r.SK == nil || r.SK.Counter != 7 {
+		t.Errorf("sk certificate: signer %q sk %+v", r.Signer, r.SK)
 	}
 	l.requireLetters("G", "B")
 }
