@@ -432,7 +432,8 @@ func (t *X509Trust) refusesTlog(res Result) string {
 	case res.Tlog == nil:
 		return "the policy requires a verified transparency-log entry; the signature embeds none"
 	case !res.Tlog.CertificateValid:
-		return fmt.Sprintf("transparency-log entry integrated at %s, outside the signing certificate's validity", res.Tlog.IntegratedTime.Format(time.RFC3339))
+		return fmt.Sprintf("transparency-log entry (verified: %s) does not show an authenticated integration time within the signing certificate's validity (integrated %s)",
+			strings.Join(res.Tlog.Verified, ", "), res.Tlog.IntegratedTime.Format(time.RFC3339))
 	}
 	return ""
 }

@@ -25,7 +25,9 @@ import (
 // signature and verified offline: its body is rebuilt from the signature
 // itself (a hashedrekord v0.0.1 of the CMS signature, the SHA-256 of its
 // signed attributes and the signing certificate, as gitsign uploads it),
-// so a verified entry is about this signature and no other.
+// so a verified entry is about this signature and no other. LogIndex and
+// IntegratedTime are authenticated by the signed entry timestamp only:
+// when Verified lacks "set" they are the entry's own claims.
 type TlogEntry struct {
 	LogID          string    `json:"log_id"` // hex SHA-256 of the log's public key
 	LogIndex       int64     `json:"log_index"`
@@ -35,8 +37,10 @@ type TlogEntry struct {
 	// "inclusion_proof" (a Merkle inclusion proof to a signed checkpoint),
 	// or both.
 	Verified []string `json:"verified"`
-	// CertificateValid reports that the integrated time lies within the
-	// signing certificate's validity (Fulcio certificates live minutes).
+	// CertificateValid reports that the integrated time, authenticated by
+	// the signed entry timestamp (an inclusion proof does not cover it),
+	// lies within the signing certificate's validity (Fulcio certificates
+	// live minutes).
 	CertificateValid bool `json:"certificate_valid"`
 }
 
@@ -111,7 +115,7 @@ func verifyTlog(p7 *pkcs7.PKCS7, leaf *x509.Certificate, tm root.TrustedMaterial
 		return nil, errors.Join(errs...)
 	}
 	it := out.IntegratedTime
-	out.CertificateValid = !it.Before(leaf.NotBefore) && !it.After(leaf.NotAfter)
+	out.CertificateValid = out.Verified[0] == "set" && !it.Before(leaf.NotBefore) && !it.After(leaf.NotAfter)
 	return out, nil
 }
 

@@ -1,15 +1,19 @@
 package verify
 
 import (
+	"encoding/asn1"
 	"encoding/json"
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/digitorus/pkcs7"
 	"github.com/evidence-ledger/ledger/ledger"
+	rekorpb "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestCorpusGitsignTlog verifies every embedded Rekor entry of the x509
@@ -87,6 +91,40 @@ func TestCorpusGitsignTlog(t *testing.T) {
 		t.Errorf("%d gitsign commits embed an entry, want 7", withEntry)
 	}
 	t.Logf("entries verified: %v", verified)
+	// Tampered entries (protobuf layout): a changed log index or
+	// integration time breaks the signed entry timestamp, a changed proof
+	// hash the inclusion proof; the policy then refuses.
+	for i, p7 := range p7s {
+		leaf := p7.GetOnlySigner()
+		for _, tc := range []struct {
+			name   string
+			change func(*rekorpb.TransparencyLogEntry)
+			lost   string
+		}{
+			{"log index", func(e *rekorpb.TransparencyLogEntry) { e.LogIndex++ }, "set"},
+			{"integrated time", func(e *rekorpb.TransparencyLogEntry) { e.IntegratedTime -= 3600 }, "set"},
+			{"proof hash", func(e *rekorpb.TransparencyLogEntry) { e.InclusionProof.Hashes[0][0] ^= 1 }, "inclusion_proof"},
+		} {
+			restore, ok := tamperProto(t, p7, tc.change)
+			if !ok {
+				continue // the legacy layout
+			}
+			e, err := verifyTlog(p7, leaf, tr)
+			restore()
+			if e != nil && slices.Contains(e.Verified, tc.lost) {
+				t.Errorf("entry %d with a changed %s: %s still verified (%+v)", i, tc.name, tc.lost, e)
+			}
+			if tc.lost == "set" && e != nil && e.CertificateValid {
+				t.Errorf("entry %d with a changed %s: integration time still counted as authenticated", i, tc.name)
+			}
+			// The other check still holds: the change is seen by the one
+			// that covers it, not by a parse failure.
+			kept := map[string]string{"set": "inclusion_proof", "inclusion_proof": "set"}[tc.lost]
+			if e == nil || !slices.Contains(e.Verified, kept) {
+				t.Errorf("entry %d with a changed %s: %s no longer verifies either (%+v, %v)", i, tc.name, kept, e, err)
+			}
+		}
+	}
 	// Binding: an entry checked with another signature's certificate fails.
 	for i := range p7s {
 		other := p7s[(i+1)%len(p7s)].GetOnlySigner()
@@ -96,4 +134,33 @@ func TestCorpusGitsignTlog(t *testing.T) {
 			t.Errorf("entry %d: %v", i, err)
 		}
 	}
+}
+
+// tamperProto changes the embedded TransparencyLogEntry of p7 in place and
+// returns a function restoring it; false when p7 has the legacy layout.
+func tamperProto(t *testing.T, p7 *pkcs7.PKCS7, change func(*rekorpb.TransparencyLogEntry)) (func(), bool) {
+	t.Helper()
+	attrs := p7.Signers[0].UnauthenticatedAttributes
+	for i := range attrs {
+		if !attrs[i].Type.Equal(oidRekorEntry) || len(attrs[i].Value.Bytes) == 0 || attrs[i].Value.Bytes[0] != asn1.TagOctetString {
+			continue
+		}
+		orig := attrs[i].Value.Bytes
+		tle, err := protoEntry(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(tle)
+		b, err := proto.Marshal(tle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := asn1.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs[i].Value.Bytes = der
+		return func() { attrs[i].Value.Bytes = orig }, true
+	}
+	return nil, false
 }
