@@ -60,6 +60,9 @@ func (m *materialFlags) options(stderr io.Writer) (*verify.Options, error) {
 		return nil, err
 	}
 	o := &verify.Options{Now: now, TrustedFingerprints: m.trusted}
+	if m.depth < 0 || m.depth > 8 || (m.depth != 0 && len(m.certifiedBy) == 0) {
+		return nil, fmt.Errorf("--depth %d: want 1 to 8, with --certified-by", m.depth)
+	}
 	for _, f := range m.certifiedBy {
 		o.Introducers = append(o.Introducers, verify.Introducer{Fingerprint: f, Depth: m.depth})
 	}
