@@ -179,7 +179,16 @@ func (w *wot) certifications(e *openpgp.Entity) []certBy {
 				continue
 			}
 			by := w.primaryByID(*sig.IssuerKeyId, sig)
-			if by == nil || by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, sig) != nil {
+			if by == nil {
+				continue
+			}
+			if _, intro := w.depths[fpr(by.PrimaryKey.Fingerprint)]; !intro && w.maxDepth == 1 {
+				// Paths of one step only start at an introducer: other
+				// certifiers cannot matter, so their signatures are not
+				// verified at all.
+				continue
+			}
+			if by.PrimaryKey.VerifyUserIdSignature(name, e.PrimaryKey, sig) != nil {
 				continue
 			}
 			prev, seen := latest[by]

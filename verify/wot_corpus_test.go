@@ -12,7 +12,9 @@ import (
 
 // readOwnertrust reads gpg --export-ownertrust lines (FPR:LEVEL:) and
 // returns the fingerprints.
-func readOwnertrust(t *testing.T, path string) []string {
+func readOwnertrust(t *testing.T, path string) []string { return readOwnertrustB(t, path) }
+
+func readOwnertrustB(t testing.TB, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -131,5 +133,41 @@ func TestCorpusWebOfTrust(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d objects %v", set.kind, len(rows), counts)
+	}
+}
+
+// BenchmarkWebOfTrust verifies the Arch keyring corpus commits with the
+// main keys trusted (validity by certification, the web-of-trust path) and
+// with each signer's own key trusted (no path search), per commit.
+func BenchmarkWebOfTrust(b *testing.B) {
+	c := corpusDir(b)
+	dir := filepath.Join(c, "wot")
+	ring, _, err := LoadKeyringWarn(filepath.Join(dir, "keys", "archlinux-keyring-subset.gpg"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	main := readOwnertrustB(b, filepath.Join(dir, "keys", "ownertrust-main-ultimate.txt"))
+	rows := readTSV(b, filepath.Join(dir, "verdicts.tsv"))
+	type obj struct {
+		raw    []byte
+		signer string
+	}
+	var objs []obj
+	for _, row := range rows {
+		objs = append(objs, obj{readFile(b, filepath.Join(dir, "commits", row["sha"]+".commit")), row["primary_key_fpr"]})
+	}
+	for _, mode := range []string{"certified", "direct"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				for _, o := range objs {
+					opts := &Options{Now: corpusNow, Keyring: ring, TrustedFingerprints: main}
+					if mode == "direct" {
+						opts.TrustedFingerprints = []string{o.signer}
+					}
+					VerifyObject(o.raw, "commit", opts)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(objs)), "ns/commit")
+		})
 	}
 }
