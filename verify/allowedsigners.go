@@ -26,6 +26,17 @@ type AllowedSigner struct {
 // parsing and safe for concurrent use.
 type AllowedSigners struct {
 	Entries []AllowedSigner
+	// Skipped lists the lines ssh-keygen would skip (an unknown option such
+	// as no-touch-required, an unparsable key or time): ssh-keygen logs
+	// them and goes on to the next line (sshsig.c, check_allowed_keys_line
+	// treats a parse failure as "key not found"), so they match no key.
+	Skipped []SkippedLine
+}
+
+// SkippedLine is an allowed-signers line that matches nothing, and why.
+type SkippedLine struct {
+	Line   int    // 1-based line number
+	Reason string // the parse error, naming the option or field
 }
 
 // ParseAllowedSigners parses an allowed-signers file in the format of
@@ -39,7 +50,9 @@ type AllowedSigners struct {
 // YYYYMMDD[HHMM[SS]] with an optional Z suffix. Unlike ssh-keygen, a time
 // without Z is read as UTC rather than the local zone, so results do not
 // depend on the host. Blank lines and '#' comments are skipped. An unknown
-// option, an unparsable key or time is an ErrMalformed error naming the line.
+// option, an unparsable key or time makes the line match nothing, as in
+// ssh-keygen; it is listed in Skipped with the reason. An unreadable file
+// (a line over 1 MiB) is an ErrMalformed error.
 func ParseAllowedSigners(data []byte) (*AllowedSigners, error) {
 	as := &AllowedSigners{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -53,7 +66,8 @@ func ParseAllowedSigners(data []byte) (*AllowedSigners, error) {
 		}
 		e, err := parseAllowedSignerLine(line)
 		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "allowed signers line %d", n)
+			as.Skipped = append(as.Skipped, SkippedLine{Line: n, Reason: err.Error()})
+			continue
 		}
 		e.Line = n
 		as.Entries = append(as.Entries, e)
@@ -109,33 +123,49 @@ func parseAllowedSignerLine(line string) (AllowedSigner, error) {
 		return e, fmt.Errorf("parse key: %w", err)
 	}
 	e.Key = key
+	if err := e.setOptions(opts); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// setOptions applies the line's options as sshsigopt_parse (sshsig.c)
+// reads them: cert-authority, namespaces, valid-after, valid-before, each
+// once; anything else makes the line unusable.
+func (e *AllowedSigner) setOptions(opts []string) error {
+	seen := map[string]bool{}
 	for _, o := range opts {
 		name, val, hasVal := strings.Cut(o, "=")
-		switch strings.ToLower(name) {
+		lname := strings.ToLower(name)
+		if seen[lname] && lname != "cert-authority" {
+			return fmt.Errorf("multiple %q clauses", name)
+		}
+		seen[lname] = true
+		switch lname {
 		case "cert-authority":
 			if hasVal {
-				return e, fmt.Errorf("cert-authority takes no value")
+				return fmt.Errorf("cert-authority takes no value")
 			}
 			e.CertAuthority = true
 		case "namespaces":
 			v, err := unquoteOpt(val, hasVal)
 			if err != nil {
-				return e, fmt.Errorf("namespaces: %w", err)
+				return fmt.Errorf("namespaces: %w", err)
 			}
 			for _, ns := range strings.Split(v, ",") {
 				if ns == "" {
-					return e, fmt.Errorf("namespaces: empty namespace")
+					return fmt.Errorf("namespaces: empty namespace")
 				}
 				e.Namespaces = append(e.Namespaces, ns)
 			}
 		case "valid-after", "valid-before":
 			v, err := unquoteOpt(val, hasVal)
 			if err != nil {
-				return e, fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			t, err := parseSSHTime(v)
 			if err != nil {
-				return e, fmt.Errorf("%s: %w", name, err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
 			if strings.EqualFold(name, "valid-after") {
 				e.ValidAfter = t
@@ -143,10 +173,15 @@ func parseAllowedSignerLine(line string) (AllowedSigner, error) {
 				e.ValidBefore = t
 			}
 		default:
-			return e, fmt.Errorf("unknown option %q", name)
+			// no-touch-required and verify-required are authorized_keys
+			// options; sshsigopt_parse (OpenSSH 9.x) rejects them too.
+			return fmt.Errorf("unknown option %q", name)
 		}
 	}
-	return e, nil
+	if !e.ValidAfter.IsZero() && !e.ValidBefore.IsZero() && !e.ValidBefore.After(e.ValidAfter) {
+		return fmt.Errorf("valid-before is not after valid-after")
+	}
+	return nil
 }
 
 func unquoteOpt(v string, has bool) (string, error) {
@@ -233,93 +268,148 @@ func matchPatternList(s string, pats []string) bool {
 	return ok
 }
 
-// signerMatch is the outcome of FindPrincipals.
-type signerMatch struct {
-	entry   *AllowedSigner
-	outside bool // a line matched the key but not its validity window
-}
-
-// FindPrincipals returns the first entry whose key (or, for cert-authority
-// entries, the CA that signed the certificate pub) matches pub, whose
-// namespaces admit namespace, and whose validity window contains at, as
-// ssh-keygen -Y find-principals -O verify-time does. The second result
-// reports whether some entry matched the key but was outside its window.
-func (as *AllowedSigners) FindPrincipals(pub ssh.PublicKey, namespace string, at time.Time) (*AllowedSigner, bool) {
-	m := as.find(pub, namespace, at)
-	return m.entry, m.outside
-}
-
-func (as *AllowedSigners) find(pub ssh.PublicKey, namespace string, at time.Time) signerMatch {
-	var m signerMatch
-	if as == nil {
-		return m
+// sshTime is the verification time as ssh-keygen compares it: seconds
+// since the epoch.
+func sshTime(t time.Time) uint64 {
+	if t.Unix() < 0 {
+		return 0
 	}
+	return uint64(t.Unix())
+}
+
+func (e *AllowedSigner) windowHolds(at uint64) bool {
+	if !e.ValidAfter.IsZero() && at < sshTime(e.ValidAfter) {
+		return false
+	}
+	return e.ValidBefore.IsZero() || at <= sshTime(e.ValidBefore)
+}
+
+// matchesKey reports whether the line names pub itself (a plain line) or
+// the CA that signed the certificate pub (a cert-authority line).
+func (e *AllowedSigner) matchesKey(pub ssh.PublicKey) (*ssh.Certificate, bool) {
 	cert, isCert := pub.(*ssh.Certificate)
+	if e.CertAuthority {
+		return cert, isCert && bytes.Equal(cert.SignatureKey.Marshal(), e.Key.Marshal())
+	}
+	return nil, !isCert && bytes.Equal(pub.Marshal(), e.Key.Marshal())
+}
+
+// certAuthorized is sshkey_cert_check_authority for a user certificate with
+// a required principal list (sshkey.c): a user certificate, principals
+// present, at within [valid_after, valid_before), and, when principal is
+// not "", principal among them exactly.
+func certAuthorized(c *ssh.Certificate, at uint64, principal string) bool {
+	if c.CertType != ssh.UserCert || len(c.ValidPrincipals) == 0 {
+		return false
+	}
+	if at < c.ValidAfter || (c.ValidBefore != ssh.CertTimeInfinity && at >= c.ValidBefore) {
+		return false
+	}
+	if principal == "" {
+		return true
+	}
+	for _, p := range c.ValidPrincipals {
+		if p == principal {
+			return true
+		}
+	}
+	return false
+}
+
+// FindPrincipals is ssh-keygen -Y find-principals -O verify-time=at
+// (sshsig.c, sshsig_find_principals): the first line that names pub (or,
+// for cert-authority lines, the certificate's CA, the certificate being
+// valid at at) and whose validity window holds at gives the principals, one
+// per element as ssh-keygen prints them. For a plain line they are the
+// line's principals; for a cert-authority line, the certificate's
+// principals that match one of the line's patterns (cert_filter_principals,
+// in pattern order, a principal repeated where two patterns match it).
+// Namespaces are not consulted, as in ssh-keygen. The second result
+// reports that a line matched the key but not at at (its window or the
+// certificate's). Nil principals mean no line matched.
+func (as *AllowedSigners) FindPrincipals(pub ssh.PublicKey, at time.Time) ([]string, bool) {
+	if as == nil {
+		return nil, false
+	}
+	t := sshTime(at)
+	outside := false
 	for i := range as.Entries {
 		e := &as.Entries[i]
+		cert, ok := e.matchesKey(pub)
+		if !ok {
+			continue
+		}
+		var found []string
 		if e.CertAuthority {
-			if !isCert || !bytes.Equal(cert.SignatureKey.Marshal(), e.Key.Marshal()) {
+			if !certAuthorized(cert, t, "") {
+				outside = outside || cert.CertType == ssh.UserCert && len(cert.ValidPrincipals) > 0
 				continue
 			}
-			if cert.CertType != ssh.UserCert {
-				continue
-			}
-			// The certificate's own validity and a principal allowed by
-			// the line (sshsig.c, check_allowed_keys_line).
-			if !at.IsZero() && !certValidAt(cert, at) {
-				m.outside = true
-				continue
-			}
-			okPrincipal := false
-			for _, p := range cert.ValidPrincipals {
-				if matchPatternList(p, e.Principals) {
-					okPrincipal = true
+			for _, p := range e.Principals {
+				for _, cp := range cert.ValidPrincipals {
+					if matchPattern(cp, p) {
+						found = append(found, cp)
+					}
 				}
 			}
-			if !okPrincipal {
-				continue
-			}
-			if err := checkCertSignature(cert); err != nil {
+			if len(found) == 0 {
 				continue
 			}
 		} else {
-			k := pub
-			if isCert {
-				continue // a plain key line never matches a certificate
-			}
-			if !bytes.Equal(k.Marshal(), e.Key.Marshal()) {
-				continue
-			}
+			found = append(found, e.Principals...)
+		}
+		if !e.windowHolds(t) {
+			outside = true
+			continue
+		}
+		return found, outside
+	}
+	return nil, outside
+}
+
+// VerifyPrincipal is the allowed-signers check of ssh-keygen -Y verify -I
+// principal -n namespace -O verify-time=at (sshsig.c,
+// sshsig_check_allowed_keys): the first line whose principal patterns
+// admit principal (match_pattern_list, "!" negating), that names pub (for a
+// cert-authority line: a user certificate by that CA naming principal
+// exactly, valid at at), whose namespaces admit namespace and whose window
+// holds at. It returns that line, or nil.
+func (as *AllowedSigners) VerifyPrincipal(pub ssh.PublicKey, principal, namespace string, at time.Time) *AllowedSigner {
+	if as == nil {
+		return nil
+	}
+	t := sshTime(at)
+	for i := range as.Entries {
+		e := &as.Entries[i]
+		if !matchPatternList(principal, e.Principals) {
+			continue
+		}
+		cert, ok := e.matchesKey(pub)
+		if !ok || e.CertAuthority && !certAuthorized(cert, t, principal) {
+			continue
 		}
 		if len(e.Namespaces) > 0 && !matchPatternList(namespace, e.Namespaces) {
 			continue
 		}
-		if !at.IsZero() && (!e.ValidAfter.IsZero() && at.Before(e.ValidAfter) || !e.ValidBefore.IsZero() && at.After(e.ValidBefore)) {
-			m.outside = true
+		if !e.windowHolds(t) {
 			continue
 		}
-		m.entry = e
-		return m
+		return e
 	}
-	return m
+	return nil
 }
 
-func certValidAt(c *ssh.Certificate, at time.Time) bool {
-	u := uint64(at.Unix())
-	return u >= c.ValidAfter && (c.ValidBefore == ssh.CertTimeInfinity || u < c.ValidBefore)
-}
-
-// checkCertSignature verifies the CA signature on a certificate using
-// x/crypto/ssh's CertChecker (its signature check only).
+// checkCertSignature verifies the CA signature over a certificate (what
+// OpenSSH checks when it parses one, sshkey.c cert_parse). Critical options
+// and extensions are not judged: sshsig does not judge them either.
 func checkCertSignature(c *ssh.Certificate) error {
-	cc := &ssh.CertChecker{SupportedCriticalOptions: nil}
-	// CheckCert checks principal and time as well; pass a principal from
-	// the certificate and its own start time so that only the signature
-	// (and critical options) decide.
-	p := ""
-	if len(c.ValidPrincipals) > 0 {
-		p = c.ValidPrincipals[0]
+	if c.Signature == nil || c.SignatureKey == nil {
+		return fmt.Errorf("certificate has no CA signature")
 	}
-	cc.Clock = func() time.Time { return time.Unix(int64(c.ValidAfter), 0) }
-	return cc.CheckCert(p, c)
+	b := c.Marshal()
+	n := 4 + len(ssh.Marshal(c.Signature))
+	if n > len(b) {
+		return fmt.Errorf("certificate encoding too short")
+	}
+	return skAware(c.SignatureKey).Verify(b[:len(b)-n], c.Signature)
 }

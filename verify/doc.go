@@ -14,9 +14,16 @@
 // object and key.
 //
 // Outside facts: git's letters and payload rules follow git 2.39
-// (gpg-interface.c, commit.c); the allowed-signers format follows
-// ssh-keygen(1) of OpenSSH 9.x; Sigstore trust follows the protobuf-specs
-// TrustedRoot read by sigstore-go.
+// (gpg-interface.c, commit.c: every header starting with "gpgsig" leaves
+// the payload); SSH principals, namespaces, validity windows and FIDO
+// signatures follow OpenSSH 9.x (sshsig.c, ssh-keygen.c, sshkey.c, as git
+// runs ssh-keygen -Y find-principals then -Y verify); OpenPGP validity
+// follows GnuPG 2.2's trust model for fully and ultimately trusted
+// certifiers (key-clean.c mark_usable_uid_certs, SHA-1 certifications only
+// before 2019-01-19) and keyrings are read as gpg --import reads them;
+// Sigstore trust follows the protobuf-specs TrustedRoot read by
+// sigstore-go, and gitsign's embedded Rekor entries are verified offline
+// with sigstore-go's tlog package.
 //
 // The package keeps no global state; all functions are safe for concurrent
 // use.

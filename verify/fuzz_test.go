@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func FuzzParseAllowedSigners(f *testing.F) {
 			if at.IsZero() {
 				at = time.Unix(1700000000, 0)
 			}
-			if m, _ := as.FindPrincipals(e.Key, "git", at); m == nil {
+			if m, _ := as.FindPrincipals(e.Key, at); m == nil {
 				t.Fatalf("entry on line %d not found by its own key at %s", e.Line, at)
 			}
 		}
@@ -114,6 +115,38 @@ func FuzzParsePolicy(f *testing.F) {
 		for _, r := range p.Rules {
 			if len(r.Schemes) == 0 || len(r.Refs) == 0 || len(r.Repositories) == 0 {
 				t.Fatalf("accepted rule without schemes, refs or repositories")
+			}
+		}
+	})
+}
+
+// FuzzParseKeyring checks the gpg --import style keyring reader never
+// panics, returns keys or an ErrMalformed error, and that every warning
+// names its block without quoting the input.
+func FuzzParseKeyring(f *testing.F) {
+	e := pgpKey(f, "Fuzz", fixtureT0, 0)
+	var bin bytes.Buffer
+	if err := e.Serialize(&bin); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bin.Bytes())
+	f.Add(append(bytes.Clone(bin.Bytes()), 0xc2, 0x03, 0x04, 0x20, 0x00))
+	f.Add([]byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nxjMEZ\n-----END PGP PUBLIC KEY BLOCK-----\n-----BEGIN PGP SIGNATURE-----\n\nAAAA\n-----END PGP SIGNATURE-----\n"))
+	f.Add([]byte{0x99, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		el, warns, err := ParseKeyringWarn(data)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) || len(el) != 0 {
+				t.Fatalf("error %v with %d keys", err, len(el))
+			}
+			return
+		}
+		if len(el) == 0 {
+			t.Fatal("no keys and no error")
+		}
+		for _, w := range warns {
+			if !strings.Contains(w, "block") && !strings.Contains(w, "keyring") {
+				t.Fatalf("warning %q names no block", w)
 			}
 		}
 	})

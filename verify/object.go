@@ -201,13 +201,17 @@ func (o *Object) parseCommit() error {
 				return newErr(ErrMalformed, "parent header after committer")
 			}
 		}
-		switch h.name {
-		case "gpgsig", "gpgsig-sha256":
+		switch {
+		case strings.HasPrefix(h.name, "gpgsig"):
+			// git drops every header line starting with "gpgsig" (and its
+			// continuation lines) from the payload; only "gpgsig" carries
+			// the signature of a SHA-1 object (commit.c,
+			// parse_buffer_signed_by_header).
 			sigSpans = append(sigSpans, [2]int{h.start, h.end})
 			if h.name == "gpgsig" {
 				o.Signature = append(bytes.Clone(h.value), '\n')
 			}
-		case "mergetag":
+		case h.name == "mergetag":
 			mt, err := ParseObject(append(bytes.Clone(h.value), '\n'), "tag", "")
 			if err != nil {
 				return wrapErr(ErrMalformed, err, "mergetag header")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -17,82 +16,21 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
-// LoadKeyring reads OpenPGP public keys from a file, armoured or binary
-// (a gpg --export keyring). Several files may be concatenated by the caller
-// with append.
-func LoadKeyring(path string) (openpgp.EntityList, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read keyring: %w", err)
-	}
-	return ParseKeyring(b)
-}
-
-// ParseKeyring parses armoured or binary OpenPGP public keys.
-func ParseKeyring(b []byte) (openpgp.EntityList, error) {
-	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("-----BEGIN PGP")) {
-		el, err := openpgp.ReadKeyRing(bytes.NewReader(b))
-		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "parse keyring")
-		}
-		return el, nil
-	}
-	// Armoured files may hold several blocks one after another (GitHub's
-	// web-flow.gpg does); read them all.
-	var el openpgp.EntityList
-	r := bytes.NewReader(b)
-	for {
-		blk, err := armor.Decode(r)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "parse keyring armour")
-		}
-		if blk.Type != openpgp.PublicKeyType && blk.Type != openpgp.PrivateKeyType {
-			return nil, newErr(ErrMalformed, "keyring armour type %q is not a key block", blk.Type)
-		}
-		part, err := openpgp.ReadKeyRing(blk.Body)
-		if err != nil {
-			return nil, wrapErr(ErrMalformed, err, "parse keyring")
-		}
-		el = append(el, part...)
-	}
-	if len(el) == 0 {
-		return nil, newErr(ErrMalformed, "keyring holds no keys")
-	}
-	return el, nil
-}
-
 func fpr(b []byte) string { return strings.ToUpper(hex.EncodeToString(b)) }
 
 // verifyOpenPGP checks a detached OpenPGP signature over o.Payload and maps
 // the outcome to gpg's status as git reads it (gpg-interface.c,
-// parse_gpg_output): GOODSIG G/U by ownertrust, EXPKEYSIG Y, EXPSIG X,
-// REVKEYSIG R, ERRSIG (no public key) E, BADSIG B.
+// parse_gpg_output): GOODSIG G/U by validity (a trusted key, or one a
+// trusted key or introducer certified), EXPKEYSIG Y, EXPSIG X, REVKEYSIG
+// R, ERRSIG (no public key) E, BADSIG B.
 func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 	fail := func(v ledger.Verdict, letter string, e *Error) *Error {
 		r.Verdict, r.Letter = v, letter
 		return e
 	}
-	blk, err := armor.Decode(bytes.NewReader(o.Signature))
-	if err != nil {
-		return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, err, "openpgp armour"))
-	}
-	body, err := io.ReadAll(blk.Body)
-	if err != nil {
-		return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, err, "openpgp armour"))
-	}
-	if blk.Type != openpgp.SignatureType {
-		return fail(ledger.VerdictError, "E", newErr(ErrMalformed, "armour type %q is not a detached signature", blk.Type))
-	}
-	p, err := packet.NewReader(bytes.NewReader(body)).Next()
-	if err != nil {
-		return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, err, "openpgp signature packet"))
-	}
-	sig, ok := p.(*packet.Signature)
-	if !ok {
-		return fail(ledger.VerdictError, "E", newErr(ErrMalformed, "first packet is not a signature"))
+	sig, body, perr := readDetachedSignature(o.Signature)
+	if perr != nil {
+		return fail(ledger.VerdictError, "E", perr)
 	}
 	r.SignedAt = sig.CreationTime.UTC()
 	if sig.IssuerFingerprint != nil {
@@ -111,24 +49,120 @@ func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 		return fail(ledger.VerdictUnknownKey, "E", newErr(ErrUnknownKey, "no public key for the signature"))
 	}
 	now := opts.now()
-	cfg := &packet.Config{Time: func() time.Time { return now }}
-	_, ent, verr := openpgp.VerifyDetachedSignature(opts.Keyring, bytes.NewReader(o.Payload), bytes.NewReader(body), cfg)
+	ent, verr := verifyDetached(opts.Keyring, o.Payload, body, sig, now)
 	if ent == nil {
-		if errors.Is(verr, pgperrors.ErrUnknownIssuer) {
-			// The key exists but not with signing capability.
-			return fail(ledger.VerdictUnknownKey, "E", wrapErr(ErrUnknownKey, verr, "no signing key for the signature"))
-		}
-		var se pgperrors.StructuralError
-		var ue pgperrors.UnsupportedError
-		if errors.As(verr, &se) || errors.As(verr, &ue) {
-			return fail(ledger.VerdictError, "E", wrapErr(ErrMalformed, verr, "openpgp signature"))
-		}
-		return fail(ledger.VerdictBad, "B", wrapErr(ErrBadSignature, verr, "openpgp"))
+		v, letter, e := unverified(verr)
+		return fail(v, letter, e)
 	}
-	// The crypto check passed; identify the signer.
+	identifySigner(r, opts.Keyring, sig, ent)
+	if verr == nil && revokedAnyTime(opts.Keyring, sig) {
+		// gpg applies a key revocation whatever its date (go-crypto only
+		// from its creation on): a key revoked later reads R at a past
+		// verification time too.
+		verr = pgperrors.ErrKeyRevoked
+	}
+	if verr != nil {
+		v, letter, e := goodButInvalid(verr, opts.Keyring, sig, now)
+		return fail(v, letter, e)
+	}
+	r.Verdict = ledger.VerdictGood
+	primary := fpr(ent.PrimaryKey.Fingerprint)
+	for _, t := range opts.TrustedFingerprints {
+		if n := normFpr(t); n == primary || n == r.Key {
+			r.Letter = "G"
+			return nil
+		}
+	}
+	// The web of trust: a key certified by a trusted key or an introducer.
+	if p := newWOT(opts.Keyring, now, opts.TrustedFingerprints, opts.Introducers).path(ent); p != nil {
+		r.Letter, r.CertificationPath = "G", p
+		return nil
+	}
+	r.Letter = "U"
+	return newErr(ErrUntrusted, "good signature, key neither trusted nor certified by a trusted key")
+}
+
+// readDetachedSignature de-armours a detached signature and reads its
+// first packet.
+func readDetachedSignature(armoured []byte) (*packet.Signature, []byte, *Error) {
+	blk, err := armor.Decode(bytes.NewReader(armoured))
+	if err != nil {
+		return nil, nil, wrapErr(ErrMalformed, err, "openpgp armour")
+	}
+	body, err := io.ReadAll(blk.Body)
+	if err != nil {
+		return nil, nil, wrapErr(ErrMalformed, err, "openpgp armour")
+	}
+	if blk.Type != openpgp.SignatureType {
+		return nil, nil, newErr(ErrMalformed, "armour type %q is not a detached signature", blk.Type)
+	}
+	p, err := packet.NewReader(bytes.NewReader(body)).Next()
+	if err != nil {
+		return nil, nil, wrapErr(ErrMalformed, err, "openpgp signature packet")
+	}
+	sig, ok := p.(*packet.Signature)
+	if !ok {
+		return nil, nil, newErr(ErrMalformed, "first packet is not a signature")
+	}
+	return sig, body, nil
+}
+
+// verifyDetached runs go-crypto's check at now. go-crypto calls a
+// signature "expired" when it, or the key's self-signature or subkey
+// binding, was made after the verification time (a key refreshed later, a
+// clock a second ahead); gpg, asked at that time, reports the signature
+// good, so such a signature is judged at the latest of those creation
+// times instead.
+func verifyDetached(ring openpgp.EntityList, payload, body []byte, sig *packet.Signature, now time.Time) (*openpgp.Entity, error) {
+	at := now
+	_, ent, verr := openpgp.VerifyDetachedSignature(ring, bytes.NewReader(payload), bytes.NewReader(body), &packet.Config{Time: func() time.Time { return at }})
+	if errors.Is(verr, pgperrors.ErrSignatureExpired) && !sigLifetimeOver(sig, now) {
+		if later := latestCreation(ring.KeysById(*sig.IssuerKeyId), sig); later.After(now) {
+			at = later
+			_, ent, verr = openpgp.VerifyDetachedSignature(ring, bytes.NewReader(payload), bytes.NewReader(body), &packet.Config{Time: func() time.Time { return at }})
+		}
+	}
+	return ent, verr
+}
+
+// unverified maps a failed check (no entity) to a verdict, letter and error.
+func unverified(verr error) (ledger.Verdict, string, *Error) {
+	if errors.Is(verr, pgperrors.ErrUnknownIssuer) {
+		// The key exists but not with signing capability.
+		return ledger.VerdictUnknownKey, "E", wrapErr(ErrUnknownKey, verr, "no signing key for the signature")
+	}
+	var se pgperrors.StructuralError
+	var ue pgperrors.UnsupportedError
+	if errors.As(verr, &se) || errors.As(verr, &ue) {
+		return ledger.VerdictError, "E", wrapErr(ErrMalformed, verr, "openpgp signature")
+	}
+	return ledger.VerdictBad, "B", wrapErr(ErrBadSignature, verr, "openpgp")
+}
+
+// goodButInvalid maps a cryptographically good signature whose key or
+// signature is not valid now to gpg's status.
+func goodButInvalid(verr error, ring openpgp.EntityList, sig *packet.Signature, now time.Time) (ledger.Verdict, string, *Error) {
+	switch {
+	case errors.Is(verr, pgperrors.ErrKeyRevoked) && signingKeyExpired(ring, sig, now):
+		// gpg reports EXPKEYSIG before REVKEYSIG for a key both expired
+		// and revoked (sig-check.c checks expiry first).
+		return ledger.VerdictExpiredKey, "Y", wrapErr(ErrExpired, verr, "good signature by a key expired (and revoked) at %s", now.UTC().Format(time.RFC3339))
+	case errors.Is(verr, pgperrors.ErrKeyRevoked):
+		return ledger.VerdictRevoked, "R", wrapErr(ErrRevoked, verr, "good signature by a revoked key")
+	case errors.Is(verr, pgperrors.ErrKeyExpired):
+		return ledger.VerdictExpiredKey, "Y", wrapErr(ErrExpired, verr, "good signature by a key expired at %s", now.UTC().Format(time.RFC3339))
+	case errors.Is(verr, pgperrors.ErrSignatureExpired):
+		return ledger.VerdictExpiredSignature, "X", wrapErr(ErrExpired, verr, "good but expired signature")
+	}
+	return ledger.VerdictBad, "B", wrapErr(ErrBadSignature, verr, "openpgp")
+}
+
+// identifySigner fills the signing key, primary key and user id of a
+// signature that verified.
+func identifySigner(r *Result, ring openpgp.EntityList, sig *packet.Signature, ent *openpgp.Entity) {
 	r.PrimaryKey = fpr(ent.PrimaryKey.Fingerprint)
 	if r.Key == "" || len(r.Key) == 16 {
-		for _, k := range opts.Keyring.KeysById(*sig.IssuerKeyId) {
+		for _, k := range ring.KeysById(*sig.IssuerKeyId) {
 			if k.Entity == ent {
 				r.Key = fpr(k.PublicKey.Fingerprint)
 			}
@@ -140,27 +174,6 @@ func verifyOpenPGP(o *Object, opts *Options, r *Result) *Error {
 	if id := ent.PrimaryIdentity(); id != nil {
 		r.Signer = id.Name
 	}
-	switch {
-	case verr == nil:
-	case errors.Is(verr, pgperrors.ErrKeyRevoked):
-		return fail(ledger.VerdictRevoked, "R", wrapErr(ErrRevoked, verr, "good signature by a revoked key"))
-	case errors.Is(verr, pgperrors.ErrKeyExpired):
-		return fail(ledger.VerdictExpiredKey, "Y", wrapErr(ErrExpired, verr, "good signature by a key expired at %s", now.UTC().Format(time.RFC3339)))
-	case errors.Is(verr, pgperrors.ErrSignatureExpired):
-		return fail(ledger.VerdictExpiredSignature, "X", wrapErr(ErrExpired, verr, "good but expired signature"))
-	default:
-		return fail(ledger.VerdictBad, "B", wrapErr(ErrBadSignature, verr, "openpgp"))
-	}
-	r.Verdict = ledger.VerdictGood
-	primary := fpr(ent.PrimaryKey.Fingerprint)
-	for _, t := range opts.TrustedFingerprints {
-		if n := normFpr(t); n == primary || n == r.Key {
-			r.Letter = "G"
-			return nil
-		}
-	}
-	r.Letter = "U"
-	return newErr(ErrUntrusted, "good signature, key not in the trusted set")
 }
 
 // hashTagMismatch reports whether a v4 signature's hash tag disagrees with
@@ -177,4 +190,71 @@ func hashTagMismatch(sig *packet.Signature, payload []byte) bool {
 	h.Write(sig.HashSuffix)
 	d := h.Sum(nil)
 	return d[0] != sig.HashTag[0] || d[1] != sig.HashTag[1]
+}
+
+// sigLifetimeOver reports whether sig's own expiry lies before now.
+func sigLifetimeOver(sig *packet.Signature, now time.Time) bool {
+	if sig.SigLifetimeSecs == nil || *sig.SigLifetimeSecs == 0 {
+		return false
+	}
+	return now.After(sig.CreationTime.Add(time.Duration(*sig.SigLifetimeSecs) * time.Second))
+}
+
+// latestCreation returns the latest creation time among sig and the
+// self-signatures and subkey bindings of the entities holding keys.
+func latestCreation(keys []openpgp.Key, sig *packet.Signature) time.Time {
+	at := sig.CreationTime
+	later := func(s *packet.Signature) {
+		if s != nil && s.CreationTime.After(at) {
+			at = s.CreationTime
+		}
+	}
+	for _, k := range keys {
+		if k.Entity == nil {
+			continue
+		}
+		for _, id := range k.Entity.Identities {
+			later(id.SelfSignature)
+		}
+		for _, sk := range k.Entity.Subkeys {
+			later(sk.Sig)
+		}
+	}
+	return at
+}
+
+// signingKeyExpired reports whether the key that made sig (primary or
+// subkey) has expired at now by its self-signature or binding.
+func signingKeyExpired(ring openpgp.EntityList, sig *packet.Signature, now time.Time) bool {
+	for _, k := range ring.KeysById(*sig.IssuerKeyId) {
+		if k.Entity == nil {
+			continue
+		}
+		if id := k.Entity.PrimaryIdentity(); id != nil && id.SelfSignature != nil && k.Entity.PrimaryKey.KeyExpired(id.SelfSignature, now) {
+			return true
+		}
+		if k.SelfSignature != nil && k.PublicKey != k.Entity.PrimaryKey && k.PublicKey.KeyExpired(k.SelfSignature, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// revokedAnyTime reports whether the signing key (subkey or its primary)
+// carries a revocation, of any date.
+func revokedAnyTime(ring openpgp.EntityList, sig *packet.Signature) bool {
+	for _, k := range ring.KeysById(*sig.IssuerKeyId) {
+		if k.Entity == nil {
+			continue
+		}
+		if len(k.Entity.Revocations) > 0 {
+			return true
+		}
+		for _, sk := range k.Entity.Subkeys {
+			if sk.PublicKey == k.PublicKey && len(sk.Revocations) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

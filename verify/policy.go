@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/evidence-ledger/ledger/ledger"
@@ -33,13 +34,18 @@ import (
 //	    schemes: [openpgp, ssh, x509]            # acceptable schemes
 //	    openpgp:
 //	      keyrings: [keys/release.asc]           # public keys (armoured or binary)
-//	      fingerprints: [5DE3E050...]            # trusted primary keys; empty: every keyring key
+//	      fingerprints: [5DE3E050...]            # trusted primary keys; empty (and no certified_by): every keyring key
+//	      certified_by: [ABCD...]                # certifying (master) keys: keys they certified are valid
+//	      depth: 1                               # certification path length, default 1
 //	    ssh:
 //	      allowed_signers: allowed_signers       # git's gpg.ssh.allowedSignersFile format
 //	      principals: ["release-*"]              # optional principal patterns
+//	      no_touch_required: false               # FIDO: accept sk signatures without user presence
+//	      verify_required: false                 # FIDO: require user verification (PIN)
 //	    x509:
 //	      trusted_root: trusted_root.json        # Sigstore trusted root (gitsign)
 //	      ca_pool: smime-ca.pem                  # PEM roots for S/MIME
+//	      require_tlog: false                    # gitsign: require a verified embedded Rekor entry
 //	      identities:                            # required when x509 is accepted
 //	        - san: "*@acme.example"              # path.Match pattern on the SAN
 //	          issuer: https://accounts.google.com  # exact OIDC issuer (or CA DN for S/MIME)
@@ -65,23 +71,42 @@ type PolicyRule struct {
 	caPool         *x509.CertPool
 }
 
-// OpenPGPTrust names trusted OpenPGP keys.
+// OpenPGPTrust names trusted OpenPGP keys. Fingerprints are trusted
+// signers (gpg's ultimate trust: their signatures read G). CertifiedBy are
+// introducers (gpg's full ownertrust on a key the policy vouches for):
+// a key one of them certified, on a user id, with a valid, unexpired,
+// unrevoked certification, is valid, as gpg computes validity; Depth (1
+// when 0) is how many certification steps a path may take, keys validated
+// at a shorter distance introducing in turn, as with trust signatures.
 type OpenPGPTrust struct {
 	Keyrings     []string `yaml:"keyrings"`
 	Fingerprints []string `yaml:"fingerprints"`
+	CertifiedBy  []string `yaml:"certified_by"`
+	Depth        int      `yaml:"depth"`
 }
 
 // SSHTrust names the allowed-signers file and optional principal patterns.
+// For FIDO (sk) signatures the rule requires the user-presence flag unless
+// NoTouchRequired, and the user-verification flag when VerifyRequired, as
+// sshd's authorized_keys options of the same names do (sshd(8)); the git
+// letter is not affected, since ssh-keygen -Y verify judges no flags.
 type SSHTrust struct {
-	AllowedSigners string   `yaml:"allowed_signers"`
-	Principals     []string `yaml:"principals"`
+	AllowedSigners  string   `yaml:"allowed_signers"`
+	Principals      []string `yaml:"principals"`
+	NoTouchRequired bool     `yaml:"no_touch_required"`
+	VerifyRequired  bool     `yaml:"verify_required"`
 }
 
 // X509Trust names trust anchors and the identities trusted under them.
+// RequireTlog makes the rule trust a gitsign signature only with an
+// embedded Rekor entry verified offline against the trusted root's
+// transparency-log keys (Result.Tlog) whose integrated time lies within
+// the signing certificate's validity.
 type X509Trust struct {
 	TrustedRoot string         `yaml:"trusted_root"`
 	CAPool      string         `yaml:"ca_pool"`
 	Identities  []X509Identity `yaml:"identities"`
+	RequireTlog bool           `yaml:"require_tlog"`
 }
 
 // X509Identity is a certificate identity: SAN pattern and exact issuer.
@@ -125,55 +150,97 @@ func (p *Policy) validate() error {
 		return newErr(ErrMalformed, "policy has no rules")
 	}
 	for i := range p.Rules {
-		r := &p.Rules[i]
-		bad := func(f string, a ...any) error {
-			return newErr(ErrMalformed, "rules[%d]: %s", i, fmt.Sprintf(f, a...))
-		}
-		if len(r.Repositories) == 0 || len(r.Refs) == 0 {
-			return bad("repositories and refs are required")
-		}
-		for _, pat := range append(append([]string{}, r.Repositories...), r.Refs...) {
-			if _, err := path.Match(pat, ""); err != nil || pat == "" {
-				return bad("bad pattern %q", pat)
-			}
-		}
-		if len(r.Schemes) == 0 {
-			return bad("schemes is required")
-		}
-		for _, s := range r.Schemes {
-			if !knownSchemes[s] {
-				return bad("unknown scheme %q (want openpgp, ssh or x509)", s)
-			}
-		}
-		if r.accepts("openpgp") && (r.OpenPGP == nil || len(r.OpenPGP.Keyrings) == 0) {
-			return bad("openpgp accepted but openpgp.keyrings is empty")
-		}
-		if r.OpenPGP != nil {
-			for _, f := range r.OpenPGP.Fingerprints {
-				n := normFpr(f)
-				if _, err := hex.DecodeString(n); err != nil || (len(n) != 40 && len(n) != 64) {
-					return bad("openpgp fingerprint %q is not 40 or 64 hex digits", f)
-				}
-			}
-		}
-		if r.accepts("ssh") && (r.SSH == nil || r.SSH.AllowedSigners == "") {
-			return bad("ssh accepted but ssh.allowed_signers is empty")
-		}
-		if r.accepts("x509") {
-			if r.X509 == nil || (r.X509.TrustedRoot == "" && r.X509.CAPool == "") {
-				return bad("x509 accepted but neither x509.trusted_root nor x509.ca_pool is set")
-			}
-			if len(r.X509.Identities) == 0 {
-				return bad("x509 accepted but x509.identities is empty")
-			}
-			for j, id := range r.X509.Identities {
-				if _, err := path.Match(id.SAN, ""); err != nil || id.SAN == "" || id.Issuer == "" {
-					return bad("x509.identities[%d] needs a valid san pattern and an issuer", j)
-				}
-			}
+		if msg := p.Rules[i].problem(); msg != "" {
+			return newErr(ErrMalformed, "rules[%d]: %s", i, msg)
 		}
 	}
 	return nil
+}
+
+// problem returns what is wrong with the rule, naming the field, or "".
+func (r *PolicyRule) problem() string {
+	if len(r.Repositories) == 0 || len(r.Refs) == 0 {
+		return "repositories and refs are required"
+	}
+	for _, pat := range append(append([]string{}, r.Repositories...), r.Refs...) {
+		if _, err := path.Match(pat, ""); err != nil || pat == "" {
+			return fmt.Sprintf("bad pattern %q", pat)
+		}
+	}
+	if len(r.Schemes) == 0 {
+		return "schemes is required"
+	}
+	for _, s := range r.Schemes {
+		if !knownSchemes[s] {
+			return fmt.Sprintf("unknown scheme %q (want openpgp, ssh or x509)", s)
+		}
+	}
+	for _, check := range []func() string{r.openpgpProblem, r.sshProblem, r.x509Problem} {
+		if msg := check(); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}
+
+func (r *PolicyRule) openpgpProblem() string {
+	if r.accepts("openpgp") && (r.OpenPGP == nil || len(r.OpenPGP.Keyrings) == 0) {
+		return "openpgp accepted but openpgp.keyrings is empty"
+	}
+	if r.OpenPGP == nil {
+		return ""
+	}
+	for _, f := range r.OpenPGP.Fingerprints {
+		if !validFpr(f) {
+			return fmt.Sprintf("openpgp.fingerprints: %q is not 40 or 64 hex digits", f)
+		}
+	}
+	for _, f := range r.OpenPGP.CertifiedBy {
+		if !validFpr(f) {
+			return fmt.Sprintf("openpgp.certified_by: %q is not 40 or 64 hex digits", f)
+		}
+	}
+	if r.OpenPGP.Depth < 0 || r.OpenPGP.Depth > 8 {
+		return fmt.Sprintf("openpgp.depth %d: want 1 to 8 (0 means 1)", r.OpenPGP.Depth)
+	}
+	if r.OpenPGP.Depth != 0 && len(r.OpenPGP.CertifiedBy) == 0 {
+		return "openpgp.depth is set but openpgp.certified_by is empty"
+	}
+	return ""
+}
+
+func validFpr(f string) bool {
+	n := normFpr(f)
+	_, err := hex.DecodeString(n)
+	return err == nil && (len(n) == 40 || len(n) == 64)
+}
+
+func (r *PolicyRule) sshProblem() string {
+	if r.accepts("ssh") && (r.SSH == nil || r.SSH.AllowedSigners == "") {
+		return "ssh accepted but ssh.allowed_signers is empty"
+	}
+	return ""
+}
+
+func (r *PolicyRule) x509Problem() string {
+	if !r.accepts("x509") {
+		return ""
+	}
+	if r.X509 == nil || (r.X509.TrustedRoot == "" && r.X509.CAPool == "") {
+		return "x509 accepted but neither x509.trusted_root nor x509.ca_pool is set"
+	}
+	if r.X509.RequireTlog && r.X509.TrustedRoot == "" {
+		return "x509.require_tlog needs x509.trusted_root (its transparency-log keys)"
+	}
+	if len(r.X509.Identities) == 0 {
+		return "x509 accepted but x509.identities is empty"
+	}
+	for j, id := range r.X509.Identities {
+		if _, err := path.Match(id.SAN, ""); err != nil || id.SAN == "" || id.Issuer == "" {
+			return fmt.Sprintf("x509.identities[%d] needs a valid san pattern and an issuer", j)
+		}
+	}
+	return ""
 }
 
 // LoadPolicy reads a policy file and the key material it names (paths
@@ -265,12 +332,17 @@ func (r *PolicyRule) accepts(scheme string) bool {
 }
 
 // Options returns the verification material of the rule (loaded by
-// LoadPolicy). With no fingerprints listed, every keyring key is trusted.
+// LoadPolicy). With no fingerprints and no certified_by listed, every
+// keyring key is trusted.
 func (r *PolicyRule) Options() *Options {
 	o := &Options{Keyring: r.keyring, AllowedSigners: r.allowedSigners, TrustedRoot: r.trustedRoot, CAPool: r.caPool}
-	if r.OpenPGP != nil && len(r.OpenPGP.Fingerprints) > 0 {
+	switch {
+	case r.OpenPGP != nil && (len(r.OpenPGP.Fingerprints) > 0 || len(r.OpenPGP.CertifiedBy) > 0):
 		o.TrustedFingerprints = r.OpenPGP.Fingerprints
-	} else {
+		for _, f := range r.OpenPGP.CertifiedBy {
+			o.Introducers = append(o.Introducers, Introducer{Fingerprint: f, Depth: r.OpenPGP.Depth})
+		}
+	default:
 		for _, e := range r.keyring {
 			o.TrustedFingerprints = append(o.TrustedFingerprints, fpr(e.PrimaryKey.Fingerprint))
 		}
@@ -299,18 +371,13 @@ func (r *PolicyRule) Decide(res Result) (ledger.Decision, error) {
 	}
 	switch res.Scheme {
 	case "ssh":
-		if r.SSH != nil && len(r.SSH.Principals) > 0 {
-			ok := false
-			for _, p := range strings.Split(res.Signer, ",") {
-				if matchAny(p, r.SSH.Principals) {
-					ok = true
-				}
-			}
-			if !ok {
-				return untrusted(ErrUntrusted, "ssh principal %q not among the policy's principals", res.Signer)
-			}
+		if msg := r.SSH.refuses(res); msg != "" {
+			return untrusted(ErrUntrusted, "%s", msg)
 		}
 	case "x509":
+		if msg := r.X509.refusesTlog(res); msg != "" {
+			return untrusted(ErrUntrusted, "%s", msg)
+		}
 		for _, id := range r.X509.Identities {
 			if ok, _ := path.Match(id.SAN, res.Signer); ok && id.Issuer == res.Issuer {
 				return ledger.DecisionTrusted, nil
@@ -319,4 +386,54 @@ func (r *PolicyRule) Decide(res Result) (ledger.Decision, error) {
 		return untrusted(ErrUntrusted, "certificate identity %s (issuer %s) not among the policy's identities", res.Signer, res.Issuer)
 	}
 	return ledger.DecisionTrusted, nil
+}
+
+// refuses returns why the rule does not trust an SSH result that verified,
+// or "": a principal outside the rule's patterns (any of res.Principals
+// may match), or an sk signature without the flags the rule requires.
+func (t *SSHTrust) refuses(res Result) string {
+	if t == nil {
+		return ""
+	}
+	if len(t.Principals) > 0 {
+		ps := res.Principals
+		if len(ps) == 0 && res.Signer != "" {
+			ps = []string{res.Signer}
+		}
+		ok := false
+		for _, p := range ps {
+			if matchAny(p, t.Principals) {
+				ok = true
+			}
+		}
+		if !ok {
+			return fmt.Sprintf("ssh principal %q not among the policy's principals", strings.Join(ps, ","))
+		}
+	}
+	if sk := res.SK; sk != nil {
+		if !sk.UserPresent && !t.NoTouchRequired {
+			return fmt.Sprintf("FIDO signature without user presence (flags %#02x); the policy does not set no_touch_required", sk.Flags)
+		}
+		if !sk.UserVerification && t.VerifyRequired {
+			return fmt.Sprintf("FIDO signature without user verification (flags %#02x); the policy sets verify_required", sk.Flags)
+		}
+	}
+	return ""
+}
+
+// refusesTlog returns why the rule's transparency-log requirement is not
+// met, or "".
+func (t *X509Trust) refusesTlog(res Result) string {
+	switch {
+	case t == nil || !t.RequireTlog:
+		return ""
+	case res.Tlog == nil && res.TlogError != "":
+		return "the policy requires a verified transparency-log entry: " + res.TlogError
+	case res.Tlog == nil:
+		return "the policy requires a verified transparency-log entry; the signature embeds none"
+	case !res.Tlog.CertificateValid:
+		return fmt.Sprintf("transparency-log entry (verified: %s) does not show an authenticated integration time within the signing certificate's validity (integrated %s)",
+			strings.Join(res.Tlog.Verified, ", "), res.Tlog.IntegratedTime.Format(time.RFC3339))
+	}
+	return ""
 }

@@ -26,12 +26,33 @@ func TestParsePolicyErrors(t *testing.T) {
 		"bad pattern":        "version: 1\nrules:\n  - repositories: [\"[a\"]\n    refs: [b]\n    schemes: [ssh]\n    ssh: {allowed_signers: s}\n",
 		"two documents":      "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [ssh]\n    ssh: {allowed_signers: s}\n---\nversion: 1\n",
 		"empty":              "",
+		"bad certified_by":   "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [openpgp]\n    openpgp: {keyrings: [k], certified_by: [XYZ]}\n",
+		"depth alone":        "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [openpgp]\n    openpgp: {keyrings: [k], depth: 2}\n",
+		"depth too deep":     "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [openpgp]\n    openpgp: {keyrings: [k], certified_by: [" + strings.Repeat("A", 40) + "], depth: 9}\n",
+		"tlog without root":  "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [x509]\n    x509: {ca_pool: p.pem, require_tlog: true, identities: [{san: \"*\", issuer: i}]}\n",
+		"fido option typo":   "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [ssh]\n    ssh: {allowed_signers: s, no_touch: true}\n",
 		"wrong type":         "version: one\n",
 	}
 	for name, doc := range cases {
 		if _, err := ParsePolicy([]byte(doc)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: error %v, want ErrMalformed", name, err)
 		}
+	}
+	// The error names the field.
+	_, err := ParsePolicy([]byte(cases["bad certified_by"]))
+	if err == nil || !strings.Contains(err.Error(), "rules[0]: openpgp.certified_by") {
+		t.Errorf("bad certified_by: %v, want the field named", err)
+	}
+	ok := "version: 1\nrules:\n  - repositories: [a]\n    refs: [b]\n    schemes: [openpgp, ssh, x509]\n    openpgp: {keyrings: [k], certified_by: [" + strings.Repeat("A", 40) + "], depth: 2}\n    ssh: {allowed_signers: s, no_touch_required: true, verify_required: true}\n    x509: {trusted_root: r.json, require_tlog: true, identities: [{san: \"*\", issuer: i}]}\n"
+	p, err := ParsePolicy([]byte(ok))
+	if err != nil {
+		t.Fatalf("policy with the new fields: %v", err)
+	}
+	if r := p.Rules[0]; r.OpenPGP.Depth != 2 || len(r.OpenPGP.CertifiedBy) != 1 || !r.SSH.NoTouchRequired || !r.SSH.VerifyRequired || !r.X509.RequireTlog {
+		t.Errorf("fields not read: %+v %+v %+v", r.OpenPGP, r.SSH, r.X509)
+	}
+	if o := p.Rules[0].Options(); len(o.Introducers) != 1 || o.Introducers[0].Depth != 2 || len(o.TrustedFingerprints) != 0 {
+		t.Errorf("options: introducers %+v trusted %v; want the certifier as introducer only", o.Introducers, o.TrustedFingerprints)
 	}
 }
 

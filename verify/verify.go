@@ -25,9 +25,15 @@ type Options struct {
 	// Keyring holds the OpenPGP public keys (gpg's keyring).
 	Keyring openpgp.EntityList
 	// TrustedFingerprints are primary-key fingerprints (hex, any case) with
-	// ultimate trust: a good signature by one reads G, by another key of
-	// the keyring U.
+	// ultimate trust, as gpg gives it: a good signature by one reads G, and
+	// so does one by a key one of them certified (a certification path of
+	// length 1, see Introducers); by another key of the keyring U.
 	TrustedFingerprints []string
+	// Introducers are certifying keys (a project's master key): keys they
+	// certified are valid, as gpg computes validity for a fully trusted,
+	// valid certifier; their own signatures read U unless they are also in
+	// TrustedFingerprints.
+	Introducers []Introducer
 
 	// AllowedSigners is git's gpg.ssh.allowedSignersFile, parsed.
 	AllowedSigners *AllowedSigners
@@ -59,9 +65,16 @@ type Result struct {
 	// B or N. Objects this package refuses (ErrMalformed, unsupported)
 	// read E: they cannot be checked.
 	Letter string `json:"git_letter"`
-	// Signer is the OpenPGP primary user id, the SSH principal(s) of the
-	// matching allowed-signers line, or the certificate SAN.
+	// Signer is the OpenPGP primary user id, the SSH principal git
+	// reports (the first that ssh-keygen -Y find-principals prints and -Y
+	// verify accepts; for a certificate, the certificate's principal), or
+	// the certificate SAN.
 	Signer string `json:"signer,omitempty"`
+	// Principals are every SSH principal found and verified, in
+	// find-principals order (Signer first); a policy matches any of them.
+	Principals []string `json:"principals,omitempty"`
+	// SK holds the FIDO flags and counter of an sk SSH signature.
+	SK *SKSignature `json:"sk,omitempty"`
 	// Issuer is the Fulcio OIDC issuer (1.3.6.1.4.1.57264.1.8 or .1.1) or
 	// the certificate issuer DN for other X.509 certificates.
 	Issuer string `json:"issuer,omitempty"`
@@ -74,6 +87,17 @@ type Result struct {
 	// TlogEntry reports that a gitsign signature embeds a Rekor entry
 	// (CMS unsigned attribute 1.3.6.1.4.1.57264.3.1).
 	TlogEntry bool `json:"tlog_entry,omitempty"`
+	// Tlog is the embedded Rekor entry, set only when it verified offline
+	// against the trusted root's transparency-log keys (it is about this
+	// signature by construction, see TlogEntry); TlogError says why an
+	// embedded entry did not verify.
+	Tlog      *TlogEntry `json:"tlog,omitempty"`
+	TlogError string     `json:"tlog_error,omitempty"`
+	// CertificationPath is the OpenPGP web-of-trust path that made the
+	// signing key valid: from a trusted or introducer key to the signer's
+	// primary key, one certification per step. Empty when the key is
+	// itself trusted or not valid.
+	CertificationPath []Certification `json:"certification_path,omitempty"`
 	// ChainVerified reports an X.509 chain verified to a configured root.
 	ChainVerified bool `json:"chain_verified,omitempty"`
 	// Reason explains a non-G letter in words.
@@ -162,4 +186,13 @@ func kindOf(err error) error {
 
 func normFpr(s string) string {
 	return strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), " ", ""))
+}
+
+// PrimaryKeyOr returns the OpenPGP primary-key fingerprint: PrimaryKey when
+// set (a subkey signed), else Key.
+func (r Result) PrimaryKeyOr() string {
+	if r.PrimaryKey != "" {
+		return r.PrimaryKey
+	}
+	return r.Key
 }

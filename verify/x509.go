@@ -79,11 +79,7 @@ func verifyX509(o *Object, opts *Options, r *Result) *Error {
 	} else {
 		r.Issuer = leaf.Issuer.String()
 	}
-	for _, a := range p7.Signers[0].UnauthenticatedAttributes {
-		if a.Type.Equal(oidRekorEntry) {
-			r.TlogEntry = true
-		}
-	}
+	checkTlog(p7, leaf, opts.TrustedRoot, r)
 	var signingTime time.Time
 	if err := p7.UnmarshalSignedAttribute(pkcs7.OIDAttributeSigningTime, &signingTime); err != nil || signingTime.IsZero() {
 		signingTime = o.SignerTime
@@ -152,4 +148,21 @@ func certSAN(c *x509.Certificate) string {
 		return c.DNSNames[0]
 	}
 	return ""
+}
+
+// checkTlog reports and verifies an embedded Rekor entry, offline, whatever
+// the chain's outcome; a policy may require it (X509Trust.RequireTlog).
+func checkTlog(p7 *pkcs7.PKCS7, leaf *x509.Certificate, tm root.TrustedMaterial, r *Result) {
+	for _, a := range p7.Signers[0].UnauthenticatedAttributes {
+		if a.Type.Equal(oidRekorEntry) {
+			r.TlogEntry = true
+		}
+	}
+	if !r.TlogEntry {
+		return
+	}
+	var err error
+	if r.Tlog, err = verifyTlog(p7, leaf, tm); err != nil {
+		r.TlogError = err.Error()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/evidence-ledger/ledger/runner"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ type materialFlags struct {
 	trustedRoot    string
 	caPool         string
 	now            string
+	certifiedBy    []string // OpenPGP introducers (issue 16)
+	depth          int
 }
 
 func (m *materialFlags) add(cmd *cobra.Command) {
@@ -36,6 +39,8 @@ func (m *materialFlags) add(cmd *cobra.Command) {
 	f.StringVar(&m.trustedRoot, "trusted-root", "", "Sigstore trusted_root.json for gitsign (X.509) signatures")
 	f.StringVar(&m.caPool, "ca-pool", "", "PEM CA certificates for S/MIME signatures")
 	f.StringVar(&m.now, "now", "", "verification time, RFC 3339 (default: now); OpenPGP expiry and revocation are judged at it")
+	f.StringArrayVar(&m.certifiedBy, "certified-by", nil, "OpenPGP introducer fingerprint (repeatable): keys it certified read G, as a policy's certified_by")
+	f.IntVar(&m.depth, "depth", 0, "certification path length for --certified-by (default 1)")
 }
 
 func parseNow(s string) (time.Time, error) {
@@ -49,22 +54,35 @@ func parseNow(s string) (time.Time, error) {
 	return t, nil
 }
 
-func (m *materialFlags) options() (*verify.Options, error) {
+func (m *materialFlags) options(stderr io.Writer) (*verify.Options, error) {
 	now, err := parseNow(m.now)
 	if err != nil {
 		return nil, err
 	}
 	o := &verify.Options{Now: now, TrustedFingerprints: m.trusted}
+	if m.depth < 0 || m.depth > 8 || (m.depth != 0 && len(m.certifiedBy) == 0) {
+		return nil, fmt.Errorf("--depth %d: want 1 to 8, with --certified-by", m.depth)
+	}
+	for _, f := range m.certifiedBy {
+		o.Introducers = append(o.Introducers, verify.Introducer{Fingerprint: f, Depth: m.depth})
+	}
 	for _, k := range m.keyrings {
 		var el openpgp.EntityList
-		if el, err = verify.LoadKeyring(k); err != nil {
+		var warns []string
+		if el, warns, err = verify.LoadKeyringWarn(k); err != nil {
 			return nil, fmt.Errorf("keyring %s: %w", k, err)
+		}
+		for _, w := range warns {
+			fmt.Fprintf(stderr, "warning: keyring %s: %s\n", k, w)
 		}
 		o.Keyring = append(o.Keyring, el...)
 	}
 	if m.allowedSigners != "" {
 		if o.AllowedSigners, err = verify.LoadAllowedSigners(m.allowedSigners); err != nil {
 			return nil, err
+		}
+		for _, sk := range o.AllowedSigners.Skipped {
+			fmt.Fprintf(stderr, "warning: allowed signers %s line %d skipped, as ssh-keygen skips it: %s\n", m.allowedSigners, sk.Line, sk.Reason)
 		}
 	}
 	if m.trustedRoot != "" {
@@ -197,7 +215,7 @@ key and the reason, or a JSON array with --json.
 Exit codes: 0 every object G, 1 some object not G, 2 error.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			base, err := m.options()
+			base, err := m.options(a.stderr)
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
