@@ -29,9 +29,12 @@ func KindRule(kind string) string {
 	return ""
 }
 
-// treeClaim returns why tree-equivalence evidence e is a claim the ledger
-// cannot stand behind (TRUST.md rule 1), or "" when the server computed it.
-// It is the one place that decides which tree verdicts count.
+// TreeClaim returns why tree-equivalence evidence e is a claim the ledger
+// cannot stand behind (TRUST.md rule 1), or "" when the server computed it
+// (details "computed_by": ledger.ComputedByServer). It is the one place
+// that decides which tree verdicts count; the dashboard asks it too.
+func TreeClaim(e *ledger.Evidence) string { return treeClaim(e) }
+
 func treeClaim(e *ledger.Evidence) string {
 	var probe struct {
 		ComputedBy string `json:"computed_by"`
@@ -49,12 +52,13 @@ func treeClaim(e *ledger.Evidence) string {
 func headClaim(_ *ledger.HeadVerification) string { return "" }
 
 // RefuseServerMarkers returns a CodeInvalid error naming
-// details.computed_by when an evidence body posted by a client carries a
+// prefix+"details.computed_by" (prefix is "" for a single body, "[3]." for
+// the fourth of a batch) when an evidence body posted by a client carries a
 // member that only the server may set (ledger.ComputedByField, in any
 // letter case, the way encoding/json matches names), or nil. Bodies that
 // are not JSON objects are left to the evidence decoder. Safe for
 // concurrent use.
-func RefuseServerMarkers(body []byte) error {
+func RefuseServerMarkers(body []byte, prefix string) error {
 	if bytes.IndexByte(body, '\\') < 0 && !containsFold(body, ledger.ComputedByField) {
 		return nil // fast path: no escape could spell the name either
 	}
@@ -70,7 +74,7 @@ func RefuseServerMarkers(body []byte) error {
 	}
 	for k := range members {
 		if strings.EqualFold(k, ledger.ComputedByField) {
-			return ledger.FieldError("details."+ledger.ComputedByField, "is set only by the server's own tree check; a posted verdict is a claim (record the comparison's inputs instead)")
+			return ledger.FieldError(prefix+"details."+ledger.ComputedByField, "is set only by the server's own tree check; a posted verdict is a claim (record the comparison's inputs instead)")
 		}
 	}
 	return nil

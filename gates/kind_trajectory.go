@@ -205,7 +205,7 @@ func (cells trajectoryCells) compare(res *GateResult, t string, modes, backends 
 				}
 				d := Divergence{Trajectory: t, A: baseLabel, B: label(m, b), Index: at, TokenA: ledger.TokenAt(base.tokens, at), TokenB: ledger.TokenAt(c.tokens, at), AID: base.e.ID, BID: c.e.ID}
 				divs = append(divs, d)
-				f := FailingRef{EvidenceRef: ref(c.e), Reason: d.String(), Pair: base.e.ID}
+				f := FailingRef{EvidenceRef: ref(c.e), Reason: d.String(), Trajectory: t, Pair: base.e.ID}
 				f.Summary = fmt.Sprintf("%s %s: %d tokens", t, label(m, b), len(c.tokens))
 				res.Failing = append(res.Failing, f)
 			}

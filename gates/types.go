@@ -39,12 +39,13 @@ type BaselineRef struct {
 
 // FailingRef is a record at the release's exact pins that keeps its gate
 // failed (see CountingRule) until it is superseded or the gate is waived,
-// with why it fails. Pair, for a trajectory run, is the id of the run it
-// was compared with: the two together are the divergent pair.
+// with why it fails. For a trajectory run, Trajectory names it and Pair is
+// the id of the run it was compared with: the two are the divergent pair.
 type FailingRef struct {
 	EvidenceRef
-	Reason string `json:"reason"`
-	Pair   string `json:"pair,omitempty"`
+	Reason     string `json:"reason"`
+	Trajectory string `json:"trajectory,omitempty"`
+	Pair       string `json:"pair,omitempty"`
 }
 
 // WaiverInfo is an applicable (or recently lapsed) waiver shown with a gate.

@@ -48,8 +48,8 @@ func (s *Server) releaseSummaries(ctx context.Context) ([]ReleaseSummary, error)
 }
 
 // componentRow is one component of the release page with the newest
-// signature verification of its signed head and the newest tree-equivalence
-// evidence for it.
+// signature verification of its signed head and the newest server-computed
+// tree-equivalence evidence for it.
 type componentRow struct {
 	gates.Component
 	Verified *ledger.HeadEntry // nil: not verified yet
@@ -62,9 +62,14 @@ type componentRow struct {
 // releasePage is the data of /releases/{version}.
 type releasePage struct {
 	pageBase
-	Rel        *gates.Release
-	Entry      ledger.Entry
-	R          *gates.Readiness
+	Rel   *gates.Release
+	Entry ledger.Entry
+	R     *gates.Readiness
+	// Gates are R's gates in the order reviewers need them: failed, open,
+	// waived, passed (the release's order within a state).
+	Gates []gates.GateResult
+	// Rule is the counting rule every gate follows (gates.CountingRule).
+	Rule       string
 	Components []componentRow
 	Artifacts  []kv
 	Waivers    []gates.WaiverInfo
@@ -73,6 +78,17 @@ type releasePage struct {
 	Manual     []string // ids of manual gates (sign-off form)
 	Forms      releaseForms
 	Done       string // "waiver", "signoff" or "approval" after a successful form post
+}
+
+// attentionOrder ranks gate states for the board: what needs a reviewer
+// first.
+var attentionOrder = map[gates.State]int{gates.StateFailed: 0, gates.StateOpen: 1, gates.StateWaived: 2, gates.StatePassed: 3}
+
+// byAttention returns gs sorted failed, open, waived, passed, stably.
+func byAttention(gs []gates.GateResult) []gates.GateResult {
+	out := append([]gates.GateResult(nil), gs...)
+	sort.SliceStable(out, func(i, j int) bool { return attentionOrder[out[i].State] < attentionOrder[out[j].State] })
+	return out
 }
 
 // Passed, Failed, Open and Waived are the gate counts by state.
@@ -98,6 +114,8 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 		Rel:       rel,
 		Entry:     entry,
 		R:         rd,
+		Gates:     byAttention(rd.Gates),
+		Rule:      gates.CountingRule,
 		Artifacts: sortedKV(rel.Artifacts),
 	}
 	for _, g := range rd.Gates {
@@ -133,6 +151,9 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 				return nil, err
 			}
 			for i := range es {
+				if gates.TreeClaim(&es[i].Evidence) != "" {
+					continue // a posted claim is not shown as the comparison
+				}
 				f := ledger.JudgeTreeEquivalence(&es[i].Evidence, c.Reviewed)
 				if !f.Decides {
 					continue
@@ -146,9 +167,12 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 	return p, nil
 }
 
-// pageRelease is GET /releases/{version}: the gate board (state as colour
-// and word, reason, satisfying evidence, what is missing, baseline evidence
-// with why it does not count, waivers), the components with their signed
+// pageRelease is GET /releases/{version}: the gate board, failed and open
+// gates first (state as colour and word, reason, the kind's counting rule,
+// the failing records with a link to a trajectory's divergent pair,
+// satisfying evidence, what is missing, baseline evidence with why it does
+// not count, shown without a click, waivers), approvals current or stale,
+// the components with their signed
 // heads and tree equivalence, the bound artifacts, approvals and the forms
 // to waive, sign off and approve.
 func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {

@@ -41,10 +41,25 @@ func TestReleasePage(t *testing.T) {
 		"Not ready", `<span class="badge state-passed">passed</span>`, `<span class="badge state-open">open</span>`,
 		`href="/evidence/`+ids["promoted"]+`"`, // satisfying evidence
 		`href="/evidence/`+ids["narrow"]+`"`,   // baseline: other artifact digest
-		"does not count:", "<details><summary>Baseline evidence",
+		// Baseline evidence and its reason are shown without a click, the
+		// counting rule once and beside each gate.
+		"does not count:", `<p class="baseline-h">Baseline evidence`, `id="counting-rule"`, `<span class="note gate-rule"><strong>Counts:</strong>`,
 		pgDigest, "libmlx.so", "someone@example.org", `<span class="badge v-unknown_key">unknown_key</span>`, "verdict unknown_key, decision untrusted", "not verified", "no evidence",
 		"Package.resolved", `name="csrf"`, `type="password"`, "/releases/0.32.1/waivers", "Sign off a manual gate",
 	)
+	if strings.Contains(body, "<details><summary>Baseline evidence") {
+		t.Error("baseline evidence is behind a click")
+	}
+	// Failed and open gates come first: the board lists states in the
+	// order failed, open, waived, passed.
+	rank := map[string]int{"failed": 0, "open": 1, "waived": 2, "passed": 3}
+	last := -1
+	for _, m := range regexp.MustCompile(`<tbody class="gate" id="gate-[^"]+" data-gate="[^"]+" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
+		if rank[m[1]] < last {
+			t.Fatalf("gate board not ordered failed, open, waived, passed: a %s gate after a state of rank %d", m[1], last)
+		}
+		last = rank[m[1]]
+	}
 	// The overview summarises the same release.
 	_, ov := pgGet(t, s, "/")
 	pgContains(t, "overview", ov, `href="/releases/0.32.1"`, "not ready", "qmv bias-sum promotion")
