@@ -136,56 +136,7 @@ func TestSupersede(t *testing.T) {
 		}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.gate, func(t *testing.T) {
-			ctx := context.Background()
-			s := openStore(t)
-			rel := testRelease(t)
-			rel.ApprovalRole = "release-manager"
-			apply(t, s, rel)
-			var first string
-			if len(tc.evs) > 0 {
-				first = record(t, s, tc.evs...)[0].ID
-			}
-			for i, h := range tc.heads {
-				recordHead(t, s, h)
-				if i == 0 {
-					hs, _, err := s.Heads(ctx, ledger.HeadFilter{Commit: headA, Limit: 10})
-					if err != nil || len(hs) != 1 {
-						t.Fatal(hs, err)
-					}
-					first = hs[0].ID
-				}
-			}
-			g := evaluate(t, s, only(rel, tc.gate)).Gates[0]
-			if g.State != StateFailed || len(g.Failing) == 0 || g.Failing[0].ID != first {
-				t.Fatalf("before: state %s failing %+v; want failed by %s", g.State, g.Failing, first)
-			}
-			if _, _, err := RecordSupersede(ctx, s, rel.Version, first, "flaky host", Actor{Name: "eve", Roles: []string{"ci-owner"}}, t0); ledger.ErrorCode(err) != ledger.CodeForbidden {
-				t.Fatalf("supersede without the approval role: %v", err)
-			}
-			supersede(t, s, rel.Version, first)
-			g = evaluate(t, s, only(rel, tc.gate)).Gates[0]
-			if g.State != StatePassed || len(g.Failing) != 0 {
-				t.Fatalf("after: state %s (%s) failing %+v; want passed", g.State, g.Reason, g.Failing)
-			}
-			found := false
-			for _, b := range g.Baseline {
-				found = found || (b.ID == first && strings.Contains(b.Reason, "superseded by") && strings.Contains(b.Reason, "dana") && strings.Contains(b.Reason, "host lost power"))
-			}
-			if !found {
-				t.Fatalf("the superseded record is not baseline with the supersede's author and reason: %+v", g.Baseline)
-			}
-			if _, _, err := RecordSupersede(ctx, s, rel.Version, first, "again", Actor{Name: "dana", Roles: []string{"release-manager"}}, t0); ledger.ErrorCode(err) != ledger.CodeConflict {
-				t.Fatalf("second supersede of the same record: %v", err)
-			}
-			// A supersede is bound to the pins: re-pinning lapses it.
-			rel.Components[1].Reviewed = otherC
-			apply(t, s, rel)
-			g = evaluate(t, s, only(rel, tc.gate)).Gates[0]
-			if tc.gate != "tree" && tc.gate != "heads" && g.State != StateFailed {
-				t.Fatalf("after re-pin: state %s; want failed again", g.State)
-			}
-		})
+		t.Run(tc.gate, func(t *testing.T) { checkSupersede(t, tc.gate, tc.evs, tc.heads) })
 	}
 	t.Run("bad input", func(t *testing.T) {
 		ctx := context.Background()
@@ -213,6 +164,61 @@ func TestSupersede(t *testing.T) {
 			t.Fatalf("unknown release: %v", err)
 		}
 	})
+}
+
+// checkSupersede records evs and heads (the first fails gate), checks the
+// gate fails by it, supersedes it and checks the gate passes with it as
+// baseline, and that the supersede lapses with the pins.
+func checkSupersede(t *testing.T, gate string, evs []ledger.Evidence, heads []ledger.HeadVerification) {
+	t.Helper()
+	ctx := context.Background()
+	s := openStore(t)
+	rel := testRelease(t)
+	rel.ApprovalRole = "release-manager"
+	apply(t, s, rel)
+	var first string
+	if len(evs) > 0 {
+		first = record(t, s, evs...)[0].ID
+	}
+	for i, h := range heads {
+		recordHead(t, s, h)
+		if i == 0 {
+			hs, _, err := s.Heads(ctx, ledger.HeadFilter{Commit: headA, Limit: 10})
+			if err != nil || len(hs) != 1 {
+				t.Fatal(hs, err)
+			}
+			first = hs[0].ID
+		}
+	}
+	g := evaluate(t, s, only(rel, gate)).Gates[0]
+	if g.State != StateFailed || len(g.Failing) == 0 || g.Failing[0].ID != first {
+		t.Fatalf("before: state %s failing %+v; want failed by %s", g.State, g.Failing, first)
+	}
+	if _, _, err := RecordSupersede(ctx, s, rel.Version, first, "flaky host", Actor{Name: "eve", Roles: []string{"ci-owner"}}, t0); ledger.ErrorCode(err) != ledger.CodeForbidden {
+		t.Fatalf("supersede without the approval role: %v", err)
+	}
+	supersede(t, s, rel.Version, first)
+	g = evaluate(t, s, only(rel, gate)).Gates[0]
+	if g.State != StatePassed || len(g.Failing) != 0 {
+		t.Fatalf("after: state %s (%s) failing %+v; want passed", g.State, g.Reason, g.Failing)
+	}
+	found := false
+	for _, b := range g.Baseline {
+		found = found || (b.ID == first && strings.Contains(b.Reason, "superseded by") && strings.Contains(b.Reason, "dana") && strings.Contains(b.Reason, "host lost power"))
+	}
+	if !found {
+		t.Fatalf("the superseded record is not baseline with the supersede's author and reason: %+v", g.Baseline)
+	}
+	if _, _, err := RecordSupersede(ctx, s, rel.Version, first, "again", Actor{Name: "dana", Roles: []string{"release-manager"}}, t0); ledger.ErrorCode(err) != ledger.CodeConflict {
+		t.Fatalf("second supersede of the same record: %v", err)
+	}
+	// A supersede is bound to the pins: re-pinning lapses it.
+	rel.Components[1].Reviewed = otherC
+	apply(t, s, rel)
+	g = evaluate(t, s, only(rel, gate)).Gates[0]
+	if g.State != StateFailed {
+		t.Fatalf("after re-pin: state %s; want failed again", g.State)
+	}
 }
 
 func asError(err error, le **ledger.Error) bool {
@@ -288,7 +294,14 @@ func TestApprovalGoesStale(t *testing.T) {
 	if st.State != ApprovalStale || !strings.Contains(st.Why, "gate qmv was passed, now failed") || !strings.Contains(st.Why, "no longer ready") {
 		t.Fatalf("approval state %+v", st)
 	}
-	// The verdict carries the approvals and still verifies and replays.
+	verifyAndReplay(t, s, rd)
+	checkLegacyApproval(t, s, rel)
+}
+
+// verifyAndReplay: a verdict carrying approvals still verifies and
+// replays.
+func verifyAndReplay(t *testing.T, s ledger.Store, rd *Readiness) {
+	t.Helper()
 	sv, err := Sign(rd, s)
 	if err != nil {
 		t.Fatal(err)
@@ -296,16 +309,22 @@ func TestApprovalGoesStale(t *testing.T) {
 	if _, err := VerifyVerdict([]byte(sv.Note), s.VerifierKey()); err != nil {
 		t.Fatal(err)
 	}
-	if _, diffs, err := Replay(ctx, s, rd); err != nil || len(diffs) > 0 {
+	if _, diffs, err := Replay(context.Background(), s, rd); err != nil || len(diffs) > 0 {
 		t.Fatalf("replay: %v %v", diffs, err)
 	}
-	// An approval record without a decision never counts.
+}
+
+// checkLegacyApproval: an approval record without a decision never
+// counts.
+func checkLegacyApproval(t *testing.T, s ledger.Store, rel *Release) {
+	t.Helper()
+	ctx := context.Background()
 	old := Approval{Version: rel.Version, Type: TypeApproval, Author: "legacy", PinsDigest: rel.PinsDigest(), CreatedAt: t0}
 	b, _ := json.Marshal(old)
 	if _, err := s.Append(ctx, []ledger.Record{{Kind: ledger.KindApproval, Body: b}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	rd = evaluate(t, s, rel)
+	rd := evaluate(t, s, rel)
 	if rd.Approvals[0].Author != "legacy" || rd.Approvals[0].State != ApprovalStale || !strings.Contains(rd.Approvals[0].Why, "names no decision") {
 		t.Fatalf("legacy approval %+v", rd.Approvals[0])
 	}

@@ -90,7 +90,9 @@ type Dimension struct {
 //	matrix:           lane, component, at, artifacts, dimensions
 //	manual:           role
 //
-// A field set on a kind that does not use it is an error.
+// A field set on a kind that does not use it is an error. Artifacts, when
+// set, are the bound artifacts the gate is about instead of its
+// component's; every bound artifact's digest binds every gate regardless.
 type Gate struct {
 	ID          string `yaml:"id" json:"id"`
 	Kind        string `yaml:"kind" json:"kind"`
