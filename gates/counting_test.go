@@ -363,3 +363,29 @@ func TestRefuseServerMarkers(t *testing.T) {
 		t.Fatal("a nested computed_by made a claim count")
 	}
 }
+
+func TestContainsFold(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{
+		{"computed_by", true}, {"xCOMPUTED_BYx", true}, {"_computed_by", true}, {"computed_b", false},
+		{"omputed_by", false}, {"___", false}, {"", false}, {"computed-by", false}, {"a_b computed_by", true},
+	} {
+		if got := containsFold([]byte(c.s), "computed_by"); got != c.want {
+			t.Errorf("containsFold(%q) = %v", c.s, got)
+		}
+	}
+}
+
+// BenchmarkRefuseServerMarkers is the cost POST /evidence adds per record
+// (a typical evidence body without the marker).
+func BenchmarkRefuseServerMarkers(b *testing.B) {
+	body, _ := json.Marshal(passing("qmv-bias-sum/v1"))
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if RefuseServerMarkers(body, "") != nil {
+			b.Fatal("refused")
+		}
+	}
+}
