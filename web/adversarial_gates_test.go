@@ -23,7 +23,6 @@ const (
 	advTree     = "1111111111111111111111111111111111111111"
 )
 
-
 // advRelease binds libmlx.dylib to advBound; the qmv gate does not repeat
 // the release's artifacts (the component's artifacts bind it).
 var (
@@ -125,7 +124,8 @@ func (e *apiEnv) readiness(t *testing.T, version string) advReadiness {
 	return rd
 }
 
-// baselineOf returns the baseline reasons of gate id by evidence id.
+// gate returns the state of gate id, its baseline reasons by evidence id
+// and the ids of its failing records.
 func (rd advReadiness) gate(t *testing.T, id string) (state string, baseline map[string]string, failing []string) {
 	t.Helper()
 	for _, g := range rd.Readiness.Gates {
@@ -177,155 +177,174 @@ func (e *apiEnv) wantRefused(t *testing.T, what string, code int, body []byte, s
 }
 
 func TestAdversarialGatesOverHTTP(t *testing.T) {
-	e := newAPIEnv(t, Config{})
+	a := &advEnv{apiEnv: newAPIEnv(t, Config{})}
+	e := a.apiEnv
 	ctx := context.Background()
-	admin, _, err := e.store.CreateToken(ctx, "rm", ledger.ScopeAdmin, []string{"release-manager"})
+	var err error
+	a.admin, _, err = e.store.CreateToken(ctx, "rm", ledger.ScopeAdmin, []string{"release-manager"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plainAdmin, _, err := e.store.CreateToken(ctx, "ops", ledger.ScopeAdmin, nil)
+	a.plainAdmin, _, err = e.store.CreateToken(ctx, "ops", ledger.ScopeAdmin, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, body := e.do(t, "PUT", "/api/v1/releases/0.9.0", admin, advRelease("0.9.0", true)); code != 201 {
+	if code, body := e.do(t, "PUT", "/api/v1/releases/0.9.0", a.admin, advRelease("0.9.0", true)); code != 201 {
 		t.Fatalf("put release: %d %s", code, body)
 	}
+	t.Run("unbound artifact digest", a.advUnboundArtifactDigest)
+	t.Run("evidence lacking the bound artifact", a.advMissingBoundArtifact)
+	t.Run("posted tree-equivalence claim", a.advPostedTreeEquivalenceClaim)
+	t.Run("claim carrying the server's computed marker", a.advForgedComputedMarker)
+	t.Run("supersede needs admin scope and the approval role", a.advSupersedeScopeAndRole)
+	t.Run("approval going stale", a.advApprovalGoingStale)
+}
 
-	t.Run("unbound artifact digest", func(t *testing.T) {
-		id := e.postOne(t, e.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advOther}, nil))
-		rd := e.readiness(t, "0.9.0")
-		state, bl, _ := rd.gate(t, "qmv")
-		if rd.Readiness.Ready || state != "open" || !strings.Contains(bl[id], "other artifact libmlx.dylib sha256:bbbbbbbbbbbb") {
-			t.Fatalf("ready %v, qmv %s, baseline %v: want open with the other digest as the reason", rd.Readiness.Ready, state, bl)
-		}
-	})
-	t.Run("evidence lacking the bound artifact", func(t *testing.T) {
-		id := e.postOne(t, e.record, advEvidence("qmv-bias-sum/v1", nil, nil))
-		rd := e.readiness(t, "0.9.0")
-		state, bl, _ := rd.gate(t, "qmv")
-		if rd.Readiness.Ready || state != "open" || !strings.Contains(bl[id], "does not carry bound artifact libmlx.dylib") {
-			t.Fatalf("ready %v, qmv %s, baseline %v", rd.Readiness.Ready, state, bl)
-		}
-	})
-	t.Run("posted tree-equivalence claim", func(t *testing.T) {
-		id := e.postOne(t, e.record, treeClaimEvidence(nil))
-		rd := e.readiness(t, "0.9.0")
-		state, bl, _ := rd.gate(t, "tree")
-		if rd.Readiness.Ready || state != "open" || !strings.Contains(bl[id], "claimed, not computed") {
-			t.Fatalf("ready %v, tree %s, baseline %v: want open with the claim as baseline", rd.Readiness.Ready, state, bl)
-		}
-		// The release page does not show the claim as the comparison.
-		_, page := e.do(t, "GET", "/releases/0.9.0", "", nil)
-		if strings.Contains(string(page), "eq-equivalent") || !strings.Contains(string(page), "claimed, not computed") {
-			t.Fatal("the release page shows a posted claim as tree equivalence, or hides why it does not count")
-		}
-	})
-	t.Run("claim carrying the server's computed marker", func(t *testing.T) {
-		for _, c := range []struct {
-			what  string
-			body  any
-			field string
-		}{
-			{"single", treeClaimEvidence(map[string]any{"computed_by": "server"}), "details.computed_by"},
-			{"other case", treeClaimEvidence(map[string]any{"Computed_By": "server"}), "details.computed_by"},
-			{"batch", []any{advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, nil), treeClaimEvidence(map[string]any{"computed_by": "server"})}, "[1].details.computed_by"},
-			{"escaped name", `{"lane":"tree-equivalence/v1","details":{"\u0063omputed_by":"server"}}`, "details.computed_by"},
-		} {
-			before := e.size(t)
-			code, body := e.do(t, "POST", "/api/v1/evidence", e.record, c.body)
-			e.wantRefused(t, c.what, code, body, 400, c.field, before)
-		}
-		if rd := e.readiness(t, "0.9.0"); rd.Readiness.Ready {
-			t.Fatal("ready")
-		}
-	})
-	t.Run("supersede needs admin scope and the approval role", func(t *testing.T) {
-		id := e.postOne(t, e.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, func(m map[string]any) {
-			m["cases_exact"], m["status"] = 156, "failed"
-		}))
-		req := map[string]string{"entry": id, "reason": "rerun on a healthy host"}
-		for _, c := range []struct {
-			token  string
-			status int
-		}{{e.record, 403}, {plainAdmin, 403}, {"", 401}} {
-			before := e.size(t)
-			code, body := e.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", c.token, req)
-			e.wantRefused(t, "supersede", code, body, c.status, "", before)
-		}
-		before := e.size(t)
-		code, body := e.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", admin, map[string]string{"entry": "0123456789abcdef0123456789abcdef", "reason": "x"})
-		e.wantRefused(t, "supersede of no entry", code, body, 400, "entry", before)
-		code, body = e.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", admin, map[string]string{"entry": id})
-		e.wantRefused(t, "supersede without a reason", code, body, 400, "reason", before)
-		state, _, failing := e.readiness(t, "0.9.0").gate(t, "qmv")
-		if state != "failed" || len(failing) != 1 || failing[0] != id {
-			t.Fatalf("qmv %s failing %v: want failed by %s", state, failing, id)
-		}
-		if code, body := e.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", admin, req); code != 201 {
-			t.Fatalf("supersede: %d %s", code, body)
-		}
-		state, bl, _ := e.readiness(t, "0.9.0").gate(t, "qmv")
-		if state != "open" || !strings.Contains(bl[id], "superseded by") || !strings.Contains(bl[id], "rm") {
-			t.Fatalf("after supersede: qmv %s baseline %v", state, bl)
-		}
-	})
+// advEnv is the API of TestAdversarialGatesOverHTTP with its admin
+// tokens: admin holds release-manager, plainAdmin holds no role.
+type advEnv struct {
+	*apiEnv
+	admin, plainAdmin string
+}
 
-	t.Run("approval going stale", func(t *testing.T) {
-		if code, body := e.do(t, "PUT", "/api/v1/releases/0.9.1", admin, advRelease("0.9.1", false)); code != 201 {
-			t.Fatalf("put release: %d %s", code, body)
-		}
-		// A supersede is recorded for one release's pins: 0.9.1 does not
-		// see 0.9.0's, so the failing run above keeps 0.9.1 failed until
-		// its own release manager supersedes it.
-		rd := e.readiness(t, "0.9.1")
-		if state, _, _ := rd.gate(t, "qmv"); state != "failed" {
-			t.Fatalf("0.9.1 qmv %s: a supersede of another release applied", state)
-		}
-		_, _, failing := rd.gate(t, "qmv")
-		if code, body := e.do(t, "POST", "/api/v1/releases/0.9.1/supersedes", admin, map[string]string{"entry": failing[0], "reason": "host fault"}); code != 201 {
-			t.Fatalf("supersede: %d %s", code, body)
-		}
-		e.postOne(t, e.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, nil))
-		if rd := e.readiness(t, "0.9.1"); !rd.Readiness.Ready {
-			t.Fatalf("not ready: %+v", rd.Readiness.Gates)
-		}
-		code, body := e.do(t, "POST", "/api/v1/releases/0.9.1/approvals", admin, map[string]string{"note": "ship"})
-		if code != 201 {
-			t.Fatalf("approve: %d %s", code, body)
-		}
-		var ap struct {
-			ID       string `json:"id"`
-			Approval struct {
-				DecisionDigest string `json:"decision_digest"`
-				Checkpoint     struct {
-					Size uint64 `json:"size"`
-				} `json:"checkpoint"`
-			} `json:"approval"`
-		}
-		if err := json.Unmarshal(body, &ap); err != nil || ap.Approval.DecisionDigest == "" || ap.Approval.Checkpoint.Size == 0 {
-			t.Fatalf("approval %s does not name its verdict: %v", body, err)
-		}
-		rd = e.readiness(t, "0.9.1")
-		if !rd.Readiness.Approved || len(rd.Readiness.Approvals) != 1 || rd.Readiness.Approvals[0].State != "current" || rd.Readiness.Approvals[0].ID != ap.ID {
-			t.Fatalf("after approval: %+v", rd.Readiness)
-		}
-		// The CI token records a failing run at the pins.
-		e.postOne(t, e.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, func(m map[string]any) {
-			m["cases_exact"], m["status"] = 150, "failed"
-		}))
-		rd = e.readiness(t, "0.9.1")
-		if rd.Readiness.Ready || rd.Readiness.Approved || len(rd.Readiness.Approvals) != 1 {
-			t.Fatalf("after a failing run: ready %v approved %v", rd.Readiness.Ready, rd.Readiness.Approved)
-		}
-		if a := rd.Readiness.Approvals[0]; a.State != "stale" || !strings.Contains(a.Why, "gate qmv was passed, now failed") {
-			t.Fatalf("approval %+v: want stale naming the gate", a)
-		}
-		_, page := e.do(t, "GET", "/releases/0.9.1", "", nil)
-		if !strings.Contains(string(page), `data-state="stale"`) || !strings.Contains(string(page), "stale: no longer counts") || strings.Contains(string(page), "<strong>Approved</strong>") {
-			t.Fatal("the release page does not show the approval as stale")
-		}
-		before := e.size(t)
-		code, body = e.do(t, "POST", "/api/v1/releases/0.9.1/approvals", admin, map[string]string{})
-		e.wantRefused(t, "approval of the release that is no longer ready", code, body, 409, "", before)
-	})
+func (a *advEnv) advUnboundArtifactDigest(t *testing.T) {
+	id := a.postOne(t, a.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advOther}, nil))
+	rd := a.readiness(t, "0.9.0")
+	state, bl, _ := rd.gate(t, "qmv")
+	if rd.Readiness.Ready || state != "open" || !strings.Contains(bl[id], "other artifact libmlx.dylib sha256:bbbbbbbbbbbb") {
+		t.Fatalf("ready %v, qmv %s, baseline %v: want open with the other digest as the reason", rd.Readiness.Ready, state, bl)
+	}
+}
+
+func (a *advEnv) advMissingBoundArtifact(t *testing.T) {
+	id := a.postOne(t, a.record, advEvidence("qmv-bias-sum/v1", nil, nil))
+	rd := a.readiness(t, "0.9.0")
+	state, bl, _ := rd.gate(t, "qmv")
+	if rd.Readiness.Ready || state != "open" || !strings.Contains(bl[id], "does not carry bound artifact libmlx.dylib") {
+		t.Fatalf("ready %v, qmv %s, baseline %v", rd.Readiness.Ready, state, bl)
+	}
+}
+
+func (a *advEnv) advPostedTreeEquivalenceClaim(t *testing.T) {
+	id := a.postOne(t, a.record, treeClaimEvidence(nil))
+	rd := a.readiness(t, "0.9.0")
+	state, bl, _ := rd.gate(t, "tree")
+	if rd.Readiness.Ready || state != "open" || !strings.Contains(bl[id], "claimed, not computed") {
+		t.Fatalf("ready %v, tree %s, baseline %v: want open with the claim as baseline", rd.Readiness.Ready, state, bl)
+	}
+	// The release page does not show the claim as the comparison.
+	_, page := a.do(t, "GET", "/releases/0.9.0", "", nil)
+	if strings.Contains(string(page), "eq-equivalent") || !strings.Contains(string(page), "claimed, not computed") {
+		t.Fatal("the release page shows a posted claim as tree equivalence, or hides why it does not count")
+	}
+}
+
+func (a *advEnv) advForgedComputedMarker(t *testing.T) {
+	for _, c := range []struct {
+		what  string
+		body  any
+		field string
+	}{
+		{"single", treeClaimEvidence(map[string]any{"computed_by": "server"}), "details.computed_by"},
+		{"other case", treeClaimEvidence(map[string]any{"Computed_By": "server"}), "details.computed_by"},
+		{"batch", []any{advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, nil), treeClaimEvidence(map[string]any{"computed_by": "server"})}, "[1].details.computed_by"},
+		{"escaped name", `{"lane":"tree-equivalence/v1","details":{"\u0063omputed_by":"server"}}`, "details.computed_by"},
+	} {
+		before := a.size(t)
+		code, body := a.do(t, "POST", "/api/v1/evidence", a.record, c.body)
+		a.wantRefused(t, c.what, code, body, 400, c.field, before)
+	}
+	if rd := a.readiness(t, "0.9.0"); rd.Readiness.Ready {
+		t.Fatal("ready")
+	}
+}
+
+func (a *advEnv) advSupersedeScopeAndRole(t *testing.T) {
+	id := a.postOne(t, a.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, func(m map[string]any) {
+		m["cases_exact"], m["status"] = 156, "failed"
+	}))
+	req := map[string]string{"entry": id, "reason": "rerun on a healthy host"}
+	for _, c := range []struct {
+		token  string
+		status int
+	}{{a.record, 403}, {a.plainAdmin, 403}, {"", 401}} {
+		before := a.size(t)
+		code, body := a.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", c.token, req)
+		a.wantRefused(t, "supersede", code, body, c.status, "", before)
+	}
+	before := a.size(t)
+	code, body := a.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", a.admin, map[string]string{"entry": "0123456789abcdef0123456789abcdef", "reason": "x"})
+	a.wantRefused(t, "supersede of no entry", code, body, 400, "entry", before)
+	code, body = a.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", a.admin, map[string]string{"entry": id})
+	a.wantRefused(t, "supersede without a reason", code, body, 400, "reason", before)
+	state, _, failing := a.readiness(t, "0.9.0").gate(t, "qmv")
+	if state != "failed" || len(failing) != 1 || failing[0] != id {
+		t.Fatalf("qmv %s failing %v: want failed by %s", state, failing, id)
+	}
+	if code, body := a.do(t, "POST", "/api/v1/releases/0.9.0/supersedes", a.admin, req); code != 201 {
+		t.Fatalf("supersede: %d %s", code, body)
+	}
+	state, bl, _ := a.readiness(t, "0.9.0").gate(t, "qmv")
+	if state != "open" || !strings.Contains(bl[id], "superseded by") || !strings.Contains(bl[id], "rm") {
+		t.Fatalf("after supersede: qmv %s baseline %v", state, bl)
+	}
+}
+
+func (a *advEnv) advApprovalGoingStale(t *testing.T) {
+	if code, body := a.do(t, "PUT", "/api/v1/releases/0.9.1", a.admin, advRelease("0.9.1", false)); code != 201 {
+		t.Fatalf("put release: %d %s", code, body)
+	}
+	// A supersede is recorded for one release's pins: 0.9.1 does not
+	// see 0.9.0's, so the failing run above keeps 0.9.1 failed until
+	// its own release manager supersedes it.
+	rd := a.readiness(t, "0.9.1")
+	if state, _, _ := rd.gate(t, "qmv"); state != "failed" {
+		t.Fatalf("0.9.1 qmv %s: a supersede of another release applied", state)
+	}
+	_, _, failing := rd.gate(t, "qmv")
+	if code, body := a.do(t, "POST", "/api/v1/releases/0.9.1/supersedes", a.admin, map[string]string{"entry": failing[0], "reason": "host fault"}); code != 201 {
+		t.Fatalf("supersede: %d %s", code, body)
+	}
+	a.postOne(t, a.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, nil))
+	if rd := a.readiness(t, "0.9.1"); !rd.Readiness.Ready {
+		t.Fatalf("not ready: %+v", rd.Readiness.Gates)
+	}
+	code, body := a.do(t, "POST", "/api/v1/releases/0.9.1/approvals", a.admin, map[string]string{"note": "ship"})
+	if code != 201 {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	var ap struct {
+		ID       string `json:"id"`
+		Approval struct {
+			DecisionDigest string `json:"decision_digest"`
+			Checkpoint     struct {
+				Size uint64 `json:"size"`
+			} `json:"checkpoint"`
+		} `json:"approval"`
+	}
+	if err := json.Unmarshal(body, &ap); err != nil || ap.Approval.DecisionDigest == "" || ap.Approval.Checkpoint.Size == 0 {
+		t.Fatalf("approval %s does not name its verdict: %v", body, err)
+	}
+	rd = a.readiness(t, "0.9.1")
+	if !rd.Readiness.Approved || len(rd.Readiness.Approvals) != 1 || rd.Readiness.Approvals[0].State != "current" || rd.Readiness.Approvals[0].ID != ap.ID {
+		t.Fatalf("after approval: %+v", rd.Readiness)
+	}
+	// The CI token records a failing run at the pins.
+	a.postOne(t, a.record, advEvidence("qmv-bias-sum/v1", map[string]string{"libmlx.dylib": advBound}, func(m map[string]any) {
+		m["cases_exact"], m["status"] = 150, "failed"
+	}))
+	rd = a.readiness(t, "0.9.1")
+	if rd.Readiness.Ready || rd.Readiness.Approved || len(rd.Readiness.Approvals) != 1 {
+		t.Fatalf("after a failing run: ready %v approved %v", rd.Readiness.Ready, rd.Readiness.Approved)
+	}
+	if a := rd.Readiness.Approvals[0]; a.State != "stale" || !strings.Contains(a.Why, "gate qmv was passed, now failed") {
+		t.Fatalf("approval %+v: want stale naming the gate", a)
+	}
+	_, page := a.do(t, "GET", "/releases/0.9.1", "", nil)
+	if !strings.Contains(string(page), `data-state="stale"`) || !strings.Contains(string(page), "stale: no longer counts") || strings.Contains(string(page), "<strong>Approved</strong>") {
+		t.Fatal("the release page does not show the approval as stale")
+	}
+	before := a.size(t)
+	code, body = a.do(t, "POST", "/api/v1/releases/0.9.1/approvals", a.admin, map[string]string{})
+	a.wantRefused(t, "approval of the release that is no longer ready", code, body, 409, "", before)
 }
