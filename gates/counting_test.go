@@ -389,3 +389,17 @@ func BenchmarkRefuseServerMarkers(b *testing.B) {
 		}
 	}
 }
+
+// TestEveryKindStatesItsRule: every kind reads the one counting rule in
+// words, and each names what fails it (manual gates: nothing).
+func TestEveryKindStatesItsRule(t *testing.T) {
+	for _, k := range kinds {
+		r := KindRule(k.name)
+		if r == "" || (k.name != KindManual && !strings.Contains(r, "failed until superseded or waived")) {
+			t.Errorf("kind %s: rule %q", k.name, r)
+		}
+	}
+	if KindRule("nope") != "" || !strings.Contains(CountingRule, "supersede") {
+		t.Fatal("rule lookup")
+	}
+}

@@ -282,8 +282,9 @@ func (ev *evaluator) forEachEvidence(f ledger.EvidenceFilter, fn func(ledger.Evi
 
 // forEachHead calls fn for the head verifications matching f, newest
 // first, as of the evaluation size, page after page to the last one or
-// until fn returns false. The first page is short (headFirstPage): the
-// newest verification usually decides.
+// until fn returns false. The first page is short (headFirstPage): a head
+// is verified a few times, so one short page usually holds every
+// verification the gate reads.
 func (ev *evaluator) forEachHead(f ledger.HeadFilter, fn func(ledger.HeadEntry) bool) error {
 	f.AsOfSize, f.Limit, f.Cursor = ev.asOf, headFirstPage, ""
 	for ; ; f.Limit = pageLimit {
