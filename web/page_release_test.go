@@ -193,3 +193,50 @@ func TestWaiverForm(t *testing.T) {
 		t.Errorf("approval of an unready release: %d", rec.Code)
 	}
 }
+
+// TestReleasePageDivergentPair: a failed trajectory gate links straight to
+// the divergent pair, both preselected, lists the divergent run as failing
+// and lists no run as satisfying evidence.
+func TestReleasePageDivergentPair(t *testing.T) {
+	st := pgStore(t)
+	same := make([]int, 40)
+	diff := make([]int, 40)
+	for i := range same {
+		same[i], diff[i] = 100+i, 100+i
+		if i >= 30 {
+			diff[i] = 9000 + i
+		}
+	}
+	es := pgAppend(t, st, ledger.KindEvidence, pgTrajectory("ordinary", same, pgT0), pgTrajectory("automatic", diff, pgT0.Add(time.Minute)))
+	base, divergent := es[0].ID, es[1].ID
+	pgRelease(t, st, `version: 0.32.1
+components:
+  - name: core
+    repository: `+pgRepo+`
+    reviewed: `+pgCommit+`
+    head: `+pgCommit+`
+gates:
+  - id: qwen
+    kind: trajectory
+    component: core
+    trajectories: [qwen3-0.6b/greedy-64]
+    modes: [ordinary, automatic]
+    backends: [cuda]
+`)
+	s := pgServer(t, st)
+	_, body := pgGet(t, s, "/releases/0.32.1")
+	if pgGateStates(body)["qwen"] != "failed" {
+		t.Fatalf("states %v", pgGateStates(body))
+	}
+	link := "/trajectories/qwen3-0.6b/greedy-64?a=" + base + "&amp;b=" + divergent
+	pgContains(t, "release page", body, `class="divergent-pair" href="`+link+`"`, `<ul class="gate-failing">`, "index 30", "compare the divergent pair")
+	if strings.Contains(body, `<ul class="gate-satisfying">`) {
+		t.Error("a failed trajectory gate lists satisfying evidence")
+	}
+	code, page := pgGet(t, s, strings.ReplaceAll(link, "&amp;", "&"))
+	if code != 200 {
+		t.Fatalf("divergent pair page: %d", code)
+	}
+	// Both runs are preselected in the comparison.
+	pgContains(t, "trajectory page", page, `value="`+base+`" selected`, `value="`+divergent+`" selected`)
+}
