@@ -212,6 +212,10 @@ func checkSupersede(t *testing.T, gate string, evs []ledger.Evidence, heads []le
 	if _, _, err := RecordSupersede(ctx, s, rel.Version, first, "again", Actor{Name: "dana", Roles: []string{"release-manager"}}, t0); ledger.ErrorCode(err) != ledger.CodeConflict {
 		t.Fatalf("second supersede of the same record: %v", err)
 	}
+	// A supersede is a leaf like any other: the audit covers it.
+	if rep, err := s.Audit(ctx); err != nil || !rep.OK {
+		t.Fatalf("audit after a supersede: %+v %v", rep, err)
+	}
 	// A supersede is bound to the pins: re-pinning lapses it.
 	rel.Components[1].Reviewed = otherC
 	apply(t, s, rel)
