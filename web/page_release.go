@@ -76,8 +76,16 @@ type releasePage struct {
 	Approvals  []gates.Approval
 	Signoffs   []gates.Signoff
 	Manual     []string // ids of manual gates (sign-off form)
-	Forms      releaseForms
-	Done       string // "waiver", "signoff" or "approval" after a successful form post
+	// Failing are the records that keep a gate failed (supersede form).
+	Failing []failingOption
+	Forms   releaseForms
+	Done    string // "waiver", "signoff", "approval" or "supersede" after a successful form post
+}
+
+// failingOption is one record the supersede form offers: its id, the gate
+// it fails and its summary.
+type failingOption struct {
+	ID, Gate, Summary string
 }
 
 // attentionOrder ranks gate states for the board: what needs a reviewer
@@ -118,8 +126,15 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 		Rule:      gates.CountingRule,
 		Artifacts: sortedKV(rel.Artifacts),
 	}
-	for _, g := range rd.Gates {
+	seen := map[string]bool{}
+	for _, g := range p.Gates {
 		p.Waivers = append(p.Waivers, g.Waivers...)
+		for _, f := range g.Failing {
+			if f.ID != "" && !seen[f.ID] {
+				seen[f.ID] = true
+				p.Failing = append(p.Failing, failingOption{ID: f.ID, Gate: g.ID, Summary: f.Summary})
+			}
+		}
 	}
 	sort.SliceStable(p.Waivers, func(i, j int) bool { return p.Waivers[i].CreatedAt.After(p.Waivers[j].CreatedAt) })
 	for _, g := range rel.Gates {
@@ -182,7 +197,7 @@ func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch d := r.URL.Query().Get("done"); d {
-	case "waiver", "signoff", "approval":
+	case "waiver", "signoff", "approval", "supersede":
 		p.Done = d
 	}
 	p.Forms = s.releaseForms(w, r, p.Rel.Version, formValues{})

@@ -240,3 +240,48 @@ gates:
 	// Both runs are preselected in the comparison.
 	pgContains(t, "trajectory page", page, `value="`+base+`" selected`, `value="`+divergent+`" selected`)
 }
+
+// TestSupersedeForm: the release page offers the records that keep a gate
+// failed; a record-scope token cannot supersede one, an admin token can,
+// and the gate stops failing by it while the record shows as baseline.
+func TestSupersedeForm(t *testing.T) {
+	st := pgStore(t)
+	ids := pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	admin, _, err := st.CreateToken(t.Context(), "alice", ledger.ScopeAdmin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, _, err := st.CreateToken(t.Context(), "ci", ledger.ScopeRecord, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := pgGet(t, s, "/releases/0.32.1")
+	pgContains(t, "release page", body, `id="supersede-form"`, `<option value="`+ids["head2"]+`"`)
+	cookie, csrf := pgForm(t, s, "supersede", nil)
+	const path = "/releases/0.32.1/supersedes"
+	form := url.Values{"csrf": {csrf}, "entry": {ids["head2"]}, "reason": {"verified on a host without the keyring"}, "token": {recorder}}
+	before, _ := st.Checkpoint(t.Context())
+	if rec := pgPost(s, path, cookie, form, ""); rec.Code != 403 {
+		t.Fatalf("record-scope supersede: %d", rec.Code)
+	}
+	form.Set("token", admin)
+	form.Set("reason", "")
+	if rec := pgPost(s, path, cookie, form, ""); rec.Code != 400 || !strings.Contains(rec.Body.String(), "reason") {
+		t.Fatalf("supersede without a reason: %d", rec.Code)
+	}
+	if cp, _ := st.Checkpoint(t.Context()); cp.Size != before.Size {
+		t.Fatalf("refused posts appended %d entries", cp.Size-before.Size)
+	}
+	form.Set("reason", "verified on a host without the keyring")
+	rec := pgPost(s, path, cookie, form, "")
+	if rec.Code != http.StatusSeeOther || !strings.Contains(rec.Header().Get("Location"), "done=supersede") {
+		t.Fatalf("supersede: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	_, body = pgGet(t, s, "/releases/0.32.1?done=supersede")
+	if st := pgGateStates(body)["heads"]; st != "open" {
+		t.Fatalf("heads %s after the supersede; want open (app not verified)", st)
+	}
+	pgContains(t, "release page after supersede", body, "Supersede recorded", "superseded by", "alice", "verified on a host without the keyring")
+}
