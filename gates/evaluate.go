@@ -86,6 +86,9 @@ type evaluator struct {
 	// id of the entry they retract.
 	approvals  []approvalEntry
 	supersedes map[string]supersedeEntry
+	// bound are the names of the release's bound artifacts, sorted (the
+	// order mismatches are reported in).
+	bound []string
 
 	mu    sync.Mutex
 	pages map[string]*evidencePage
@@ -151,6 +154,10 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 		return nil, err
 	}
 	ev := &evaluator{ctx: ctx, store: store, rel: rel, now: opts.Now.UTC(), asOf: cp.Size, baseLim: opts.BaselineLimit, pages: map[string]*evidencePage{}}
+	for a := range rel.Artifacts {
+		ev.bound = append(ev.bound, a)
+	}
+	sort.Strings(ev.bound)
 	if err := ev.loadRecords(); err != nil {
 		return nil, err
 	}
@@ -386,9 +393,9 @@ func (ev *evaluator) pinMismatch(e *ledger.Evidence, b binding) string {
 	if s.Dirty {
 		return "dirty tree (uncommitted changes when it ran)"
 	}
-	for _, a := range sortedKeys(s.Artifacts) {
-		if want, bound := ev.rel.Artifacts[a]; bound && s.Artifacts[a] != want {
-			return fmt.Sprintf("other artifact %s %s (release binds %s)", a, shortDigest(s.Artifacts[a]), shortDigest(want))
+	for _, a := range ev.bound {
+		if got, ok := s.Artifacts[a]; ok && got != ev.rel.Artifacts[a] {
+			return fmt.Sprintf("other artifact %s %s (release binds %s)", a, shortDigest(got), shortDigest(ev.rel.Artifacts[a]))
 		}
 	}
 	for _, a := range b.required {
@@ -397,18 +404,6 @@ func (ev *evaluator) pinMismatch(e *ledger.Evidence, b binding) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys(m map[string]string) []string {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func shortDigest(d string) string {
