@@ -45,6 +45,17 @@ func treeClaim(e *ledger.Evidence) string {
 	return ""
 }
 
+// laneClaim returns why evidence e, read by any gate, is a claim: records
+// of the lanes whose verdict only the server may compute (tree
+// equivalence) count only in the server's computation, whichever gate
+// kind reads them. "" otherwise.
+func laneClaim(e *ledger.Evidence) string {
+	if e.Lane == ledger.TreeEquivalenceLane {
+		return treeClaim(e)
+	}
+	return ""
+}
+
 // headClaim returns why head verification h is a claim the ledger cannot
 // stand behind, or "". Every head record is appended by the server's own
 // verification (no route accepts a posted verdict), so none is a claim

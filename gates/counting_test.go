@@ -87,6 +87,18 @@ func TestEveryPinBindsEveryGate(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a lane gate over the tree-equivalence lane counts no claim", func(t *testing.T) {
+		s := openStore(t)
+		rel := only(testRelease(t), "qmv")
+		rel.Gates[0].Lane, rel.Gates[0].Backends, rel.Gates[0].Artifacts = DefaultTreeEquivalenceLane, []string{"external"}, nil
+		claim := treeEv(reviewedA, true, []string{}, nil)
+		claim.Control = ledger.ControlCaught
+		record(t, s, claim)
+		g := evaluate(t, s, rel).Gates[0]
+		if g.State != StateOpen || len(g.Baseline) == 0 || !strings.Contains(g.Baseline[0].Reason, "claimed, not computed") {
+			t.Fatalf("state %s baseline %+v", g.State, g.Baseline)
+		}
+	})
 	t.Run("component artifacts must be bound", func(t *testing.T) {
 		rel := testRelease(t)
 		rel.Components[0].Artifacts = []string{"libmlx.dylib"}

@@ -357,10 +357,14 @@ func headBinding(comp Component) binding {
 }
 
 // excluded returns why evidence e does not count under b: another pin
-// (pinMismatch) or a supersede of it for the current pins; "" when it
+// (pinMismatch), a claim of a verdict only the server computes
+// (laneClaim) or a supersede of it for the current pins; "" when it
 // counts.
 func (ev *evaluator) excluded(e *ledger.EvidenceEntry, b binding) string {
 	if r := ev.pinMismatch(&e.Evidence, b); r != "" {
+		return r
+	}
+	if r := laneClaim(&e.Evidence); r != "" {
 		return r
 	}
 	if r, ok := ev.supersededBy(e.ID); ok {
