@@ -73,7 +73,6 @@ type releasePage struct {
 	Components []componentRow
 	Artifacts  []kv
 	Waivers    []gates.WaiverInfo
-	Approvals  []gates.Approval
 	Signoffs   []gates.Signoff
 	Manual     []string // ids of manual gates (sign-off form)
 	// Failing are the records that keep a gate failed (supersede form).
@@ -142,7 +141,9 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 			p.Manual = append(p.Manual, g.ID)
 		}
 	}
-	if p.Approvals, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
+	// Final approvals are shown from the verdict (R.Approvals), each
+	// current or stale; sign-offs are read here.
+	if _, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
 		return nil, err
 	}
 	treeLane := gates.DefaultTreeEquivalenceLane
