@@ -7,14 +7,15 @@
 // computed, never set by hand:
 //
 //   - lane: runs of a lane (name/vN) on listed backends, at the component's
-//     head commit (and tree when given), carrying every listed artifact
-//     digest, clean, all cases exact and the negative control caught;
+//     head commit (and tree when given), carrying every artifact the gate
+//     is about at its bound digest, clean, all cases exact and the
+//     negative control caught;
 //   - signed-heads: each component's head verified good and trusted
 //     (ledger.HeadVerification records, kind "head");
 //   - tree-equivalence: evidence of lane tree-equivalence/v1 (see
-//     ledger.TreeEquivalence and ledger.JudgeTreeEquivalence) that each
-//     signed head equals its reviewed source apart from the component's pin
-//     paths;
+//     ledger.TreeEquivalence and ledger.JudgeTreeEquivalence), computed by
+//     the server (TreeClaim), that each signed head equals its reviewed
+//     source apart from the component's pin paths;
 //   - trajectory: token sequences recorded as external evidence (see
 //     ledger.Trajectory) identical across listed modes and backends; a
 //     divergence names ledger.FirstDivergence (the first zero-based position
@@ -27,14 +28,26 @@
 // fields it uses, its validation and its evaluation, listed once in the
 // kinds table.
 //
-// Binding is exact: evidence counts only when every pin equals the release's
-// current pins. Other evidence of the same lane is listed as baseline with
-// the reason it does not count; nothing is satisfied by proximity.
+// Binding is exact and every pin binds every gate: evidence counts only
+// when its repository, commit, tree (when pinned) and clean flag equal the
+// release's, every bound artifact it names has the bound digest, and it
+// carries every bound artifact the gate is about (the gate's artifacts,
+// else its component's). Other evidence is listed as baseline with the
+// reason it does not count; nothing is satisfied by proximity.
+//
+// One counting rule (CountingRule; each kind's reading is KindRule) holds
+// for every kind: at the exact pins one failing record keeps the gate
+// failed until a supersede leaf (RecordSupersede: attributed, reasoned, by
+// the release's approval role, bound to the pins) retracts it or the gate
+// is waived; otherwise the passing records count. Failing records are
+// listed in GateResult.Failing.
 //
 // Waivers (RecordWaiver) exempt one gate for one set of pins (PinsDigest)
 // until an expiry; they lapse when the pins change. Manual-gate sign-offs
 // (RecordSignoff) are separate from the final release approval
-// (RecordApproval), which is accepted only when the release is ready.
+// (RecordApproval), which is accepted only when the release is ready and
+// names the Decision it approved; a later verdict whose decision differs
+// lists it as stale (Readiness.Approvals) and it no longer counts.
 //
 // Evaluate computes a Readiness as of a checkpoint; Sign signs its canonical
 // JSON with the log key (a signed note) and VerifyVerdict checks it, so a

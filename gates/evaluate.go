@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,11 @@ type Readiness struct {
 	Checkpoint CheckpointRef `json:"checkpoint"`
 	ComputedAt time.Time     `json:"computed_at"`
 	Counts     map[State]int `json:"counts"`
+	// Approvals are the final approvals recorded as of Checkpoint, newest
+	// first, each current or stale against this verdict's Decision;
+	// Approved is true when one is current.
+	Approvals []ApprovalState `json:"approvals,omitempty"`
+	Approved  bool            `json:"approved,omitempty"`
 }
 
 // Blockers returns "gate (state): reason" for every gate that is neither
@@ -75,6 +81,14 @@ type evaluator struct {
 	baseLim  int
 	waivers  []waiverEntry
 	signoffs []signoffEntry
+	// approvals are the final approvals recorded as of the size, newest
+	// first; supersedes the supersede records for the current pins by the
+	// id of the entry they retract.
+	approvals  []approvalEntry
+	supersedes map[string]supersedeEntry
+	// bound are the names of the release's bound artifacts, sorted (the
+	// order mismatches are reported in).
+	bound []string
 
 	mu    sync.Mutex
 	pages map[string]*evidencePage
@@ -140,6 +154,10 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 		return nil, err
 	}
 	ev := &evaluator{ctx: ctx, store: store, rel: rel, now: opts.Now.UTC(), asOf: cp.Size, baseLim: opts.BaselineLimit, pages: map[string]*evidencePage{}}
+	for a := range rel.Artifacts {
+		ev.bound = append(ev.bound, a)
+	}
+	sort.Strings(ev.bound)
 	if err := ev.loadRecords(); err != nil {
 		return nil, err
 	}
@@ -173,6 +191,7 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 		}
 		rd.Gates = append(rd.Gates, res)
 	}
+	rd.Approvals, rd.Approved = ev.approvalStates(rd.Decision())
 	return rd, nil
 }
 
@@ -182,13 +201,14 @@ const evalParallelism = 4
 
 // gate evaluates one gate without waivers.
 func (ev *evaluator) gate(g *Gate) (GateResult, error) {
-	res, err := kindOf(g.Kind).evaluate(ev, g)
-	res.ID, res.Kind, res.Title = g.ID, g.Kind, g.Title
+	k := kindOf(g.Kind)
+	res, err := k.evaluate(ev, g)
+	res.ID, res.Kind, res.Title, res.Rule = g.ID, g.Kind, g.Title, k.rule
 	return res, err
 }
 
-// loadRecords reads every waiver and manual sign-off of the release as of
-// the evaluation size.
+// loadRecords reads every waiver, manual sign-off, approval and supersede
+// of the release as of the evaluation size.
 func (ev *evaluator) loadRecords() error {
 	err := forEachEntry(ev.ctx, ev.store, ledger.EntryFilter{Kind: ledger.KindWaiver, Key: ev.rel.Version, AsOfSize: ev.asOf}, func(e ledger.Entry) error {
 		w, err := decodeWaiver(e)
@@ -200,13 +220,21 @@ func (ev *evaluator) loadRecords() error {
 	if err != nil {
 		return err
 	}
-	return forEachEntry(ev.ctx, ev.store, ledger.EntryFilter{Kind: ledger.KindApproval, Key: ev.rel.Version, AsOfSize: ev.asOf}, func(e ledger.Entry) error {
-		_, s, err := decodeApproval(e)
-		if err == nil && s != nil {
+	err = forEachEntry(ev.ctx, ev.store, ledger.EntryFilter{Kind: ledger.KindApproval, Key: ev.rel.Version, AsOfSize: ev.asOf}, func(e ledger.Entry) error {
+		a, s, err := decodeApproval(e)
+		switch {
+		case err != nil:
+		case s != nil:
 			ev.signoffs = append(ev.signoffs, signoffEntry{e, *s})
+		default:
+			ev.approvals = append(ev.approvals, approvalEntry{e, *a})
 		}
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	return ev.loadSupersedes()
 }
 
 // applyWaivers lists every waiver of the gate (newest first) and turns a
@@ -261,8 +289,9 @@ func (ev *evaluator) forEachEvidence(f ledger.EvidenceFilter, fn func(ledger.Evi
 
 // forEachHead calls fn for the head verifications matching f, newest
 // first, as of the evaluation size, page after page to the last one or
-// until fn returns false. The first page is short (headFirstPage): the
-// newest verification usually decides.
+// until fn returns false. The first page is short (headFirstPage): a head
+// is verified a few times, so one short page usually holds every
+// verification the gate reads.
 func (ev *evaluator) forEachHead(f ledger.HeadFilter, fn func(ledger.HeadEntry) bool) error {
 	f.AsOfSize, f.Limit, f.Cursor = ev.asOf, headFirstPage, ""
 	for ; ; f.Limit = pageLimit {
@@ -298,36 +327,84 @@ func short(id string) string {
 	return id
 }
 
-// pinMismatch returns why e is not about the release's exact pins for a
-// gate over commit/tree and artifacts, or "" when every pin matches.
-func (ev *evaluator) pinMismatch(e *ledger.Evidence, comp Component, at, commit, tree string, artifacts []string) string {
-	s := e.Subject
-	if s.Commit != commit {
+// binding is what evidence for one gate must be about: the component, the
+// commit and tree (tree "" when not pinned) and the bound artifacts the
+// gate is about (each must be carried at its bound digest).
+type binding struct {
+	comp         Component
+	at           string
+	commit, tree string
+	required     []string
+}
+
+// bindingOf returns the binding of gate g: its component's commit and tree
+// (head or reviewed, per at) and the artifacts it is about: the gate's
+// artifacts when it lists any, else its component's.
+func (ev *evaluator) bindingOf(g *Gate) binding {
+	comp, _ := ev.rel.Component(g.Component)
+	commit, tree := ev.rel.commitFor(g)
+	req := g.Artifacts
+	if len(req) == 0 {
+		req = comp.Artifacts
+	}
+	return binding{comp: comp, at: g.At, commit: commit, tree: tree, required: req}
+}
+
+// headBinding is the binding of records about comp's signed head that are
+// not about any artifact (tree equivalence).
+func headBinding(comp Component) binding {
+	return binding{comp: comp, at: "head", commit: comp.Head, tree: comp.Tree}
+}
+
+// excluded returns why evidence e does not count under b: another pin
+// (pinMismatch), a claim of a verdict only the server computes
+// (laneClaim) or a supersede of it for the current pins; "" when it
+// counts.
+func (ev *evaluator) excluded(e *ledger.EvidenceEntry, b binding) string {
+	if r := ev.pinMismatch(&e.Evidence, b); r != "" {
+		return r
+	}
+	if r := laneClaim(&e.Evidence); r != "" {
+		return r
+	}
+	if r, ok := ev.supersededBy(e.ID); ok {
+		return r
+	}
+	return ""
+}
+
+// pinMismatch returns why e is not about the release's exact pins under b,
+// or "" when every pin matches: repository, commit, tree (when pinned),
+// clean work tree, the bound digest of every release artifact e names, and
+// every artifact b requires.
+func (ev *evaluator) pinMismatch(e *ledger.Evidence, b binding) string {
+	s, comp := e.Subject, b.comp
+	if s.Commit != b.commit {
 		switch {
-		case at != "reviewed" && s.Commit == comp.Reviewed:
-			return fmt.Sprintf("about %s's reviewed source %s, not its signed head %s", comp.Name, short(s.Commit), short(commit))
-		case at == "reviewed" && s.Commit == comp.Head:
-			return fmt.Sprintf("about %s's signed head %s, not its reviewed source %s", comp.Name, short(s.Commit), short(commit))
+		case b.at != "reviewed" && s.Commit == comp.Reviewed:
+			return fmt.Sprintf("about %s's reviewed source %s, not its signed head %s", comp.Name, short(s.Commit), short(b.commit))
+		case b.at == "reviewed" && s.Commit == comp.Head:
+			return fmt.Sprintf("about %s's signed head %s, not its reviewed source %s", comp.Name, short(s.Commit), short(b.commit))
 		}
-		return fmt.Sprintf("other commit %s (release binds %s %s)", short(s.Commit), comp.Name, short(commit))
+		return fmt.Sprintf("other commit %s (release binds %s %s)", short(s.Commit), comp.Name, short(b.commit))
 	}
 	if s.Repository != comp.Repository {
 		return fmt.Sprintf("other repository %q (release binds %s to %q)", s.Repository, comp.Name, comp.Repository)
 	}
-	if tree != "" && s.Tree != tree {
-		return fmt.Sprintf("other tree %s (release binds %s)", short(s.Tree), short(tree))
+	if b.tree != "" && s.Tree != b.tree {
+		return fmt.Sprintf("other tree %s (release binds %s)", short(s.Tree), short(b.tree))
 	}
 	if s.Dirty {
 		return "dirty tree (uncommitted changes when it ran)"
 	}
-	for _, a := range artifacts {
-		want := ev.rel.Artifacts[a]
-		got, ok := s.Artifacts[a]
-		if !ok {
-			return fmt.Sprintf("does not carry artifact %s", a)
+	for _, a := range ev.bound {
+		if got, ok := s.Artifacts[a]; ok && got != ev.rel.Artifacts[a] {
+			return fmt.Sprintf("other artifact %s %s (release binds %s)", a, shortDigest(got), shortDigest(ev.rel.Artifacts[a]))
 		}
-		if got != want {
-			return fmt.Sprintf("other artifact %s %s (release binds %s)", a, shortDigest(got), shortDigest(want))
+	}
+	for _, a := range b.required {
+		if _, ok := s.Artifacts[a]; !ok {
+			return fmt.Sprintf("does not carry bound artifact %s (release binds %s)", a, shortDigest(ev.rel.Artifacts[a]))
 		}
 	}
 	return ""
@@ -387,8 +464,8 @@ func (b *baselines) add(e ledger.EvidenceEntry, reason string) {
 // sampleBaseline lists the newest runs of the gate's lane at other pins
 // (at most the baseline limit are read), for context: they never count.
 // keep, when non-nil, filters the records considered.
-func (ev *evaluator) sampleBaseline(g *Gate, comp Component, commit, tree string, bl *baselines, keep func(*ledger.Evidence) bool) error {
-	es, _, err := ev.evidence(ledger.EvidenceFilter{Lane: g.Lane, AsOfSize: ev.asOf, Limit: ev.baseLim})
+func (ev *evaluator) sampleBaseline(lane string, b binding, bl *baselines, keep func(*ledger.Evidence) bool) error {
+	es, _, err := ev.evidence(ledger.EvidenceFilter{Lane: lane, AsOfSize: ev.asOf, Limit: ev.baseLim})
 	if err != nil {
 		return err
 	}
@@ -396,7 +473,7 @@ func (ev *evaluator) sampleBaseline(g *Gate, comp Component, commit, tree string
 		if keep != nil && !keep(&e.Evidence) {
 			continue
 		}
-		if r := ev.pinMismatch(&e.Evidence, comp, g.At, commit, tree, g.Artifacts); r != "" {
+		if r := ev.pinMismatch(&e.Evidence, b); r != "" {
 			bl.add(e, r)
 		}
 	}

@@ -112,3 +112,55 @@ func ExampleVerifyVerdict() {
 	// 0.9.0-example false 1 <nil>
 	// true
 }
+
+// The counting rule: a failing run at the release's pins keeps the gate
+// failed even after a passing run, until a holder of the release's
+// approval role supersedes it with a reason; it is then baseline.
+func ExampleRecordSupersede() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "gates-example-")
+	defer os.RemoveAll(dir)
+	store, err := sqlite.Open(ctx, sqlite.Options{Path: filepath.Join(dir, "ledger.db")})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	rel, _ := gates.ParseRelease([]byte(exampleRelease + "approval_role: release-manager\n"))
+	if _, err := gates.Apply(ctx, store, rel); err != nil {
+		panic(err)
+	}
+	now := time.Now().UTC()
+	run := func(exact int, status ledger.Status) string {
+		ev, _ := json.Marshal(ledger.Evidence{
+			Lane:    "qmv-bias-sum/v1",
+			Subject: ledger.Subject{Repository: "mlx", Commit: "f8eec2476cdb5263fb6e2a19dd71f2c8b7c0a7d3", Tree: strings.Repeat("0", 40)},
+			Backend: ledger.BackendMetal, CasesExact: exact, CasesTotal: 216, Control: ledger.ControlCaught, Status: status,
+			StartedAt: now, FinishedAt: now.Add(time.Duration(exact) * time.Millisecond),
+		})
+		res, err := store.Append(ctx, []ledger.Record{{Kind: ledger.KindEvidence, Body: ev}}, "")
+		if err != nil {
+			panic(err)
+		}
+		return res.Entries[0].ID
+	}
+	failed := run(0, ledger.StatusFailed) // the host lost power mid-run
+	run(216, ledger.StatusPassed)
+	state := func() {
+		rd, _ := gates.Evaluate(ctx, store, rel, gates.EvalOptions{})
+		g := rd.Gates[0]
+		fmt.Printf("%s: %s (%d failing)\n", g.ID, g.State, len(g.Failing))
+		for _, b := range g.Baseline {
+			fmt.Println("  baseline:", b.Reason[strings.Index(b.Reason, "("):])
+		}
+	}
+	state()
+	rm := gates.Actor{Name: "dana", Roles: []string{"release-manager"}}
+	if _, _, err := gates.RecordSupersede(ctx, store, rel.Version, failed, "host lost power mid-run", rm, now); err != nil {
+		panic(err)
+	}
+	state()
+	// Output:
+	// qmv-discriminator: failed (1 failing)
+	// qmv-discriminator: passed (0 failing)
+	//   baseline: (dana, release-manager): host lost power mid-run
+}

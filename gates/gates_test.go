@@ -32,7 +32,7 @@ func TestLaneGate(t *testing.T) {
 		{"baseline other commit", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Commit, e.Subject.Tree = otherC, otherC })}, 0, "", StateOpen, "do not count", "other commit"},
 		{"reviewed source not head", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Commit = reviewedA })}, 0, "", StateOpen, "0 of 1", "reviewed source"},
 		{"one pin off: artifact", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts["lib"] = digestOld })}, 0, "", StateOpen, "0 of 1", "other artifact lib"},
-		{"one pin off: artifact missing", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts = nil })}, 0, "", StateOpen, "0 of 1", "does not carry artifact lib"},
+		{"one pin off: artifact missing", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Artifacts = nil })}, 0, "", StateOpen, "0 of 1", "does not carry bound artifact lib"},
 		{"one pin off: repository", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Repository = "github.com/attacker/mlx" })}, 0, "", StateOpen, "0 of 1", "other repository"},
 		{"one pin off: tree", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Tree = otherC })}, 0, "", StateOpen, "0 of 1", "other tree"},
 		{"one pin off: dirty", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Subject.Dirty = true })}, 0, "", StateOpen, "0 of 1", "dirty"},
@@ -41,7 +41,11 @@ func TestLaneGate(t *testing.T) {
 		{"control caught", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Control = ledger.ControlCaught })}, 0, "", StatePassed, "1 passing", ""},
 		{"control not caught", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Control, e.Status = ledger.ControlNotCaught, ledger.StatusInconclusive })}, 0, "", StateOpen, "0 of 1", "control not caught"},
 		{"no control", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.Control = ledger.ControlNone })}, 0, "", StateOpen, "0 of 1", "no negative control"},
-		{"failure at the pins", []ledger.Evidence{passing(lane), mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 156, ledger.StatusFailed; e.FailingCases = nil })}, 0, "", StateFailed, "156/216", "failed at the release's pins"},
+		// A failing run at the pins is listed as failing, not as
+		// baseline, and keeps the gate failed whatever came before or
+		// after it (CountingRule).
+		{"failure at the pins", []ledger.Evidence{passing(lane), mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 156, ledger.StatusFailed; e.FailingCases = nil })}, 0, "", StateFailed, "156/216", ""},
+		{"failure then a newer pass", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 156, ledger.StatusFailed; e.FailingCases = nil }), passing(lane)}, 0, "", StateFailed, "156/216", ""},
 		{"error status", []ledger.Evidence{mod(func(e *ledger.Evidence) { e.CasesExact, e.Status = 0, ledger.StatusError })}, 0, "", StateOpen, "0 of 1", "status error"},
 		{"min runs", []ledger.Evidence{passing(lane)}, 2, "", StateOpen, "1 of 2", ""},
 		{"min runs met", []ledger.Evidence{passing(lane), mod(func(e *ledger.Evidence) { e.Backend = ledger.BackendCPU })}, 2, "", StatePassed, "2 passing", ""},
@@ -64,6 +68,12 @@ func TestLaneGate(t *testing.T) {
 			}
 			if tc.want == StatePassed && len(g.Satisfying) == 0 {
 				t.Fatal("passed without satisfying evidence")
+			}
+			if (tc.want == StateFailed) != (len(g.Failing) > 0) || (len(g.Failing) > 0 && !strings.Contains(g.Failing[0].Reason, "failed at the release's pins")) {
+				t.Fatalf("state %s with failing %+v", g.State, g.Failing)
+			}
+			if g.Rule == "" || g.Rule != KindRule(KindLane) {
+				t.Fatalf("rule %q", g.Rule)
 			}
 			if tc.want == StateOpen && tc.minRuns < 2 && len(g.Satisfying) > 0 {
 				t.Fatalf("not passed but lists satisfying evidence %+v", g.Satisfying)
@@ -182,7 +192,12 @@ func TestSignedHeadsGate(t *testing.T) {
 		{"untrusted", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Decision = ledger.DecisionUntrusted }), goodB}, "", StateFailed, "decision untrusted"},
 		{"newest decides", []ledger.HeadVerification{good, goodB, with(func(h *ledger.HeadVerification) { h.Verdict = ledger.VerdictRevoked; h.VerifiedAt = t0.Add(time.Hour) })}, "", StateFailed, "revoked"},
 		{"other repository", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Repository = "github.com/attacker/core" }), goodB}, "", StateOpen, "not verified"},
-		{"tree pin differs", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Tree = otherC }), goodB}, "", StateFailed, "tree"},
+		// A verification at another tree is at other pins: baseline,
+		// like evidence at another tree (CountingRule).
+		{"tree pin differs", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Tree = otherC }), goodB}, "", StateOpen, "not verified"},
+		// Every verification at the pins counts, not only the newest: an
+		// older failure is not cleared by a newer good verification.
+		{"older failure is not cleared by a newer good one", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Decision = ledger.DecisionUntrusted }), goodB, with(func(h *ledger.HeadVerification) { h.VerifiedAt = t0.Add(time.Hour) })}, "", StateFailed, "decision untrusted"},
 		{"other policy", []ledger.HeadVerification{with(func(h *ledger.HeadVerification) { h.Policy = digestOld }), goodB}, digestLib, StateOpen, "not verified"},
 	}
 	for _, tc := range cases {
@@ -229,6 +244,26 @@ func treeEv(reviewed string, equivalent bool, outside []string, f func(*ledger.E
 	return e
 }
 
+// computed marks tree-equivalence evidence as the server's own computation
+// (ledger.TreeEquivalence.ComputedBy), the only kind the gate counts.
+func computed(e *ledger.Evidence) {
+	var d ledger.TreeEquivalence
+	if err := json.Unmarshal(e.Details, &d); err != nil {
+		panic(err)
+	}
+	d.ComputedBy = ledger.ComputedByServer
+	e.Details, _ = json.Marshal(d)
+}
+
+func treeComputed(reviewed string, equivalent bool, outside []string, f func(*ledger.Evidence)) ledger.Evidence {
+	return treeEv(reviewed, equivalent, outside, func(e *ledger.Evidence) {
+		computed(e)
+		if f != nil {
+			f(e)
+		}
+	})
+}
+
 func TestTreeEquivalenceGate(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -237,12 +272,18 @@ func TestTreeEquivalenceGate(t *testing.T) {
 		reason   string
 		baseline string
 	}{
-		{"satisfying", []ledger.Evidence{treeEv(reviewedA, true, []string{}, nil)}, StatePassed, "all 2", ""},
+		{"satisfying", []ledger.Evidence{treeComputed(reviewedA, true, []string{}, nil)}, StatePassed, "all 2", ""},
 		{"missing", nil, StateOpen, "1 of 2", ""},
-		{"other reviewed source", []ledger.Evidence{treeEv(otherC, true, nil, nil)}, StateOpen, "1 of 2", "compares against"},
-		{"one pin off: tree", []ledger.Evidence{treeEv(reviewedA, true, nil, func(e *ledger.Evidence) { e.Subject.Tree = otherC })}, StateOpen, "1 of 2", "other tree"},
-		{"one pin off: dirty", []ledger.Evidence{treeEv(reviewedA, true, nil, func(e *ledger.Evidence) { e.Subject.Dirty = true })}, StateOpen, "1 of 2", "dirty"},
-		{"differs outside pins", []ledger.Evidence{treeEv(reviewedA, false, []string{"Sources/Kernel.metal"}, nil)}, StateFailed, "Sources/Kernel.metal", "outside the pins"},
+		// A record token's own "equivalent": true is a claim: baseline.
+		{"posted claim", []ledger.Evidence{treeEv(reviewedA, true, []string{}, nil)}, StateOpen, "1 of 2", "claimed, not computed"},
+		{"other reviewed source", []ledger.Evidence{treeComputed(otherC, true, nil, nil)}, StateOpen, "1 of 2", "compares against"},
+		{"one pin off: tree", []ledger.Evidence{treeComputed(reviewedA, true, nil, func(e *ledger.Evidence) { e.Subject.Tree = otherC })}, StateOpen, "1 of 2", "other tree"},
+		{"one pin off: dirty", []ledger.Evidence{treeComputed(reviewedA, true, nil, func(e *ledger.Evidence) { e.Subject.Dirty = true })}, StateOpen, "1 of 2", "dirty"},
+		{"differs outside pins", []ledger.Evidence{treeComputed(reviewedA, false, []string{"Sources/Kernel.metal"}, nil)}, StateFailed, "Sources/Kernel.metal", ""},
+		// A newer equal computation does not clear an older difference.
+		{"older difference is not cleared", []ledger.Evidence{treeComputed(reviewedA, false, []string{"Sources/Kernel.metal"}, nil), treeComputed(reviewedA, true, []string{}, func(e *ledger.Evidence) { e.FinishedAt = e.FinishedAt.Add(time.Second) })}, StateFailed, "Sources/Kernel.metal", ""},
+		// A posted "differs" claim does not fail the gate either.
+		{"posted difference claim", []ledger.Evidence{treeEv(reviewedA, false, []string{"x"}, nil), treeComputed(reviewedA, true, []string{}, nil)}, StatePassed, "all 2", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

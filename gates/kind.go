@@ -31,6 +31,9 @@ type kindSpec struct {
 	validate func(g *Gate, f string) error
 	// evaluate computes the gate's state without waivers.
 	evaluate func(ev *evaluator, g *Gate) (GateResult, error)
+	// rule is CountingRule applied to the kind: which records pass and
+	// which fail, in words (shown beside the gate).
+	rule string
 }
 
 // kinds is every gate kind, in the order messages list them.

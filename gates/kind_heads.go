@@ -15,6 +15,9 @@ var signedHeadsKind = kindSpec{
 	name:     KindSignedHeads,
 	fields:   []string{"components"},
 	evaluate: (*evaluator).signedHeads,
+	rule: "Per component, every verification of the signed head at the pins (repository, release policy, tree) counts: " +
+		"any verdict other than good, or a decision other than trusted, keeps the gate failed until superseded or waived; " +
+		"otherwise a good and trusted verification passes. Unsigned heads and verifications that could not check the object leave it open.",
 }
 
 func headRef(h ledger.HeadEntry) EvidenceRef {
@@ -49,65 +52,89 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 	case len(t.failed) > 0:
 		res.State, res.Reason = StateFailed, strings.Join(t.failed, "; ")
 	case len(res.Missing) > 0:
-		res.State, res.Reason = StateOpen, fmt.Sprintf("%d of %d signed heads verified good and trusted; %d not verified yet, %d unsigned", len(res.Satisfying), n, t.notVerified, len(res.Missing)-t.notVerified)
+		res.State, res.Reason = StateOpen, fmt.Sprintf("%d of %d signed heads verified good and trusted; %d not verified yet, %d unsigned", n-len(res.Missing), n, t.notVerified, len(res.Missing)-t.notVerified)
 	default:
 		res.State, res.Reason = StatePassed, fmt.Sprintf("all %d signed heads verified good and trusted", n)
 	}
 	return res, nil
 }
 
-// headOf reads the verifications of c's head, newest first, to the first
-// one that applies (same repository, the release's policy): it decides.
-// The ones before it are listed as baseline.
+// headOf reads every verification of c's head. Those at other pins (other
+// repository, policy or tree), claims (headClaim) and superseded ones are
+// baseline; of the rest, any failing one fails c (CountingRule), else a
+// good and trusted one satisfies it.
 func (ev *evaluator) headOf(c Component, res *GateResult, t *headsTally) error {
-	var decided bool
+	var passing, failing []ledger.HeadEntry
+	unsigned := false
 	err := ev.forEachHead(ledger.HeadFilter{Commit: c.Head}, func(h ledger.HeadEntry) bool {
 		v := h.Head
 		if v.Commit != c.Head {
 			return true
 		}
-		if v.Repository != c.Repository {
-			res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: fmt.Sprintf("verified as repository %q, release binds %s to %q", v.Repository, c.Name, c.Repository)})
+		if r := ev.headExcluded(c, h); r != "" {
+			res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: r})
 			return true
 		}
-		if ev.rel.PolicyDigest != "" && v.Policy != ev.rel.PolicyDigest {
-			res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: fmt.Sprintf("verified under policy %s, release requires %s", shortDigest(v.Policy), shortDigest(ev.rel.PolicyDigest))})
-			return true
+		switch {
+		case v.Verdict == ledger.VerdictGood && v.Decision == ledger.DecisionTrusted:
+			passing = append(passing, h)
+		case v.Verdict == ledger.VerdictUnsigned:
+			// An unsigned head is not a bad signature: the gate stays open
+			// until the head is signed and verified again.
+			unsigned = true
+			res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "the head is unsigned"})
+		case v.Verdict == ledger.VerdictError:
+			res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "the verification could not check the object: " + v.Reason})
+		default:
+			failing = append(failing, h)
 		}
-		decided = true
-		judgeHead(c, h, res, t)
-		return false // the newest applicable verification decides
+		return true
 	})
 	if err != nil {
 		return err
 	}
-	if !decided {
+	switch {
+	case len(failing) > 0:
+		v := failing[0].Head
+		why := fmt.Sprintf("%s head %s: verdict %s, decision %s", c.Name, short(c.Head), v.Verdict, v.Decision)
+		if v.Reason != "" {
+			why += " (" + v.Reason + ")"
+		}
+		if len(failing) > 1 {
+			why += fmt.Sprintf(" and %d more failing verification(s)", len(failing)-1)
+		}
+		t.failed = append(t.failed, why)
+		for _, h := range failing {
+			res.Failing = append(res.Failing, FailingRef{EvidenceRef: headRef(h), Reason: fmt.Sprintf("verdict %s, decision %s at the release's pins", h.Head.Verdict, h.Head.Decision)})
+		}
+	case len(passing) > 0:
+		res.Satisfying = append(res.Satisfying, headRef(passing[0]))
+	case unsigned:
+		res.Missing = append(res.Missing, fmt.Sprintf("a signature on %s's head %s: it is unsigned (sign it, then `ledger verify head --record`)", c.Name, short(c.Head)))
+	default:
 		t.notVerified++
 		res.Missing = append(res.Missing, fmt.Sprintf("a verification of %s's signed head %s (%s) that is good and trusted", c.Name, c.Head, c.Repository))
 	}
 	return nil
 }
 
-// judgeHead records what the deciding verification h of c's head says.
-func judgeHead(c Component, h ledger.HeadEntry, res *GateResult, t *headsTally) {
+// headExcluded returns why verification h does not count for c: another
+// repository, policy or tree, a claim, or a supersede; "" when it counts.
+func (ev *evaluator) headExcluded(c Component, h ledger.HeadEntry) string {
 	v := h.Head
 	switch {
+	case v.Repository != c.Repository:
+		return fmt.Sprintf("verified as repository %q, release binds %s to %q", v.Repository, c.Name, c.Repository)
+	case ev.rel.PolicyDigest != "" && v.Policy != ev.rel.PolicyDigest:
+		return fmt.Sprintf("verified under policy %s, release requires %s", shortDigest(v.Policy), shortDigest(ev.rel.PolicyDigest))
 	case c.Tree != "" && v.Tree != "" && v.Tree != c.Tree:
-		t.failed = append(t.failed, fmt.Sprintf("%s: the verified head's tree %s is not the release's tree pin %s", c.Name, short(v.Tree), short(c.Tree)))
-		res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "tree differs from the release's tree pin"})
-	case v.Verdict == ledger.VerdictGood && v.Decision == ledger.DecisionTrusted:
-		res.Satisfying = append(res.Satisfying, headRef(h))
-	case v.Verdict == ledger.VerdictUnsigned:
-		// An unsigned head is not a bad signature: the gate stays open
-		// until the head is signed and verified again.
-		res.Missing = append(res.Missing, fmt.Sprintf("a signature on %s's head %s: it is unsigned (sign it, then `ledger verify head --record`)", c.Name, short(c.Head)))
-		res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "the head is unsigned"})
-	default:
-		why := fmt.Sprintf("%s head %s: verdict %s, decision %s", c.Name, short(c.Head), v.Verdict, v.Decision)
-		if v.Reason != "" {
-			why += " (" + v.Reason + ")"
-		}
-		t.failed = append(t.failed, why)
-		res.Baseline = append(res.Baseline, BaselineRef{EvidenceRef: headRef(h), Reason: "newest verification is not good and trusted"})
+		return fmt.Sprintf("the verified commit's tree %s is not the release's tree pin %s", short(v.Tree), short(c.Tree))
 	}
+	if r := headClaim(&v); r != "" {
+		return r
+	}
+	if r, ok := ev.supersededBy(h.ID); ok {
+		return r
+	}
+	return ""
 }

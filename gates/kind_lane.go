@@ -21,23 +21,24 @@ var laneKind = kindSpec{
 		return nil
 	},
 	evaluate: (*evaluator).lane,
+	rule: "At the pins, any run with status failed keeps the gate failed until superseded or waived; " +
+		"otherwise runs on the listed backends that are clean, all cases exact (and as many as cases, when set), " +
+		"control caught and fresh count toward min_runs. Inconclusive, error and partial runs are baseline.",
 }
 
 // laneTally is what the runs of a lane at a gate's commit show.
 type laneTally struct {
-	perBackend  map[string]int
-	failed      int
-	firstFailed ledger.EvidenceEntry // the newest failed run
+	perBackend map[string]int
+	failing    []FailingRef // newest first
 }
 
 func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 	var res GateResult
-	comp, _ := ev.rel.Component(g.Component)
-	commit, tree := ev.rel.commitFor(g)
+	b := ev.bindingOf(g)
 	bl := &baselines{limit: ev.baseLim}
 	t := laneTally{perBackend: map[string]int{}}
-	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: commit}, func(e ledger.EvidenceEntry) bool {
-		if r := ev.pinMismatch(&e.Evidence, comp, g.At, commit, tree, g.Artifacts); r != "" {
+	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: b.commit}, func(e ledger.EvidenceEntry) bool {
+		if r := ev.excluded(&e, b); r != "" {
 			bl.add(e, r)
 			return true
 		}
@@ -46,32 +47,31 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 			return true
 		}
 		r, failed := ev.quality(&e.Evidence, g, true)
-		if failed {
-			if t.failed == 0 {
-				t.firstFailed = e
+		switch {
+		case failed:
+			if len(t.failing) < 50 {
+				t.failing = append(t.failing, FailingRef{EvidenceRef: ref(e), Reason: r})
 			}
-			t.failed++
-		}
-		if r != "" {
+		case r != "":
 			bl.add(e, r)
-			return true
-		}
-		t.perBackend[string(e.Evidence.Backend)]++
-		if len(res.Satisfying) < 50 {
-			res.Satisfying = append(res.Satisfying, ref(e))
+		default:
+			t.perBackend[string(e.Evidence.Backend)]++
+			if len(res.Satisfying) < 50 {
+				res.Satisfying = append(res.Satisfying, ref(e))
+			}
 		}
 		return true
 	})
 	if err != nil {
 		return res, err
 	}
-	if err := ev.sampleBaseline(g, comp, commit, tree, bl, nil); err != nil {
+	if err := ev.sampleBaseline(g.Lane, b, bl, nil); err != nil {
 		return res, err
 	}
 	res.Baseline = bl.list
-	what := fmt.Sprintf("run of %s at %s %s %s", g.Lane, comp.Name, atName(g.At), short(commit))
-	if len(g.Artifacts) > 0 {
-		what += " with " + ev.artifactList(g.Artifacts)
+	what := fmt.Sprintf("run of %s at %s %s %s", g.Lane, b.comp.Name, atName(g.At), short(b.commit))
+	if len(b.required) > 0 {
+		what += " with " + ev.artifactList(b.required)
 	}
 	laneVerdict(&res, g, t, what, len(bl.list)+bl.more)
 	return res, nil
@@ -87,10 +87,10 @@ func laneVerdict(res *GateResult, g *Gate, t laneTally, what string, others int)
 		total += t.perBackend[b]
 	}
 	switch {
-	case t.failed > 0:
-		f := t.firstFailed
-		res.State = StateFailed
-		res.Reason = fmt.Sprintf("%d run(s) at the release's pins failed; newest %s on %s: %d/%d exact", t.failed, f.ID, f.Evidence.Backend, f.Evidence.CasesExact, f.Evidence.CasesTotal)
+	case len(t.failing) > 0:
+		f := t.failing[0]
+		res.State, res.Failing = StateFailed, t.failing
+		res.Reason = fmt.Sprintf("%d run(s) at the release's pins failed (each keeps the gate failed until superseded or waived); newest %s on %s: %s", len(t.failing), f.ID, f.Backend, f.Reason)
 		return
 	case g.AllBackends:
 		for _, b := range g.Backends {

@@ -20,6 +20,8 @@ var manualKind = kindSpec{
 		return nil
 	},
 	evaluate: func(ev *evaluator, g *Gate) (GateResult, error) { return ev.manual(g), nil },
+	rule: "A sign-off by a token holding the gate's role, for the current pins, passes; " +
+		"sign-offs by another role or for other pins are baseline. No record fails a manual gate.",
 }
 
 func (ev *evaluator) manual(g *Gate) GateResult {

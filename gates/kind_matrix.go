@@ -18,6 +18,9 @@ var matrixKind = kindSpec{
 	fields:   []string{"lane", "component", "at", "artifacts", "dimensions"},
 	validate: validateMatrix,
 	evaluate: (*evaluator).matrix,
+	rule: "Per cell, every run at the pins whose details carry the cell's values counts: " +
+		"any run with status failed keeps the cell, and the gate, failed until superseded or waived; " +
+		"otherwise the gate passes when every cell has a passing run (clean, all cases exact).",
 }
 
 // validateMatrix checks the dimensions: at least one, distinct names, each
@@ -46,13 +49,13 @@ func validateMatrix(g *Gate, f string) error {
 
 func (ev *evaluator) matrix(g *Gate) (GateResult, error) {
 	var res GateResult
-	comp, _ := ev.rel.Component(g.Component)
-	commit, tree := ev.rel.commitFor(g)
+	b := ev.bindingOf(g)
+	comp, commit := b.comp, b.commit
 	passing := map[string]ledger.EvidenceEntry{}
-	failing := map[string]ledger.EvidenceEntry{}
+	failing := map[string][]ledger.EvidenceEntry{}
 	bl := &baselines{limit: ev.baseLim}
 	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: commit}, func(e ledger.EvidenceEntry) bool {
-		if r := ev.pinMismatch(&e.Evidence, comp, g.At, commit, tree, g.Artifacts); r != "" {
+		if r := ev.excluded(&e, b); r != "" {
 			bl.add(e, r)
 			return true
 		}
@@ -83,9 +86,7 @@ func (ev *evaluator) matrix(g *Gate) (GateResult, error) {
 		r, failed := ev.quality(&e.Evidence, g, false)
 		switch {
 		case failed:
-			if _, ok := failing[k]; !ok {
-				failing[k] = e
-			}
+			failing[k] = append(failing[k], e)
 		case r != "":
 			bl.add(e, k+": "+r)
 		default:
@@ -98,15 +99,23 @@ func (ev *evaluator) matrix(g *Gate) (GateResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := ev.sampleBaseline(g, comp, commit, tree, bl, nil); err != nil {
+	if err := ev.sampleBaseline(g.Lane, b, bl, nil); err != nil {
 		return res, err
 	}
 	var failedCells []string
 	total := 0
 	eachCell(g.Dimensions, func(cell string) {
 		total++
-		if e, ok := failing[cell]; ok {
+		if fs := failing[cell]; len(fs) > 0 {
+			e := fs[0]
 			failedCells = append(failedCells, fmt.Sprintf("%s (%s: %d/%d exact)", cell, e.ID, e.Evidence.CasesExact, e.Evidence.CasesTotal))
+			for _, f := range fs {
+				if len(res.Failing) < 200 {
+					r := ref(f)
+					r.Summary = cell + ": " + r.Summary
+					res.Failing = append(res.Failing, FailingRef{EvidenceRef: r, Reason: fmt.Sprintf("cell %s failed at the release's pins: %d/%d exact", cell, f.Evidence.CasesExact, f.Evidence.CasesTotal)})
+				}
+			}
 			return
 		}
 		if e, ok := passing[cell]; ok {

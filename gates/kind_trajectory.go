@@ -34,6 +34,9 @@ var trajectoryKind = kindSpec{
 		return nil
 	},
 	evaluate: (*evaluator).trajectory,
+	rule: "Every run at the pins of a listed trajectory, mode and backend counts, not only the newest: " +
+		"any run whose tokens differ from the base run (the newest of the first mode/backend) keeps the gate failed until superseded or waived; " +
+		"otherwise the gate passes when every mode/backend has a run. Runs with status error are baseline.",
 }
 
 // Divergence describes where two trajectories first differ.
@@ -48,6 +51,10 @@ type Divergence struct {
 	Index  int    `json:"index"`
 	TokenA *int64 `json:"token_a,omitempty"`
 	TokenB *int64 `json:"token_b,omitempty"`
+	// AID and BID are the evidence ids of the two runs: the divergent
+	// pair.
+	AID string `json:"a_id,omitempty"`
+	BID string `json:"b_id,omitempty"`
 }
 
 // String describes the divergence: "gemma: automatic/paged differs from
@@ -68,29 +75,28 @@ func (d Divergence) String() string {
 	return fmt.Sprintf("%s: %s differs from %s at index %d (%s)", d.Trajectory, d.B, d.A, d.Index, toks)
 }
 
-// cellRun is the newest counting run of one trajectory, mode and backend.
+// cellRun is one counting run of one trajectory, mode and backend.
 type cellRun struct {
 	e      ledger.EvidenceEntry
 	tokens []int64
 }
 
-// trajectoryCells are a trajectory gate's newest runs by (trajectory,
-// mode, backend).
-type trajectoryCells map[[3]string]cellRun
+// trajectoryCells are a trajectory gate's counting runs by (trajectory,
+// mode, backend), newest first.
+type trajectoryCells map[[3]string][]cellRun
 
 func (ev *evaluator) trajectory(g *Gate) (GateResult, error) {
 	var res GateResult
-	comp, _ := ev.rel.Component(g.Component)
-	commit, _ := ev.rel.commitFor(g)
+	b := ev.bindingOf(g)
 	modes, backends := orBlank(g.Modes), orBlank(g.Backends)
 	bl := &baselines{limit: ev.baseLim}
-	cells, err := ev.trajectoryRuns(g, comp, modes, backends, bl)
+	cells, err := ev.trajectoryRuns(g, b, modes, backends, bl)
 	if err != nil {
 		return res, err
 	}
 	var divs []Divergence
 	for _, t := range g.Trajectories {
-		divs = append(divs, cells.compare(&res, t, modes, backends, fmt.Sprintf("at %s %s", comp.Name, short(commit)))...)
+		divs = append(divs, cells.compare(&res, t, modes, backends, fmt.Sprintf("at %s %s", b.comp.Name, short(b.commit)))...)
 	}
 	res.Baseline = bl.list
 	switch {
@@ -98,8 +104,15 @@ func (ev *evaluator) trajectory(g *Gate) (GateResult, error) {
 		res.State = StateFailed
 		d := divs[0]
 		res.Divergence = &d
+		// The runs compared are not satisfying evidence of a failed
+		// gate: the divergent runs are listed as failing instead.
+		res.Satisfying = nil
 		var parts []string
-		for _, d := range divs {
+		for i, d := range divs {
+			if i == 8 {
+				parts = append(parts, fmt.Sprintf("and %d more divergent run(s)", len(divs)-i))
+				break
+			}
 			parts = append(parts, d.String())
 		}
 		res.Reason = strings.Join(parts, "; ")
@@ -119,20 +132,19 @@ func orBlank(labels []string) []string {
 	return labels
 }
 
-// trajectoryRuns reads the gate's evidence at its commit and keeps the
-// newest counting run of every wanted cell; the rest of the gate's
-// trajectories go to bl with the reason.
-func (ev *evaluator) trajectoryRuns(g *Gate, comp Component, modes, backends []string, bl *baselines) (trajectoryCells, error) {
-	commit, tree := ev.rel.commitFor(g)
+// trajectoryRuns reads the gate's evidence at its commit and keeps every
+// counting run of every wanted cell; the rest of the gate's trajectories
+// go to bl with the reason.
+func (ev *evaluator) trajectoryRuns(g *Gate, b binding, modes, backends []string, bl *baselines) (trajectoryCells, error) {
 	cells := trajectoryCells{}
-	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: commit}, func(e ledger.EvidenceEntry) bool {
+	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: b.commit}, func(e ledger.EvidenceEntry) bool {
 		d, err := ledger.DecodeTrajectory(e.Evidence.Details)
 		switch {
 		case err != nil:
 			bl.add(e, "details lack trajectory/mode/backend/tokens (see ledger.Trajectory)")
 		case !slices.Contains(g.Trajectories, d.Name):
 		default:
-			if r := ev.pinMismatch(&e.Evidence, comp, g.At, commit, tree, g.Artifacts); r != "" {
+			if r := ev.excluded(&e, b); r != "" {
 				bl.add(e, r)
 				break
 			}
@@ -144,25 +156,25 @@ func (ev *evaluator) trajectoryRuns(g *Gate, comp Component, modes, backends []s
 				break
 			}
 			k := [3]string{d.Name, d.Mode, d.Backend}
-			if _, ok := cells[k]; !ok {
-				cells[k] = cellRun{e, d.Tokens}
-			}
+			cells[k] = append(cells[k], cellRun{e, d.Tokens})
 		}
 		return true
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = ev.sampleBaseline(g, comp, commit, tree, bl, func(e *ledger.Evidence) bool {
+	err = ev.sampleBaseline(g.Lane, b, bl, func(e *ledger.Evidence) bool {
 		d, err := ledger.DecodeTrajectory(e.Details)
 		return err == nil && slices.Contains(g.Trajectories, d.Name)
 	})
 	return cells, err
 }
 
-// compare lists trajectory t's runs in res (satisfying or missing, where
-// names the commit) and returns how each differs from the first one
-// present, in backend-major order.
+// compare lists trajectory t's runs in res (the newest of each cell as
+// satisfying, cells without runs as missing, where names the commit) and
+// returns how every counting run differs from the base run (the newest of
+// the first cell present, in backend-major order); each divergent run is
+// also listed in res.Failing with the base run as its pair.
 func (cells trajectoryCells) compare(res *GateResult, t string, modes, backends []string, where string) []Divergence {
 	label := func(m, b string) string { return strings.Trim(m+"/"+b, "/") }
 	var divs []Divergence
@@ -170,20 +182,32 @@ func (cells trajectoryCells) compare(res *GateResult, t string, modes, backends 
 	var baseLabel string
 	for _, b := range backends {
 		for _, m := range modes {
-			c, ok := cells[[3]string{t, m, b}]
-			if !ok {
+			runs := cells[[3]string{t, m, b}]
+			if len(runs) == 0 {
 				res.Missing = append(res.Missing, fmt.Sprintf("trajectory %s mode %s backend %s %s", t, m, b, where))
 				continue
 			}
-			r := ref(c.e)
-			r.Summary = fmt.Sprintf("%s %s: %d tokens", t, label(m, b), len(c.tokens))
-			res.Satisfying = append(res.Satisfying, r)
-			if base == nil {
-				base, baseLabel = &c, label(m, b)
-				continue
+			r := ref(runs[0].e)
+			r.Summary = fmt.Sprintf("%s %s: %d tokens", t, label(m, b), len(runs[0].tokens))
+			if len(runs) > 1 {
+				r.Summary += fmt.Sprintf(" (%d runs, all compared)", len(runs))
 			}
-			if i := ledger.FirstDivergence(base.tokens, c.tokens); i != ledger.NoDivergence {
-				divs = append(divs, Divergence{Trajectory: t, A: baseLabel, B: label(m, b), Index: i, TokenA: ledger.TokenAt(base.tokens, i), TokenB: ledger.TokenAt(c.tokens, i)})
+			res.Satisfying = append(res.Satisfying, r)
+			for i := range runs {
+				c := &runs[i]
+				if base == nil {
+					base, baseLabel = c, label(m, b)
+					continue
+				}
+				at := ledger.FirstDivergence(base.tokens, c.tokens)
+				if at == ledger.NoDivergence {
+					continue
+				}
+				d := Divergence{Trajectory: t, A: baseLabel, B: label(m, b), Index: at, TokenA: ledger.TokenAt(base.tokens, at), TokenB: ledger.TokenAt(c.tokens, at), AID: base.e.ID, BID: c.e.ID}
+				divs = append(divs, d)
+				f := FailingRef{EvidenceRef: ref(c.e), Reason: d.String(), Trajectory: t, Pair: base.e.ID}
+				f.Summary = fmt.Sprintf("%s %s: %d tokens", t, label(m, b), len(c.tokens))
+				res.Failing = append(res.Failing, f)
 			}
 		}
 	}

@@ -21,6 +21,9 @@ var treeEquivalenceKind = kindSpec{
 	fields:      []string{"components", "lane"},
 	defaultLane: DefaultTreeEquivalenceLane,
 	evaluate:    (*evaluator).treeEquivalence,
+	rule: "Per component, only tree checks the server computed at the signed head (and its tree pin) against the reviewed source count; " +
+		"posted claims are baseline. Any computed check showing a path that differs outside the pins keeps the gate failed until superseded or waived; " +
+		"otherwise a computed check finding them equal passes. A head that is the reviewed commit needs none.",
 }
 
 func (ev *evaluator) treeEquivalence(g *Gate) (GateResult, error) {
@@ -52,44 +55,64 @@ func (ev *evaluator) treeEquivalence(g *Gate) (GateResult, error) {
 	return res, nil
 }
 
-// treeOf reads the tree-equivalence evidence about c's signed head, newest
-// first, to the first record at the release's pins that decides
-// (ledger.JudgeTreeEquivalence). It adds to res and returns why c fails,
-// or "".
+// treeOf reads every tree-equivalence record about c's signed head. Those
+// at other pins, claims (treeClaim), superseded ones and those comparing
+// against another commit are baseline; of the rest, any that shows a
+// difference outside the pins fails c (CountingRule), else an equal one
+// satisfies it. It adds to res and returns why c fails, or "".
 func (ev *evaluator) treeOf(g *Gate, c Component, res *GateResult) (string, error) {
 	bl := &baselines{limit: ev.baseLim}
-	var decided bool
-	var failed string
+	b := headBinding(c)
+	var equal *ledger.EvidenceEntry
+	var failing []FailingRef
+	var outside []string
 	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: c.Head}, func(e ledger.EvidenceEntry) bool {
-		if r := ev.pinMismatch(&e.Evidence, c, "head", c.Head, c.Tree, nil); r != "" {
+		if r := ev.excluded(&e, b); r != "" {
+			bl.add(e, r)
+			return true
+		}
+		if r := treeClaim(&e.Evidence); r != "" {
 			bl.add(e, r)
 			return true
 		}
 		f := ledger.JudgeTreeEquivalence(&e.Evidence, c.Reviewed)
-		if !f.Decides {
+		switch {
+		case !f.Decides:
 			bl.add(e, f.Why)
-			return true
+		case f.Equal:
+			if equal == nil {
+				equal = &e
+			}
+		default:
+			r := "shows a difference outside the pins"
+			if len(f.Details.OutsidePins) > 0 {
+				r += ": " + strings.Join(f.Details.OutsidePins, ", ")
+				if outside == nil {
+					outside = f.Details.OutsidePins
+				}
+			}
+			failing = append(failing, FailingRef{EvidenceRef: ref(e), Reason: r})
 		}
-		decided = true
-		if f.Equal {
-			r := ref(e)
-			r.Summary = fmt.Sprintf("%s: head %s equals reviewed %s apart from pins", c.Name, short(c.Head), short(c.Reviewed))
-			res.Satisfying = append(res.Satisfying, r)
-			return false
-		}
-		failed = fmt.Sprintf("%s: head %s differs from reviewed %s", c.Name, short(c.Head), short(c.Reviewed))
-		if len(f.Details.OutsidePins) > 0 {
-			failed += " outside its pins: " + strings.Join(f.Details.OutsidePins, ", ")
-		}
-		bl.add(e, "shows a difference outside the pins")
-		return false // the newest applicable record decides
+		return true
 	})
 	if err != nil {
 		return "", err
 	}
 	res.Baseline = append(res.Baseline, bl.list...)
-	if !decided {
-		res.Missing = append(res.Missing, fmt.Sprintf("%s evidence that %s's signed head %s equals reviewed source %s apart from its pins", g.Lane, c.Name, short(c.Head), short(c.Reviewed)))
+	switch {
+	case len(failing) > 0:
+		res.Failing = append(res.Failing, failing...)
+		why := fmt.Sprintf("%s: head %s differs from reviewed %s", c.Name, short(c.Head), short(c.Reviewed))
+		if len(outside) > 0 {
+			why += " outside its pins: " + strings.Join(outside, ", ")
+		}
+		return why, nil
+	case equal != nil:
+		r := ref(*equal)
+		r.Summary = fmt.Sprintf("%s: head %s equals reviewed %s apart from pins (computed by the server)", c.Name, short(c.Head), short(c.Reviewed))
+		res.Satisfying = append(res.Satisfying, r)
+	default:
+		res.Missing = append(res.Missing, fmt.Sprintf("a server-computed %s check that %s's signed head %s equals reviewed source %s apart from its pins", g.Lane, c.Name, short(c.Head), short(c.Reviewed)))
 	}
-	return failed, nil
+	return "", nil
 }

@@ -167,7 +167,10 @@ type Signoff struct {
 
 // Approval is the body of the final release approval (ledger.KindApproval
 // with Type "approval"). It names the readiness verdict it was granted on:
-// the checkpoint and the SHA-256 of the verdict's canonical text.
+// the checkpoint, the SHA-256 of the verdict's canonical text and the
+// verdict's Decision with its digest. A verdict at a later checkpoint whose
+// decision differs lists the approval as stale (ApprovalState): it no
+// longer counts.
 type Approval struct {
 	Version       string        `json:"version"`
 	Type          string        `json:"type"` // "approval"
@@ -177,7 +180,10 @@ type Approval struct {
 	ReleaseEntry  string        `json:"release_entry"`
 	Checkpoint    CheckpointRef `json:"checkpoint"`
 	VerdictSHA256 string        `json:"verdict_sha256"`
-	CreatedAt     time.Time     `json:"created_at"`
+	// Decision and DecisionDigest (Decision.Digest) are what was approved.
+	Decision       *Decision `json:"decision,omitempty"`
+	DecisionDigest string    `json:"decision_digest,omitempty"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // The Type values of approval-kind records.
@@ -278,8 +284,9 @@ func RecordApproval(ctx context.Context, store Approver, version, note string, b
 	if !rd.Ready {
 		return Approval{}, ledger.Entry{}, &sv, &ledger.Error{Code: ledger.CodePrecondition, Message: "release " + version + " is not ready: " + strings.Join(rd.Blockers(), "; ")}
 	}
+	d := rd.Decision()
 	a := Approval{Version: version, Type: TypeApproval, Author: by.Name, Note: strings.TrimSpace(note), PinsDigest: rd.PinsDigest,
-		ReleaseEntry: rd.Release.ID, Checkpoint: rd.Checkpoint, VerdictSHA256: sv.TextSHA256(), CreatedAt: now.UTC()}
+		ReleaseEntry: rd.Release.ID, Checkpoint: rd.Checkpoint, VerdictSHA256: sv.TextSHA256(), Decision: &d, DecisionDigest: d.Digest(), CreatedAt: now.UTC()}
 	body, _ := json.Marshal(a)
 	e, err := appendOne(ctx, store, ledger.KindApproval, body)
 	return a, e, &sv, err

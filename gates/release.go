@@ -56,7 +56,10 @@ type Release struct {
 // tree ids: optional because trees are not always published (the reference
 // release publishes commits only); when given, evidence must carry the same
 // tree. Pins are path globs (path.Match syntax) of dependency pins, the only
-// paths allowed to differ between head and reviewed source.
+// paths allowed to differ between head and reviewed source. Artifacts names
+// the release's bound artifacts built from this component: evidence for
+// every lane, trajectory and matrix gate of the component must carry each
+// of them at its bound digest, unless the gate lists its own artifacts.
 type Component struct {
 	Name         string   `yaml:"name" json:"name"`
 	Repository   string   `yaml:"repository" json:"repository"`
@@ -67,6 +70,7 @@ type Component struct {
 	Tree         string   `yaml:"tree,omitempty" json:"tree,omitempty"`
 	ReviewedTree string   `yaml:"reviewed_tree,omitempty" json:"reviewed_tree,omitempty"`
 	Pins         []string `yaml:"pins,omitempty" json:"pins,omitempty"`
+	Artifacts    []string `yaml:"artifacts,omitempty" json:"artifacts,omitempty"`
 }
 
 // Dimension is one axis of a matrix gate: evidence details must carry
@@ -86,7 +90,9 @@ type Dimension struct {
 //	matrix:           lane, component, at, artifacts, dimensions
 //	manual:           role
 //
-// A field set on a kind that does not use it is an error.
+// A field set on a kind that does not use it is an error. Artifacts, when
+// set, are the bound artifacts the gate is about instead of its
+// component's; every bound artifact's digest binds every gate regardless.
 type Gate struct {
 	ID          string `yaml:"id" json:"id"`
 	Kind        string `yaml:"kind" json:"kind"`
@@ -271,6 +277,13 @@ func (r *Release) validate() error {
 			return ledger.FieldError("artifacts."+name, "digest must be sha256:<64 lowercase hex>, got %q", d)
 		}
 	}
+	for i, c := range r.Components {
+		for j, a := range c.Artifacts {
+			if _, ok := r.Artifacts[a]; !ok {
+				return ledger.FieldError(fmt.Sprintf("components[%d].artifacts[%d]", i, j), "artifact %q is not bound by the release (artifacts:)", a)
+			}
+		}
+	}
 	if r.PolicyDigest != "" && !ledger.ValidDigest(r.PolicyDigest) {
 		return ledger.FieldError("policy_digest", "must be sha256:<64 lowercase hex>, got %q", r.PolicyDigest)
 	}
@@ -320,11 +333,13 @@ type pinComponent struct {
 	Tree         string   `json:"tree"`
 	ReviewedTree string   `json:"reviewed_tree"`
 	Pins         []string `json:"pins"`
+	Artifacts    []string `json:"artifacts,omitempty"`
 }
 
 // PinsDigest returns "sha256:<hex>" of the canonical JSON of the release's
 // pins: version, each component's (name, repository, reviewed, head, tree,
-// reviewed_tree, pins) sorted by name, artifacts and policy digest. Gates
+// reviewed_tree, pins, and the artifacts built from it when it lists any)
+// sorted by name, artifacts and policy digest. Gates
 // and titles are not pins: redefining gates keeps waivers and sign-offs,
 // changing any pin lapses them.
 func (r *Release) PinsDigest() string {
@@ -335,7 +350,12 @@ func (r *Release) PinsDigest() string {
 	for _, c := range r.Components {
 		pins := append([]string{}, c.Pins...)
 		sort.Strings(pins)
-		v.Components = append(v.Components, pinComponent{c.Name, c.Repository, c.Reviewed, c.Head, c.Tree, c.ReviewedTree, pins})
+		var arts []string
+		if len(c.Artifacts) > 0 {
+			arts = append(arts, c.Artifacts...)
+			sort.Strings(arts)
+		}
+		v.Components = append(v.Components, pinComponent{c.Name, c.Repository, c.Reviewed, c.Head, c.Tree, c.ReviewedTree, pins, arts})
 	}
 	sort.Slice(v.Components, func(i, j int) bool { return v.Components[i].Name < v.Components[j].Name })
 	b, err := ledger.CanonicalBody(v)

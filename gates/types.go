@@ -31,10 +31,21 @@ type EvidenceRef struct {
 
 // BaselineRef is evidence for the same lane that does not count for this
 // release, with the reason (older artifact, other commit, dirty tree, other
-// backend, control not caught).
+// backend, control not caught, claimed rather than computed, superseded).
 type BaselineRef struct {
 	EvidenceRef
 	Reason string `json:"reason"`
+}
+
+// FailingRef is a record at the release's exact pins that keeps its gate
+// failed (see CountingRule) until it is superseded or the gate is waived,
+// with why it fails. For a trajectory run, Trajectory names it and Pair is
+// the id of the run it was compared with: the two are the divergent pair.
+type FailingRef struct {
+	EvidenceRef
+	Reason     string `json:"reason"`
+	Trajectory string `json:"trajectory,omitempty"`
+	Pair       string `json:"pair,omitempty"`
 }
 
 // WaiverInfo is an applicable (or recently lapsed) waiver shown with a gate.
@@ -52,15 +63,20 @@ type WaiverInfo struct {
 // GateResult is one gate's evaluated state with its reason, the evidence
 // that satisfies it and what is missing.
 type GateResult struct {
-	ID         string        `json:"id"`
-	Kind       string        `json:"kind"`
-	Title      string        `json:"title,omitempty"`
-	State      State         `json:"state"`
-	Reason     string        `json:"reason"`
+	ID     string `json:"id"`
+	Kind   string `json:"kind"`
+	Title  string `json:"title,omitempty"`
+	State  State  `json:"state"`
+	Reason string `json:"reason"`
+	// Rule is the kind's counting rule in words (CountingRule).
+	Rule       string        `json:"rule,omitempty"`
 	Satisfying []EvidenceRef `json:"satisfying,omitempty"`
-	Missing    []string      `json:"missing,omitempty"`
-	Baseline   []BaselineRef `json:"baseline,omitempty"`
-	Waivers    []WaiverInfo  `json:"waivers,omitempty"`
+	// Failing are the records at the exact pins that keep the gate
+	// failed; none when it is not failed by evidence.
+	Failing  []FailingRef  `json:"failing,omitempty"`
+	Missing  []string      `json:"missing,omitempty"`
+	Baseline []BaselineRef `json:"baseline,omitempty"`
+	Waivers  []WaiverInfo  `json:"waivers,omitempty"`
 	// Divergence is set by trajectory gates: the first divergent zero-based
 	// index and both tokens.
 	Divergence *Divergence `json:"divergence,omitempty"`

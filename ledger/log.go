@@ -22,12 +22,15 @@ const (
 	KindRelease  Kind = "release"  // a release (re)definition
 	KindWaiver   Kind = "waiver"   // a waiver of one gate for one release's pins
 	KindApproval Kind = "approval" // a release approval
+	// KindSupersede retracts one evidence or head record for one release's
+	// pins (an infrastructure fault, say): attributed and reasoned.
+	KindSupersede Kind = "supersede"
 )
 
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede:
 		return true
 	}
 	return false
@@ -176,7 +179,7 @@ type ConsistencyProof struct {
 
 // EntryKey returns the index key of a body of kind k: the lane for
 // evidence, the repository for heads, the "version" field for releases,
-// waivers and approvals. It returns "" when the body has no such field.
+// waivers, approvals and supersedes. It returns "" when the body has no such field.
 func EntryKey(k Kind, body []byte) string {
 	var probe struct {
 		Lane       string `json:"lane"`

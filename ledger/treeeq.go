@@ -19,13 +19,26 @@ const TreeEquivalenceLane = "tree-equivalence/v1"
 // equivalent); Differences counts every differing path, in the pins or not.
 //
 //	{"reviewed": "<commit>", "equivalent": true, "outside_pins": [], "pins": ["Package.resolved"], "differences": 1}
+//
+// ComputedBy is ComputedByServer only in records the server appended after
+// hashing the objects and walking both trees itself; POST /api/v1/evidence
+// refuses details that carry the member at all, so a record token cannot
+// set it. Gates count only computed records (see package gates).
 type TreeEquivalence struct {
 	Reviewed    string   `json:"reviewed"`
 	Equivalent  *bool    `json:"equivalent"`
 	OutsidePins []string `json:"outside_pins"`
 	Pins        []string `json:"pins"`
 	Differences int      `json:"differences"`
+	ComputedBy  string   `json:"computed_by,omitempty"`
 }
+
+// ComputedByServer is the TreeEquivalence.ComputedBy value of a verdict the
+// server computed from bytes it hashed itself.
+const ComputedByServer = "server"
+
+// ComputedByField is the details member that carries ComputedBy.
+const ComputedByField = "computed_by"
 
 // DecodeTreeEquivalence decodes the Details of tree-equivalence evidence:
 // a JSON object with a non-empty "reviewed" string and a boolean

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
 )
@@ -178,6 +179,16 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 	}
 	recs := make([]ledger.Record, len(raws))
 	for i, raw := range raws {
+		// Members only the server sets (a computed tree verdict) are
+		// refused whole: a posted verdict is a claim (TRUST.md rule 1).
+		prefix := ""
+		if !single {
+			prefix = fmt.Sprintf("[%d].", i)
+		}
+		if err := gates.RefuseServerMarkers(raw, prefix); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
 	}
 	res, err := s.store.Append(r.Context(), recs, r.Header.Get("Idempotency-Key"))

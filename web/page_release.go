@@ -41,8 +41,8 @@ func (s *Server) releaseSummaries(ctx context.Context) ([]ReleaseSummary, error)
 }
 
 // componentRow is one component of the release page with the newest
-// signature verification of its signed head and the newest tree-equivalence
-// evidence for it.
+// signature verification of its signed head and the newest server-computed
+// tree-equivalence evidence for it.
 type componentRow struct {
 	gates.Component
 	Verified *ledger.HeadEntry // nil: not verified yet
@@ -55,17 +55,40 @@ type componentRow struct {
 // releasePage is the data of /releases/{version}.
 type releasePage struct {
 	pageBase
-	Rel        *gates.Release
-	Entry      ledger.Entry
-	R          *gates.Readiness
+	Rel   *gates.Release
+	Entry ledger.Entry
+	R     *gates.Readiness
+	// Gates are R's gates in the order reviewers need them: failed, open,
+	// waived, passed (the release's order within a state).
+	Gates []gates.GateResult
+	// Rule is the counting rule every gate follows (gates.CountingRule).
+	Rule       string
 	Components []componentRow
 	Artifacts  []kv
 	Waivers    []gates.WaiverInfo
-	Approvals  []gates.Approval
 	Signoffs   []gates.Signoff
 	Manual     []string // ids of manual gates (sign-off form)
-	Forms      releaseForms
-	Done       string // "waiver", "signoff" or "approval" after a successful form post
+	// Failing are the records that keep a gate failed (supersede form).
+	Failing []failingOption
+	Forms   releaseForms
+	Done    string // "waiver", "signoff", "approval" or "supersede" after a successful form post
+}
+
+// failingOption is one record the supersede form offers: its id, the gate
+// it fails and its summary.
+type failingOption struct {
+	ID, Gate, Summary string
+}
+
+// attentionOrder ranks gate states for the board: what needs a reviewer
+// first.
+var attentionOrder = map[gates.State]int{gates.StateFailed: 0, gates.StateOpen: 1, gates.StateWaived: 2, gates.StatePassed: 3}
+
+// byAttention returns gs sorted failed, open, waived, passed, stably.
+func byAttention(gs []gates.GateResult) []gates.GateResult {
+	out := append([]gates.GateResult(nil), gs...)
+	sort.SliceStable(out, func(i, j int) bool { return attentionOrder[out[i].State] < attentionOrder[out[j].State] })
+	return out
 }
 
 // Passed, Failed, Open and Waived are the gate counts by state.
@@ -91,10 +114,19 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 		Rel:       rel,
 		Entry:     entry,
 		R:         rd,
+		Gates:     byAttention(rd.Gates),
+		Rule:      gates.CountingRule,
 		Artifacts: sortedKV(rel.Artifacts),
 	}
-	for _, g := range rd.Gates {
+	seen := map[string]bool{}
+	for _, g := range p.Gates {
 		p.Waivers = append(p.Waivers, g.Waivers...)
+		for _, f := range g.Failing {
+			if f.ID != "" && !seen[f.ID] {
+				seen[f.ID] = true
+				p.Failing = append(p.Failing, failingOption{ID: f.ID, Gate: g.ID, Summary: f.Summary})
+			}
+		}
 	}
 	sort.SliceStable(p.Waivers, func(i, j int) bool { return p.Waivers[i].CreatedAt.After(p.Waivers[j].CreatedAt) })
 	for _, g := range rel.Gates {
@@ -102,7 +134,9 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 			p.Manual = append(p.Manual, g.ID)
 		}
 	}
-	if p.Approvals, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
+	// Final approvals are shown from the verdict (R.Approvals), each
+	// current or stale; sign-offs are read here.
+	if _, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
 		return nil, err
 	}
 	treeLane := gates.DefaultTreeEquivalenceLane
@@ -126,6 +160,9 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 				return nil, err
 			}
 			for i := range es {
+				if gates.TreeClaim(&es[i].Evidence) != "" {
+					continue // a posted claim is not shown as the comparison
+				}
 				f := ledger.JudgeTreeEquivalence(&es[i].Evidence, c.Reviewed)
 				if !f.Decides {
 					continue
@@ -139,9 +176,12 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 	return p, nil
 }
 
-// pageRelease is GET /releases/{version}: the gate board (state as colour
-// and word, reason, satisfying evidence, what is missing, baseline evidence
-// with why it does not count, waivers), the components with their signed
+// pageRelease is GET /releases/{version}: the gate board, failed and open
+// gates first (state as colour and word, reason, the kind's counting rule,
+// the failing records with a link to a trajectory's divergent pair,
+// satisfying evidence, what is missing, baseline evidence with why it does
+// not count, shown without a click, waivers), approvals current or stale,
+// the components with their signed
 // heads and tree equivalence, the bound artifacts, approvals and the forms
 // to waive, sign off and approve.
 func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +191,7 @@ func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch d := r.URL.Query().Get("done"); d {
-	case "waiver", "signoff", "approval":
+	case "waiver", "signoff", "approval", "supersede":
 		p.Done = d
 	}
 	p.Forms = s.releaseForms(w, r, p.Rel.Version, formValues{})

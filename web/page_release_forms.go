@@ -16,12 +16,12 @@ import (
 )
 
 // The release page's state-changing forms (waiver, manual sign-off, final
-// approval) post to HTML handlers here (routes.go routes them). Each needs
-// two things:
+// approval, supersede of a failing record) post to HTML handlers here
+// (routes.go routes them). Each needs two things:
 //
 //   - an API token typed into the form's password field, authenticated like
-//     a bearer token (waivers and approvals need scope admin, sign-offs
-//     scope record; gates checks the roles), so a form can do nothing the
+//     a bearer token (waivers, approvals and supersedes need scope admin,
+//     sign-offs scope record; gates checks the roles), so a form can do nothing the
 //     token could not do through the API;
 //   - a CSRF token: a signed double-submit cookie (OWASP "signed double
 //     submit cookie"). The browser holds a random HttpOnly, SameSite=Strict
@@ -35,6 +35,8 @@ const (
 	formWaiver   = "waiver"
 	formSignoff  = "signoff"
 	formApproval = "approval"
+	// formSupersede retracts one failing record (gates.RecordSupersede).
+	formSupersede = "supersede"
 
 	csrfCookie = "ledger_csrf"
 	// maxFormBody caps a form post.
@@ -42,19 +44,22 @@ const (
 )
 
 // formScope is the token scope each form needs.
-var formScope = map[string]ledger.Scope{formWaiver: ledger.ScopeAdmin, formSignoff: ledger.ScopeRecord, formApproval: ledger.ScopeAdmin}
+var formScope = map[string]ledger.Scope{formWaiver: ledger.ScopeAdmin, formSignoff: ledger.ScopeRecord, formApproval: ledger.ScopeAdmin, formSupersede: ledger.ScopeAdmin}
 
 // formValues are what the user typed (the token is never echoed back).
 type formValues struct {
 	Form                        string
 	Gate, Reason, Expires, Note string
+	Entry                       string // the record a supersede retracts
 }
 
 // releaseForms is the forms' data on the release page.
 type releaseForms struct {
 	Waiver, Signoff, Approval string // action paths
+	Supersede                 string
 	CSRFWaiver, CSRFSignoff   string
 	CSRFApproval              string
+	CSRFSupersede             string
 	V                         formValues
 	Problem                   string // why the last post failed
 	MinExpiry, MaxExpiry      string // YYYY-MM-DD bounds of the expiry field
@@ -114,10 +119,11 @@ func (s *Server) releaseForms(w http.ResponseWriter, r *http.Request, version st
 	secret := s.csrfSecret(w, r)
 	now := s.cfg.Now().UTC()
 	f := releaseForms{
-		Waiver: actionPath(version, formWaiver), Signoff: actionPath(version, formSignoff), Approval: actionPath(version, formApproval),
+		Waiver: actionPath(version, formWaiver), Signoff: actionPath(version, formSignoff), Approval: actionPath(version, formApproval), Supersede: actionPath(version, formSupersede),
 		V: v, MinExpiry: now.AddDate(0, 0, 1).Format(time.DateOnly), MaxExpiry: now.Add(gates.MaxWaiverDuration).Format(time.DateOnly),
 	}
 	f.CSRFWaiver, f.CSRFSignoff, f.CSRFApproval = s.csrfToken(secret, f.Waiver), s.csrfToken(secret, f.Signoff), s.csrfToken(secret, f.Approval)
+	f.CSRFSupersede = s.csrfToken(secret, f.Supersede)
 	if f.V.Expires == "" {
 		f.V.Expires = now.AddDate(0, 0, 14).Format(time.DateOnly)
 	}
@@ -164,7 +170,7 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			s.renderError(w, r, ledger.Errorf(ledger.CodeInvalid, "unreadable form: %v", err))
 			return
 		}
-		v := formValues{Form: form, Gate: r.PostForm.Get("gate"), Reason: r.PostForm.Get("reason"), Expires: r.PostForm.Get("expires"), Note: r.PostForm.Get("note")}
+		v := formValues{Form: form, Gate: r.PostForm.Get("gate"), Reason: r.PostForm.Get("reason"), Expires: r.PostForm.Get("expires"), Note: r.PostForm.Get("note"), Entry: r.PostForm.Get("entry")}
 		err := s.checkCSRF(r, actionPath(version, form))
 		var tok ledger.Token
 		if err == nil {
@@ -183,6 +189,8 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 				_, _, err = gates.RecordSignoff(r.Context(), s.store, version, v.Gate, v.Note, by, now)
 			case formApproval:
 				_, _, _, err = gates.RecordApproval(r.Context(), s.store, version, v.Note, by, now)
+			case formSupersede:
+				_, _, err = gates.RecordSupersede(r.Context(), s.store, version, v.Entry, v.Reason, by, now)
 			}
 		}
 		if err != nil {

@@ -41,10 +41,25 @@ func TestReleasePage(t *testing.T) {
 		"Not ready", `<span class="badge state-passed">passed</span>`, `<span class="badge state-open">open</span>`,
 		`href="/evidence/`+ids["promoted"]+`"`, // satisfying evidence
 		`href="/evidence/`+ids["narrow"]+`"`,   // baseline: other artifact digest
-		"does not count:", "<details><summary>Baseline evidence",
+		// Baseline evidence and its reason are shown without a click, the
+		// counting rule once and beside each gate.
+		"does not count:", `<p class="baseline-h">Baseline evidence`, `id="counting-rule"`, `<span class="note gate-rule"><strong>Counts:</strong>`,
 		pgDigest, "libmlx.so", "someone@example.org", `<span class="badge v-unknown_key">unknown_key</span>`, "verdict unknown_key, decision untrusted", "not verified", "no evidence",
 		"Package.resolved", `name="csrf"`, `type="password"`, "/releases/0.32.1/waivers", "Sign off a manual gate",
 	)
+	if strings.Contains(body, "<details><summary>Baseline evidence") {
+		t.Error("baseline evidence is behind a click")
+	}
+	// Failed and open gates come first: the board lists states in the
+	// order failed, open, waived, passed.
+	rank := map[string]int{"failed": 0, "open": 1, "waived": 2, "passed": 3}
+	last := -1
+	for _, m := range regexp.MustCompile(`<tbody class="gate" id="gate-[^"]+" data-gate="[^"]+" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
+		if rank[m[1]] < last {
+			t.Fatalf("gate board not ordered failed, open, waived, passed: a %s gate after a state of rank %d", m[1], last)
+		}
+		last = rank[m[1]]
+	}
 	// The overview summarises the same release.
 	_, ov := pgGet(t, s, "/")
 	pgContains(t, "overview", ov, `href="/releases/0.32.1"`, "not ready", "qmv bias-sum promotion")
@@ -177,4 +192,96 @@ func TestWaiverForm(t *testing.T) {
 	if rec.Code != http.StatusConflict || !strings.Contains(rec.Body.String(), "is not ready") {
 		t.Errorf("approval of an unready release: %d", rec.Code)
 	}
+}
+
+// TestReleasePageDivergentPair: a failed trajectory gate links straight to
+// the divergent pair, both preselected, lists the divergent run as failing
+// and lists no run as satisfying evidence.
+func TestReleasePageDivergentPair(t *testing.T) {
+	st := pgStore(t)
+	same := make([]int, 40)
+	diff := make([]int, 40)
+	for i := range same {
+		same[i], diff[i] = 100+i, 100+i
+		if i >= 30 {
+			diff[i] = 9000 + i
+		}
+	}
+	es := pgAppend(t, st, ledger.KindEvidence, pgTrajectory("ordinary", same, pgT0), pgTrajectory("automatic", diff, pgT0.Add(time.Minute)))
+	base, divergent := es[0].ID, es[1].ID
+	pgRelease(t, st, `version: 0.32.1
+components:
+  - name: core
+    repository: `+pgRepo+`
+    reviewed: `+pgCommit+`
+    head: `+pgCommit+`
+gates:
+  - id: qwen
+    kind: trajectory
+    component: core
+    trajectories: [qwen3-0.6b/greedy-64]
+    modes: [ordinary, automatic]
+    backends: [cuda]
+`)
+	s := pgServer(t, st)
+	_, body := pgGet(t, s, "/releases/0.32.1")
+	if pgGateStates(body)["qwen"] != "failed" {
+		t.Fatalf("states %v", pgGateStates(body))
+	}
+	link := "/trajectories/qwen3-0.6b/greedy-64?a=" + base + "&amp;b=" + divergent
+	pgContains(t, "release page", body, `class="divergent-pair" href="`+link+`"`, `<ul class="gate-failing">`, "index 30", "compare the divergent pair")
+	if strings.Contains(body, `<ul class="gate-satisfying">`) {
+		t.Error("a failed trajectory gate lists satisfying evidence")
+	}
+	code, page := pgGet(t, s, strings.ReplaceAll(link, "&amp;", "&"))
+	if code != 200 {
+		t.Fatalf("divergent pair page: %d", code)
+	}
+	// Both runs are preselected in the comparison.
+	pgContains(t, "trajectory page", page, `value="`+base+`" selected`, `value="`+divergent+`" selected`)
+}
+
+// TestSupersedeForm: the release page offers the records that keep a gate
+// failed; a record-scope token cannot supersede one, an admin token can,
+// and the gate stops failing by it while the record shows as baseline.
+func TestSupersedeForm(t *testing.T) {
+	st := pgStore(t)
+	ids := pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	admin, _, err := st.CreateToken(t.Context(), "alice", ledger.ScopeAdmin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, _, err := st.CreateToken(t.Context(), "ci", ledger.ScopeRecord, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := pgGet(t, s, "/releases/0.32.1")
+	pgContains(t, "release page", body, `id="supersede-form"`, `<option value="`+ids["head2"]+`"`)
+	cookie, csrf := pgForm(t, s, "supersede", nil)
+	const path = "/releases/0.32.1/supersedes"
+	form := url.Values{"csrf": {csrf}, "entry": {ids["head2"]}, "reason": {"verified on a host without the keyring"}, "token": {recorder}}
+	before, _ := st.Checkpoint(t.Context())
+	if rec := pgPost(s, path, cookie, form, ""); rec.Code != 403 {
+		t.Fatalf("record-scope supersede: %d", rec.Code)
+	}
+	form.Set("token", admin)
+	form.Set("reason", "")
+	if rec := pgPost(s, path, cookie, form, ""); rec.Code != 400 || !strings.Contains(rec.Body.String(), "reason") {
+		t.Fatalf("supersede without a reason: %d", rec.Code)
+	}
+	if cp, _ := st.Checkpoint(t.Context()); cp.Size != before.Size {
+		t.Fatalf("refused posts appended %d entries", cp.Size-before.Size)
+	}
+	form.Set("reason", "verified on a host without the keyring")
+	rec := pgPost(s, path, cookie, form, "")
+	if rec.Code != http.StatusSeeOther || !strings.Contains(rec.Header().Get("Location"), "done=supersede") {
+		t.Fatalf("supersede: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	_, body = pgGet(t, s, "/releases/0.32.1?done=supersede")
+	if st := pgGateStates(body)["heads"]; st != "open" {
+		t.Fatalf("heads %s after the supersede; want open (app not verified)", st)
+	}
+	pgContains(t, "release page after supersede", body, "Supersede recorded", "superseded by", "alice", "verified on a host without the keyring")
 }

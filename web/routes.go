@@ -56,6 +56,7 @@ func (s *Server) routes() chi.Router {
 		api.With(admin).Post("/releases/{version}/waivers", s.handlePostWaiver)
 		api.With(record).Post("/releases/{version}/signoffs", s.handlePostSignoff)
 		api.With(admin).Post("/releases/{version}/approvals", s.handlePostApproval)
+		api.With(admin).Post("/releases/{version}/supersedes", s.handlePostSupersede)
 
 		api.With(read).Get("/overview", s.apiOverview)
 		api.With(read).Get("/lanes/*", s.apiLane)
@@ -82,6 +83,7 @@ func (s *Server) routes() chi.Router {
 	r.Post("/releases/{version}/waivers", s.postReleaseForm(formWaiver))
 	r.Post("/releases/{version}/signoffs", s.postReleaseForm(formSignoff))
 	r.Post("/releases/{version}/approvals", s.postReleaseForm(formApproval))
+	r.Post("/releases/{version}/supersedes", s.postReleaseForm(formSupersede))
 	r.Get("/static/*", s.handleStatic)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, ledger.NotFound("no page at %s", r.URL.Path))

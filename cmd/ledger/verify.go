@@ -362,6 +362,12 @@ func (a *app) recordTreeEquivalence(ctx context.Context, rep verify.TreeReport, 
 			te.OutsidePins = append(te.OutsidePins, d.Path)
 		}
 	}
+	if a.Server == "" {
+		// Appended to the database directly, it is the ledger's own
+		// computation from the repository; posted to a server it is a
+		// claim, which gates keep as baseline (gates.TreeClaim).
+		te.ComputedBy = ledger.ComputedByServer
+	}
 	ev, err := te.Evidence(ledger.Subject{Repository: repository, Commit: rep.Head, Tree: rep.HeadTree}, runner.BuildRunner(), started, time.Now())
 	if err != nil {
 		return "", err
