@@ -2,12 +2,10 @@ package sqlite
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -289,129 +287,3 @@ func (p *auditProj) hasEvidenceColumns() bool {
 	return p.eBackend.Valid || p.eStatus.Valid || p.eRepo.Valid || p.eC.Valid
 }
 
-// idPair is a leaf's content id (16 bytes, decoded) and index.
-// dupLeaves counts leaves that repeat an earlier leaf's content id.
-type dupLeaves struct {
-	count uint64
-	first int64
-}
-
-type idPair struct {
-	id  [16]byte
-	idx uint64
-}
-
-// auditIDTables checks the id tables (ids.go) against the leaves' ids
-// (leaves[i] is leaf i's): recent_ids must hold exactly leaves [w, n) in
-// order, entry_ids exactly leaves [0, w), each with its own index. It
-// returns the leaf index a problem concerns and the problem ("" when none).
-// Memory: 24 bytes per leaf (the ids sorted for a merge with entry_ids,
-// which is read in id order).
-func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, dupLeaves, error) {
-	n := uint64(len(leaves))
-	dups := dupLeaves{first: -1}
-	// Every mismatch is examined and the smallest leaf index reported.
-	badIdx, problem := int64(-1), ""
-	report := func(idx int64, format string, args ...any) {
-		if badIdx < 0 || idx < badIdx {
-			badIdx, problem = idx, fmt.Sprintf(format, args...)+" (the id index was edited, or a ledger older than schema 5 appended)"
-		}
-	}
-	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM recent_ids ORDER BY idx")
-	if err != nil {
-		return 0, "", dups, err
-	}
-	w := int64(-1)
-	next := uint64(0)
-	for rows.Next() {
-		var idx int64
-		var id string
-		if err := rows.Scan(&idx, &id); err != nil {
-			rows.Close()
-			return 0, "", dups, err
-		}
-		if w < 0 {
-			w, next = idx, uint64(idx)
-		}
-		switch {
-		case idx < 0 || uint64(idx) >= n:
-			report(int64(next), "recent_ids holds leaf %d, beyond the log's %d leaves", idx, n)
-		case uint64(idx) != next:
-			report(int64(next), "recent_ids lacks leaf %d", next)
-		case hex.EncodeToString(leaves[idx].id[:]) != id:
-			report(idx, "recent_ids names id %s for leaf %d, which holds %x", id, idx, leaves[idx].id)
-		}
-		if idx >= 0 {
-			next = uint64(idx) + 1
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, "", dups, err
-	}
-	if w < 0 {
-		w = int64(n)
-	} else if next < n {
-		report(int64(next), "recent_ids stops at leaf %d of %d", next, n)
-	}
-	w = min(w, int64(n))
-	// entry_ids holds, for every id whose first leaf is before w, that
-	// first leaf. Later leaves with the same id (appended by a ledger older
-	// than schema 5) have no row; they are counted, not failed.
-	byID := slices.Clone(leaves)
-	slices.SortFunc(byID, func(a, b idPair) int {
-		if c := bytes.Compare(a.id[:], b.id[:]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.idx, b.idx)
-	})
-	older := byID[:0]
-	for i, l := range byID {
-		if i > 0 && byID[i-1].id == l.id {
-			dups.count++
-			if dups.first < 0 || int64(l.idx) < dups.first {
-				dups.first = int64(l.idx)
-			}
-			continue
-		}
-		if l.idx < uint64(w) {
-			older = append(older, l)
-		}
-	}
-	rows, err = tx.QueryContext(ctx, "SELECT id, idx FROM entry_ids ORDER BY id")
-	if err != nil {
-		return 0, "", dups, err
-	}
-	defer rows.Close()
-	i := 0
-	for rows.Next() {
-		var id string
-		var idx int64
-		if err := rows.Scan(&id, &idx); err != nil {
-			return 0, "", dups, err
-		}
-		// Leaves whose ids sort before this row's have no row.
-		for ; i < len(older) && hex.EncodeToString(older[i].id[:]) < id; i++ {
-			report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
-		}
-		if i < len(older) && hex.EncodeToString(older[i].id[:]) == id {
-			if uint64(idx) != older[i].idx {
-				report(int64(older[i].idx), "entry_ids names leaf %d for the id of leaf %d", idx, older[i].idx)
-			}
-			i++
-			continue
-		}
-		at := idx // the leaf the stray row names, when there is one
-		if at < 0 || uint64(at) >= n {
-			at = w
-		}
-		report(at, "entry_ids holds id %s for leaf %d, which no leaf before %d accounts for", id, idx, w)
-	}
-	if err := rows.Err(); err != nil {
-		return 0, "", dups, err
-	}
-	for ; i < len(older); i++ {
-		report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
-	}
-	return badIdx, problem, dups, nil
-}
