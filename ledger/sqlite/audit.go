@@ -286,4 +286,3 @@ func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, e
 func (p *auditProj) hasEvidenceColumns() bool {
 	return p.eBackend.Valid || p.eStatus.Valid || p.eRepo.Valid || p.eC.Valid
 }
-

@@ -464,4 +464,3 @@ func (d *driver) prepareStmts(ctx context.Context) (*stmts, error) {
 	d.stmts = st
 	return st, nil
 }
-

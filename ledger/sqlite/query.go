@@ -306,4 +306,3 @@ func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEn
 	}
 	return out, next, nil
 }
-

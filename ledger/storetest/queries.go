@@ -143,8 +143,12 @@ func testEvidenceFilters(t *testing.T, h Harness) {
 		{ledger.EvidenceFilter{Status: ledger.StatusPassed}, func(_ uint64, e ledger.Evidence) bool { return e.Status == ledger.StatusPassed }},
 		{ledger.EvidenceFilter{Repository: repos[1]}, func(_ uint64, e ledger.Evidence) bool { return e.Subject.Repository == repos[1] }},
 		{ledger.EvidenceFilter{Commit: e9.Subject.Commit}, func(_ uint64, e ledger.Evidence) bool { return e.Subject.Commit == e9.Subject.Commit }},
-		{ledger.EvidenceFilter{Commit: e9.Subject.Commit[:39]}, func(_ uint64, e ledger.Evidence) bool { return strings.HasPrefix(e.Subject.Commit, e9.Subject.Commit[:39]) }},
-		{ledger.EvidenceFilter{ArtifactDigest: e9.Subject.Artifacts["libmlx.so"]}, func(_ uint64, e ledger.Evidence) bool { return e.Subject.Artifacts["libmlx.so"] == e9.Subject.Artifacts["libmlx.so"] }},
+		{ledger.EvidenceFilter{Commit: e9.Subject.Commit[:39]}, func(_ uint64, e ledger.Evidence) bool {
+			return strings.HasPrefix(e.Subject.Commit, e9.Subject.Commit[:39])
+		}},
+		{ledger.EvidenceFilter{ArtifactDigest: e9.Subject.Artifacts["libmlx.so"]}, func(_ uint64, e ledger.Evidence) bool {
+			return e.Subject.Artifacts["libmlx.so"] == e9.Subject.Artifacts["libmlx.so"]
+		}},
 		{ledger.EvidenceFilter{ArtifactDigest: strings.TrimPrefix(e9.Subject.Artifacts["libmlx.so"], "sha256:")[:63]}, func(_ uint64, e ledger.Evidence) bool {
 			return strings.HasPrefix(e.Subject.Artifacts["libmlx.so"], e9.Subject.Artifacts["libmlx.so"][:7+63])
 		}},
