@@ -291,10 +291,9 @@ func (b *batch) Rollback() {
 // The statements are INSERT OR FAIL: on a constraint error a plain
 // (ABORT) multi-row INSERT undoes its own earlier rows, so SQLite copies
 // every page the statement first touches into a statement journal; FAIL
-// leaves those rows for the caller to undo, and runBatch always does (it
-// rolls back the transaction, or the request's savepoint). The journal
-// was 11% of the inserts' time in a profile; with FAIL the inserts of a
-// batched-ingest run took 18% less CPU.
+// leaves those rows for the caller to undo, and the engine always does (it
+// rolls back the batch, or the request's savepoint), so FAIL spares the
+// journal (figures in BENCHMARKS.md).
 type rowBuf struct {
 	head  string // "INSERT INTO t(a, b) VALUES "
 	tuple string // "(?,?)"

@@ -23,10 +23,11 @@ import (
 //     of p pages dirties at most min(k, p) pages, instead of about k.
 //
 // Together the two tables hold every leaf's id exactly once: recent_ids the
-// leaves [w, size) and entry_ids the leaves [0, w). The UNIQUE constraint
-// that used to enforce one leaf per id is now the writer's check (idIndex):
-// the ids of the request, of the open transaction, of recent_ids (kept in
-// memory) and then a lookup in entry_ids. `ledger audit` checks both tables
+// leaves [w, size) and entry_ids the leaves [0, w). One leaf per id is not
+// a UNIQUE constraint but the writer's check (the engine's de-duplication
+// with this driver's Batch.Find): the ids of the request, of the open
+// transaction, of recent_ids (kept in memory, idIndex) and then a lookup in
+// entry_ids. `ledger audit` checks both tables
 // against the leaves.
 
 // DefaultRecentIDs is the default Options.RecentIDs.
