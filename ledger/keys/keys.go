@@ -53,7 +53,11 @@ func Load(dir string, create bool) (Key, error) {
 	if st, err := os.Stat(kp); err == nil && st.Mode().Perm()&0o077 != 0 {
 		return Key{}, fmt.Errorf("signing key %s has mode %v: must not be readable by group or others (chmod 600)", kp, st.Mode().Perm())
 	}
-	return Parse(strings.TrimSpace(string(b)))
+	k, err := Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return Key{}, fmt.Errorf("signing key %s: %w", kp, err)
+	}
+	return k, nil
 }
 
 // Parse makes a Key of a signer key "PRIVATE+KEY+name+hash+base64(alg||seed)"
