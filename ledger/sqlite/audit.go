@@ -95,8 +95,12 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 			done <- artResult{err: err}
 			return
 		}
-		defer conn3.Close()
 		sum, err := tableArtifacts(ctx, conn3, a.snapSize, nil)
+		// Released before the answer: once close has the answer, the
+		// store may close the pool, which closes only released connections
+		// at once (a connection still held would close later, and its
+		// WAL checkpoint could then hold the file's lock).
+		conn3.Close()
 		done <- artResult{sum, err}
 	}()
 	a.waitArt = sync.OnceValue(func() artResult { return <-done })
