@@ -337,9 +337,10 @@ func (run *batchRun) insert(p *Prepared) (Entry, error) {
 	// p.Body is compact canonical JSON (PrepareRecords), so the leaf is
 	// assembled without re-encoding it (AppendLeaf).
 	raw := AppendLeaf(make([]byte, 0, len(p.Body)+160), Leaf{V: 1, Index: idx, Kind: p.Kind, ID: p.ID, RecordedAt: run.now, Body: p.Body})
-	e := Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: LeafHash(raw), Body: p.Body, Raw: raw}
+	lh := LeafHash(raw)
+	e := Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: lh, Body: p.Body, Raw: raw}
 	run.b.AddLeaf(e, p)
-	if err := t.rng.Append(e.LeafHash[:], run.b.AddNode); err != nil {
+	if err := t.rng.Append(lh[:], run.b.AddNode); err != nil {
 		return Entry{}, err
 	}
 	return e, nil

@@ -199,7 +199,8 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 	if ev := p.Evidence; ev != nil {
 		backend, status, repo, commit = string(ev.Backend), string(ev.Status), ev.Subject.Repository, ev.Subject.Commit
 	}
-	st.leaf.add(e.Index, e.ID, string(e.Kind), p.Key, e.RecordedAt.UnixNano(), e.Raw, e.LeafHash[:], backend, status, repo, commit)
+	lh := e.LeafHash // only the hash escapes into the row buffer, not e
+	st.leaf.add(e.Index, e.ID, string(e.Kind), p.Key, e.RecordedAt.UnixNano(), e.Raw, lh[:], backend, status, repo, commit)
 	st.rid.add(e.Index, e.ID)
 	b.d.ids.add(e.ID, e.Index)
 	switch {
