@@ -10,11 +10,10 @@ import (
 // indexes) into nullable columns of the leaves row that holds the record.
 // An appended evidence record then costs one table row instead of two;
 // that row was the largest remaining share of the writer on the
-// batched-ingest benchmark (BENCHMARKS.md, fourth session). The indexes
-// stay what they were, plus one that only records that did not pass
-// enter: an intermediate design with two indexes made commit-only filters
-// sort and rare-status filters scan the leaf bodies (a newcomer trial
-// measured 6-8x slower answers on a 100,000-leaf log).
+// batched-ingest benchmark (BENCHMARKS.md). The indexes stay what they
+// were, plus one that only records that did not pass enter: with fewer,
+// commit-only filters would sort and rare-status filters would scan the
+// leaf bodies.
 //
 //	backend, status, repository, commit_id
 //	    the record's backend, status, subject repository and source commit

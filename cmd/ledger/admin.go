@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
@@ -20,7 +21,11 @@ func runAudit(ctx context.Context, path, keyDir string) (ledger.AuditReport, err
 	if _, err := os.Stat(path); err != nil {
 		return ledger.AuditReport{}, fmt.Errorf("database %s: %w", path, err)
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, KeyDir: keyDir, ReadOnly: true})
+	key, err := keys.Load(keyDir, false)
+	if err != nil {
+		return ledger.AuditReport{}, err
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: key, ReadOnly: true})
 	if err != nil {
 		return ledger.AuditReport{}, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
@@ -124,7 +125,11 @@ func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
 		}
 		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", a.DB)
 	}
-	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), Logger: a.log})
+	key, err := keys.Load(a.dataDir(), true)
+	if err != nil {
+		return nil, err
+	}
+	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, Key: key, Logger: a.log})
 }
 
 // printJSON writes v as indented JSON to stdout.

@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
@@ -82,7 +84,15 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: c.DB, KeyDir: c.KeyDir, Logger: c.Log})
+	keyDir := c.KeyDir
+	if keyDir == "" {
+		keyDir = filepath.Dir(c.DB)
+	}
+	key, err := keys.Load(keyDir, true)
+	if err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: c.DB, Key: key, Logger: c.Log})
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"math/bits"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // artSum is a multiset hash of artifact rows: the sum, modulo 2^256, of
@@ -89,8 +88,8 @@ func firstArtifactMismatch(ctx context.Context, q queryer) (int64, error) {
 		if err != nil {
 			return int64(idx), nil // the main pass verified it; be safe
 		}
-		var b auditBody
-		jsonv2.Unmarshal(l.Body, &b)
+		var b ledger.AuditBody
+		ledger.DecodeAuditBody(l.Body, &b)
 		var want artSum
 		for name, d := range b.Subject.Artifacts {
 			want.addRow(idx, name, d)

@@ -153,13 +153,13 @@ func BenchmarkIDFilterBuild1M(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s.startIDFilter() // as the first Append does
-		for len(s.idf.built) == 0 {
+		s.d.startIDFilter() // as the first Append does
+		for len(s.d.idf.built) == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		b.StopTimer()
 		var bits uint
-		for _, st := range s.idf.stages {
+		for _, st := range s.d.idf.stages {
 			bits += st.Cap()
 		}
 		b.ReportMetric(float64(bits)/8/1e6, "filter-MB")

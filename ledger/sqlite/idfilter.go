@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // idFilter is a Bloom filter (github.com/bits-and-blooms/bloom/v3) over the
 // content ids of the log's leaves. It spares appending callers their
-// entry_ids lookup (see lookupIDs): an id the filter has never seen is in
+// entry_ids lookup (see driver.lookupIDs): an id the filter has never seen is in
 // no table, and a new record's id almost never is (a false positive, about
 // 1 in 1,000 per stage, costs one indexed lookup).
 //
@@ -74,14 +75,14 @@ func (f *idFilter) addLocked(id string) {
 }
 
 // maybe returns the ids of recs that the filter may hold. Only a ready
-// filter answers for the whole log (Store.lookupIDs checks).
-func (f *idFilter) maybe(recs []prepared) []prepared {
+// filter answers for the whole log (driver.lookupIDs checks).
+func (f *idFilter) maybe(recs []ledger.Prepared) []ledger.Prepared {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var out []prepared
+	var out []ledger.Prepared
 	for _, p := range recs {
 		for _, st := range f.stages {
-			if st.TestString(p.id) {
+			if st.TestString(p.ID) {
 				out = append(out, p)
 				break
 			}
@@ -93,15 +94,15 @@ func (f *idFilter) maybe(recs []prepared) []prepared {
 // startIDFilter starts the filter's builder once (Append calls it: a
 // one-shot command that opens the store for a single append closes it
 // before the filter would help).
-func (s *Store) startIDFilter() {
-	s.buildOnce.Do(func() {
-		s.lifeMu.Lock()
-		defer s.lifeMu.Unlock()
+func (d *driver) startIDFilter() {
+	d.buildOnce.Do(func() {
+		d.lifeMu.Lock()
+		defer d.lifeMu.Unlock()
 		select {
-		case <-s.done:
+		case <-d.done:
 		default:
-			s.wg.Add(1)
-			go s.buildIDFilter(s.buildCtx)
+			d.wg.Add(1)
+			go d.buildIDFilter(d.buildCtx)
 		}
 	})
 }
@@ -111,11 +112,11 @@ func (s *Store) startIDFilter() {
 // closes any gap and then marks the filter ready (see writerSync). On an
 // error the filter stays not ready: callers keep looking ids up in the
 // database.
-func (s *Store) buildIDFilter(ctx context.Context) {
-	defer s.wg.Done()
+func (d *driver) buildIDFilter(ctx context.Context) {
+	defer d.wg.Done()
 	start := time.Now()
 	size, err := func() (uint64, error) {
-		tx, err := s.r.BeginTx(ctx, nil)
+		tx, err := d.r.BeginTx(ctx, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -137,7 +138,7 @@ func (s *Store) buildIDFilter(ctx context.Context) {
 					return 0, err
 				}
 				if batch = append(batch, id); len(batch) == cap(batch) {
-					s.idf.add(batch...)
+					d.idf.add(batch...)
 					batch = batch[:0]
 				}
 			}
@@ -146,20 +147,20 @@ func (s *Store) buildIDFilter(ctx context.Context) {
 				return 0, err
 			}
 			rows.Close()
-			s.idf.add(batch...)
+			d.idf.add(batch...)
 		}
 		return n, nil
 	}()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("content-id filter not built; appends look every id up in the database", "err", err)
+			d.log.Warn("content-id filter not built; appends look every id up in the database", "err", err)
 		}
 		return
 	}
 	if size > 0 {
-		s.log.Debug("content-id filter built", "leaves", size, "took", time.Since(start).Round(time.Millisecond))
+		d.log.Debug("content-id filter built", "leaves", size, "took", time.Since(start).Round(time.Millisecond))
 	}
-	s.idf.built <- size
+	d.idf.built <- size
 }
 
 // writerSync brings the filter up to the log size n that the writer has

@@ -14,7 +14,7 @@ import (
 func waitFilterReady(t *testing.T, s *Store, n *int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !s.idf.ready.Load() {
+	for !s.d.idf.ready.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("content-id filter never became ready")
 		}
@@ -55,21 +55,21 @@ func TestIDFilterNoFalseNegatives(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(s.idf.stages) < 3 {
-		t.Fatalf("%d filter stages after 60 ids from a capacity of 8; want the filter to grow", len(s.idf.stages))
+	if len(s.d.idf.stages) < 3 {
+		t.Fatalf("%d filter stages after 60 ids from a capacity of 8; want the filter to grow", len(s.d.idf.stages))
 	}
 	resubmitAll(t, s, n)
 	// A new record: the filter answers for it, so the caller reads nothing.
-	p, err := prepare(evRecord(t, sampleEvidence(1000)))
+	p, err := ledger.PrepareOne(evRecord(t, sampleEvidence(1000)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := s.lookupIDs(ctx, []prepared{p}); l.w != s.pubW.Load() || l.found != nil {
-		t.Fatalf("lookup of a new id: %+v (watermark %d); want no database lookup", l, s.pubW.Load())
+	if l := s.d.lookupIDs(ctx, []ledger.Prepared{p}); l.w != s.d.pubW.Load() || l.found != nil {
+		t.Fatalf("lookup of a new id: %+v (watermark %d); want no database lookup", l, s.d.pubW.Load())
 	}
 	// An old one may be in the filter: it is looked up and found.
-	p, _ = prepare(evRecord(t, sampleEvidence(2)))
-	if l := s.lookupIDs(ctx, []prepared{p}); l.found[p.id] != 2 {
+	p, _ = ledger.PrepareOne(evRecord(t, sampleEvidence(2)))
+	if l := s.d.lookupIDs(ctx, []ledger.Prepared{p}); l.found[p.ID] != 2 {
 		t.Fatalf("lookup of leaf 2's id: %+v", l)
 	}
 	s.Close()
@@ -109,9 +109,9 @@ func TestIDFilterClosesBuilderGap(t *testing.T) {
 		}
 		ids = append(ids, res.Entries[0].ID)
 	}
-	var recs []prepared
+	var recs []ledger.Prepared
 	for _, id := range ids {
-		recs = append(recs, prepared{id: id})
+		recs = append(recs, ledger.Prepared{ID: id})
 	}
 	for _, tc := range []struct {
 		name           string
@@ -126,18 +126,18 @@ func TestIDFilterClosesBuilderGap(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newIDFilter(0)
-			if err := f.writerSync(ctx, s.r, 10, tc.covered); err != nil || f.ready.Load() {
+			if err := f.writerSync(ctx, s.d.r, 10, tc.covered); err != nil || f.ready.Load() {
 				t.Fatalf("before the builder: ready %v, %v", f.ready.Load(), err)
 			}
 			f.add(ids[:tc.builderIDsUpTo]...)
 			f.built <- tc.snap
-			if err := f.writerSync(ctx, s.r, 10, tc.covered); err != nil || !f.ready.Load() {
+			if err := f.writerSync(ctx, s.d.r, 10, tc.covered); err != nil || !f.ready.Load() {
 				t.Fatalf("after the builder: ready %v, %v", f.ready.Load(), err)
 			}
 			if got := f.maybe(recs); len(got) != len(ids) {
 				t.Fatalf("filter holds %d of the 10 ids", len(got))
 			}
-			if got := f.maybe([]prepared{{id: "not an id"}}); len(got) != 0 {
+			if got := f.maybe([]ledger.Prepared{{ID: "not an id"}}); len(got) != 0 {
 				t.Fatalf("filter claims an id it never saw: %v", got)
 			}
 		})

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // Content ids (ledger.EntryID) are hashes. Kept in one B-tree keyed by id,
@@ -21,10 +23,11 @@ import (
 //     of p pages dirties at most min(k, p) pages, instead of about k.
 //
 // Together the two tables hold every leaf's id exactly once: recent_ids the
-// leaves [w, size) and entry_ids the leaves [0, w). The UNIQUE constraint
-// that used to enforce one leaf per id is now the writer's check (idIndex):
-// the ids of the request, of the open transaction, of recent_ids (kept in
-// memory) and then a lookup in entry_ids. `ledger audit` checks both tables
+// leaves [w, size) and entry_ids the leaves [0, w). One leaf per id is not
+// a UNIQUE constraint but the writer's check (the engine's de-duplication
+// with this driver's Batch.Find): the ids of the request, of the open
+// transaction, of recent_ids (kept in memory, idIndex) and then a lookup in
+// entry_ids. `ledger audit` checks both tables
 // against the leaves.
 
 // DefaultRecentIDs is the default Options.RecentIDs.
@@ -112,8 +115,8 @@ func loadIDs(ctx context.Context, q queryer, n uint64) (*idIndex, error) {
 // indexUncovered adds the ids of leaves [covered, n) to recent_ids inside
 // tx (see loadIDs). A leaf whose id another leaf already has (an older
 // ledger appended a duplicate) is indexed too and reported in the log.
-func (s *Store) indexUncovered(ctx context.Context, tx *sql.Tx, st *stmts) error {
-	ix := s.ids
+func (d *driver) indexUncovered(ctx context.Context, tx *sql.Tx, st *stmts) error {
+	ix := d.ids
 	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM leaves WHERE idx >= ? ORDER BY idx", ix.covered)
 	if err != nil {
 		return err
@@ -152,7 +155,7 @@ func (s *Store) indexUncovered(ctx context.Context, tx *sql.Tx, st *stmts) error
 			first, ok = inEntry[l.id]
 		}
 		if ok {
-			s.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5); the id keeps naming the earlier leaf", "leaf", l.idx, "first", first)
+			d.log.Warn("leaf repeats the content id of an earlier leaf (appended by a ledger older than schema 5); the id keeps naming the earlier leaf", "leaf", l.idx, "first", first)
 			continue
 		}
 		ix.txNew[l.id] = l.idx
@@ -163,7 +166,7 @@ func (s *Store) indexUncovered(ctx context.Context, tx *sql.Tx, st *stmts) error
 	if ix.w > int64(ix.covered) {
 		ix.w = int64(ix.covered)
 	}
-	s.log.Warn("indexed the content ids of leaves appended without them (by a ledger older than schema 5)", "from", ix.covered, "to", ix.covered+uint64(len(tail)))
+	d.log.Warn("indexed the content ids of leaves appended without them (by a ledger older than schema 5)", "from", ix.covered, "to", ix.covered+uint64(len(tail)))
 	return nil
 }
 
@@ -315,16 +318,16 @@ type callerLookup struct {
 // content-id filter may hold are looked up in entry_ids (lookupIDsDB), the
 // others are in no table at the watermark read before the filter was
 // tested.
-func (s *Store) lookupIDs(ctx context.Context, recs []prepared) callerLookup {
-	w := s.pubW.Load()
-	if w < 0 || !s.idf.ready.Load() {
-		return lookupIDsDB(ctx, s.r, recs)
+func (d *driver) lookupIDs(ctx context.Context, recs []ledger.Prepared) callerLookup {
+	w := d.pubW.Load()
+	if w < 0 || !d.idf.ready.Load() {
+		return lookupIDsDB(ctx, d.r, recs)
 	}
-	maybe := s.idf.maybe(recs)
+	maybe := d.idf.maybe(recs)
 	if len(maybe) == 0 {
 		return callerLookup{w: w}
 	}
-	l := lookupIDsDB(ctx, s.r, maybe)
+	l := lookupIDsDB(ctx, d.r, maybe)
 	if l.w != w {
 		// A merge between the two reads: let the writer look.
 		return callerLookup{w: -1}
@@ -337,11 +340,11 @@ func (s *Store) lookupIDs(ctx context.Context, recs []prepared) callerLookup {
 // watermark in the same statement, hence the same snapshot.
 func lookupIDsDB(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
-}, recs []prepared) callerLookup {
+}, recs []ledger.Prepared) callerLookup {
 	out := callerLookup{found: map[string]uint64{}, w: -2}
 	ids := make([]string, len(recs))
 	for i, p := range recs {
-		ids[i] = p.id
+		ids[i] = p.ID
 	}
 	errStale := errors.New("chunks read different snapshots")
 	err := queryIDChunks(ids, func(k int, args []any) (*sql.Rows, error) {

@@ -234,11 +234,11 @@ func TestStaleCallerLookup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := prepare(evRecord(t, sampleEvidence(1)))
+	p, err := ledger.PrepareOne(evRecord(t, sampleEvidence(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := lookupIDsDB(ctx, s.r, []prepared{p})
+	stale := lookupIDsDB(ctx, s.d.r, []ledger.Prepared{p})
 	if stale.w != 0 || len(stale.found) != 0 {
 		t.Fatalf("lookup before the merge: %+v", stale)
 	}
@@ -247,14 +247,14 @@ func TestStaleCallerLookup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if fresh := lookupIDsDB(ctx, s.r, []prepared{p}); fresh.w != 4 || fresh.found[p.id] != 1 {
+	if fresh := lookupIDsDB(ctx, s.d.r, []ledger.Prepared{p}); fresh.w != 4 || fresh.found[p.ID] != 1 {
 		t.Fatalf("lookup after the merge: %+v", fresh)
 	}
-	req := &appendReq{ctx: ctx, recs: []prepared{p}, lookup: stale, resp: make(chan appendResp, 1)}
-	s.reqs <- req
-	resp := <-req.resp
-	if resp.err != nil || len(resp.entries) != 1 || !resp.existing[0] || resp.entries[0].Index != 1 {
-		t.Fatalf("stale lookup: %+v", resp)
+	s.d.lookupHook = func([]ledger.Prepared) callerLookup { return stale }
+	res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(1))}, "")
+	s.d.lookupHook = nil
+	if err != nil || len(res.Entries) != 1 || !res.Entries[0].Existing || res.Entries[0].Index != 1 {
+		t.Fatalf("stale lookup: %+v %v", res, err)
 	}
 	if rep, err := s.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 6 {
 		t.Fatalf("audit %+v %v", rep, err)
@@ -350,14 +350,15 @@ func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 	}
 	// Leaf 6 repeats leaf 0: a lookup that claims the id is nowhere makes
 	// the writer append it, as an older ledger would have.
-	p, err := prepare(evRecord(t, sampleEvidence(0)))
+	p, err := ledger.PrepareOne(evRecord(t, sampleEvidence(0)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &appendReq{ctx: ctx, recs: []prepared{p}, lookup: callerLookup{w: s.pubW.Load()}, resp: make(chan appendResp, 1)}
-	s.reqs <- req
-	if resp := <-req.resp; resp.err != nil || resp.entries[0].Index != 6 || resp.existing[0] {
-		t.Fatalf("forged duplicate: %+v", resp)
+	s.d.lookupHook = func([]ledger.Prepared) callerLookup { return callerLookup{w: s.d.pubW.Load()} }
+	res, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(0))}, "")
+	s.d.lookupHook = nil
+	if err != nil || res.Entries[0].Index != 6 || res.Entries[0].Existing {
+		t.Fatalf("forged duplicate: %+v %v", res, err)
 	}
 	s.Close()
 	rawExec(t, path, "DELETE FROM recent_ids WHERE idx = 6") // the older ledger wrote no id row
@@ -374,7 +375,7 @@ func TestDuplicateLeafFromOlderLedger(t *testing.T) {
 			}
 			t.Fatalf("resubmitting leaf 0's record: %v", err)
 		}
-		if e, err := s.Entry(ctx, p.id); err != nil || e.Index != 0 {
+		if e, err := s.Entry(ctx, p.ID); err != nil || e.Index != 0 {
 			t.Fatalf("entry by id: index %d, %v", e.Index, err)
 		}
 	}

@@ -195,7 +195,7 @@ func TestBackupConvertsPageSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if n := pageSizeOf(c.r.DB); n != pageSize {
+	if n := pageSizeOf(c.d.r.DB); n != pageSize {
 		t.Fatalf("copy page size %d, want %d", n, pageSize)
 	}
 	if rep, err := c.Audit(ctx); err != nil || !rep.OK || rep.Leaves != 6 {

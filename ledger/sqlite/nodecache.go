@@ -11,9 +11,9 @@ import "sync"
 //
 // It keeps two generations of at most limit/2 nodes each: when the newer
 // one is full it becomes the older and the older is dropped, so the cache
-// holds the newest limit/2 to limit nodes. (A map that evicted node by
-// node left deleted slots behind that lengthened every probe: 2% of the
-// CPU of one-client batched appends.) Safe for concurrent use.
+// holds the newest limit/2 to limit nodes. (A map evicting node by node
+// would leave deleted slots behind that lengthen every probe.) Safe for
+// concurrent use.
 type nodeCache struct {
 	mu       sync.RWMutex
 	cur, old map[int64][]byte

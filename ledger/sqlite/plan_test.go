@@ -50,7 +50,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		}{q, args, f.want})
 	}
 	for _, p := range plans {
-		rows, err := s.r.DB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+p.query, p.args...)
+		rows, err := s.d.r.DB.QueryContext(ctx, "EXPLAIN QUERY PLAN "+p.query, p.args...)
 		if err != nil {
 			t.Fatal(err)
 		}

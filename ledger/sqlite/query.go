@@ -11,8 +11,6 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/internal/cursor"
-	"github.com/transparency-dev/merkle/proof"
-	"github.com/transparency-dev/merkle/rfc6962"
 )
 
 const leafCols = "l.idx, l.id, l.kind, l.recorded_at, l.leaf, l.leaf_hash"
@@ -52,13 +50,13 @@ const entryAtQuery = "SELECT " + leafCols + " FROM leaves l WHERE l.idx = ?"
 
 // Entry implements ledger.Store.
 func (s *Store) Entry(ctx context.Context, id string) (ledger.Entry, error) {
-	e, err := entryByID(ctx, s.r, id)
+	e, err := entryByID(ctx, s.d.r, id)
 	return e, dbErr("entry", err)
 }
 
 // EntryAt implements ledger.Store.
 func (s *Store) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
-	e, err := scanEntry(s.r.QueryRowContext(ctx, entryAtQuery, index))
+	e, err := scanEntry(s.d.r.QueryRowContext(ctx, entryAtQuery, index))
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, ledger.NotFound("no entry at index %d", index)
 	}
@@ -120,7 +118,7 @@ func (s *Store) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.d.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, "", dbErr("list evidence", err)
 	}
@@ -231,7 +229,7 @@ func (s *Store) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Ent
 	}
 	lim := limitOf(f.Limit)
 	args = append(args, lim+1)
-	rows, err := s.r.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE "+strings.Join(where, " AND ")+" ORDER BY l.idx DESC LIMIT ?", args...)
+	rows, err := s.d.r.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE "+strings.Join(where, " AND ")+" ORDER BY l.idx DESC LIMIT ?", args...)
 	if err != nil {
 		return nil, "", dbErr("list entries", err)
 	}
@@ -281,7 +279,7 @@ func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEn
 	}
 	lim := limitOf(f.Limit)
 	args = append(args, lim+1)
-	rows, err := s.r.QueryContext(ctx, "SELECT "+leafCols+" FROM heads_index h JOIN leaves l ON l.idx = h.idx WHERE "+strings.Join(where, " AND ")+" ORDER BY h.idx DESC LIMIT ?", args...)
+	rows, err := s.d.r.QueryContext(ctx, "SELECT "+leafCols+" FROM heads_index h JOIN leaves l ON l.idx = h.idx WHERE "+strings.Join(where, " AND ")+" ORDER BY h.idx DESC LIMIT ?", args...)
 	if err != nil {
 		return nil, "", dbErr("list heads", err)
 	}
@@ -307,116 +305,4 @@ func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEn
 		next = cursor.Encode(out[lim-1].Index)
 	}
 	return out, next, nil
-}
-
-// Checkpoint implements ledger.Store: the latest signed checkpoint. An empty
-// log has a zero-size checkpoint with the empty root, signed on the fly.
-func (s *Store) Checkpoint(ctx context.Context) (ledger.Checkpoint, error) {
-	return s.CheckpointAt(ctx, 0)
-}
-
-// CheckpointAt implements ledger.Store; size 0 means the latest.
-func (s *Store) CheckpointAt(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
-	cp, err := s.checkpointAt(ctx, s.r, size)
-	if err != nil && size == 0 && ledger.ErrorCode(err) == ledger.CodeNotFound {
-		var root ledger.Hash
-		copy(root[:], rfc6962.DefaultHasher.EmptyRoot())
-		signed, err := s.SignNote(checkpointText(s.origin, 0, root))
-		if err != nil {
-			return cp, err
-		}
-		return ledger.Checkpoint{Origin: s.origin, Size: 0, Root: root, Note: signed, CreatedAt: s.opts.Now().UTC()}, nil
-	}
-	return cp, err
-}
-
-func (s *Store) checkpointAt(ctx context.Context, q queryer, size uint64) (ledger.Checkpoint, error) {
-	var row *sql.Row
-	if size == 0 {
-		row = q.QueryRowContext(ctx, "SELECT size, root, note, created_at FROM checkpoints ORDER BY size DESC LIMIT 1")
-	} else {
-		row = q.QueryRowContext(ctx, "SELECT size, root, note, created_at FROM checkpoints WHERE size = ?", size)
-	}
-	var cp ledger.Checkpoint
-	var root []byte
-	var created int64
-	if err := row.Scan(&cp.Size, &root, &cp.Note, &created); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			if size == 0 {
-				return cp, ledger.NotFound("the log is empty")
-			}
-			return cp, ledger.NotFound("no checkpoint of size %d", size)
-		}
-		return cp, dbErr("checkpoint", err)
-	}
-	copy(cp.Root[:], root)
-	cp.Origin = s.origin
-	cp.CreatedAt = time.Unix(0, created).UTC()
-	return cp, nil
-}
-
-func (s *Store) currentSize(ctx context.Context) (uint64, error) {
-	var n uint64
-	err := s.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(size), 0) FROM checkpoints").Scan(&n)
-	return n, dbErr("size", err)
-}
-
-// InclusionProof implements ledger.Store; size 0 means the latest
-// checkpoint's size.
-func (s *Store) InclusionProof(ctx context.Context, index, size uint64) (ledger.InclusionProof, error) {
-	cur, err := s.currentSize(ctx)
-	if err != nil {
-		return ledger.InclusionProof{}, err
-	}
-	if size == 0 {
-		size = cur
-	}
-	if size > cur {
-		return ledger.InclusionProof{}, ledger.FieldError("size", "tree size %d is beyond the latest checkpoint (%d)", size, cur)
-	}
-	if index >= size {
-		return ledger.InclusionProof{}, ledger.FieldError("size", "leaf %d is not in a tree of size %d", index, size)
-	}
-	p, err := inclusion(ctx, s.r, index, size)
-	return p, dbErr("inclusion proof", err)
-}
-
-// ConsistencyProof implements ledger.Store.
-func (s *Store) ConsistencyProof(ctx context.Context, from, to uint64) (ledger.ConsistencyProof, error) {
-	out := ledger.ConsistencyProof{From: from, To: to}
-	cur, err := s.currentSize(ctx)
-	if err != nil {
-		return out, err
-	}
-	if to == 0 {
-		to, out.To = cur, cur
-	}
-	if to > cur {
-		return out, ledger.FieldError("to", "tree size %d is beyond the latest checkpoint (%d)", to, cur)
-	}
-	if from > to {
-		return out, ledger.FieldError("from", "from (%d) must not exceed to (%d)", from, to)
-	}
-	nodes, err := proof.Consistency(from, to)
-	if err != nil {
-		return out, ledger.FieldError("from", "%v", err)
-	}
-	hs, err := fetchNodes(ctx, s.r, nodes.IDs)
-	if err != nil {
-		return out, dbErr("consistency proof", err)
-	}
-	if hs, err = nodes.Rehash(hs, rfc6962.DefaultHasher.HashChildren); err != nil {
-		return out, dbErr("consistency proof", err)
-	}
-	out.Hashes = make([]ledger.Hash, len(hs))
-	for i, h := range hs {
-		copy(out.Hashes[i][:], h)
-	}
-	if out.FromRoot, err = rootAt(ctx, s.r, from); err != nil {
-		return out, dbErr("consistency proof", err)
-	}
-	if out.ToRoot, err = rootAt(ctx, s.r, to); err != nil {
-		return out, dbErr("consistency proof", err)
-	}
-	return out, nil
 }

@@ -2,10 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"database/sql"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,15 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/migrations"
 	"github.com/pressly/goose/v3"
-	"golang.org/x/mod/sumdb/note"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -30,21 +26,23 @@ import (
 type Options struct {
 	// Path of the database file; its directory is created (0700) if missing.
 	Path string
-	// KeyDir holds the log's signing key (ledger.key, mode 0600) and its
-	// verifier key (ledger.pub). Default: the database's directory. The key is
-	// generated on first open.
+	// Key is the log's signing key (see ledger/keys). When its Signer is
+	// nil, Open loads the key from KeyDir with keys.Load, generating it
+	// unless ReadOnly.
+	Key keys.Key
+	// KeyDir is where Open looks for the key when Key is not given.
+	// Default: the database's directory.
 	KeyDir string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests pin it.
 	Now func() time.Time
 	// MaxBatch caps how many append requests share one transaction
-	// (default 256).
+	// (default 256; see ledger.LogOptions).
 	MaxBatch int
 	// Linger is how long the writer waits for more concurrent appends to
-	// join a batch once the previous batch showed concurrency (default
-	// 500µs; negative disables). It never delays a lone writer, and it
-	// stops waiting as soon as the batch is as large as the previous one.
+	// join a batch (see ledger.LogOptions; default 500µs, negative
+	// disables).
 	Linger time.Duration
 	// RecentIDs is how many content ids recent_ids collects before the
 	// writer merges them into entry_ids (default DefaultRecentIDs; see
@@ -56,34 +54,39 @@ type Options struct {
 	ReadOnly bool
 }
 
-// Store is the SQLite ledger.Store. It is safe for concurrent use.
+// Store is the SQLite ledger.Store: the log engine (ledger.Log, whose
+// methods it has) over this package's driver, plus the projection
+// queries, tokens and the audit. It is safe for concurrent use.
 type Store struct {
-	w      *sql.DB
-	r      *stmtDB // read-only pool with cached statements
-	opts   Options
-	log    *slog.Logger
-	signer note.Signer
-	vkey   string
-	origin string
+	*ledger.Log
+	d *driver
+}
+
+// driver is the SQLite ledger.Driver: one writer connection, a read pool
+// with cached statements, a checkpointer connection, and the content-id
+// machinery (ids.go, idfilter.go).
+type driver struct {
+	w    *sql.DB
+	r    *stmtDB // read-only pool with cached statements
+	opts Options
+	log  *slog.Logger
 
 	stmts     *stmts       // the writer's prepared statements (writer goroutine only)
-	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded with tree)
+	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded by Start)
 	idf       *idFilter    // content ids seen (nil when read-only)
 	pubW      atomic.Int64 // ids.w as last published by the writer; -1 before
 	buildOnce sync.Once    // the filter's builder starts with the first append
 	lifeMu    sync.Mutex   // orders closing done with starting goroutines
 	buildCtx  context.Context
 	stopBuild context.CancelFunc
-	reqs      chan *appendReq
 	ck        *sql.DB       // the background checkpointer's connection
 	ckSignal  chan struct{} // a commit happened (buffered, 1)
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
 
-	mu    sync.Mutex // guards tree (owned by the writer goroutine; read for size)
-	tree  *treeState
-	ready error // non-nil when the tree could not be loaded
+	// lookupHook, when set (tests), replaces the callers' id lookup.
+	lookupHook func(recs []ledger.Prepared) callerLookup
 }
 
 func dsn(path string, readonly bool) string {
@@ -117,42 +120,20 @@ func dsn(path string, readonly bool) string {
 // and of the copies Backup writes. An existing database keeps the page
 // size it was created with (SQLite cannot change it in WAL mode).
 //
-// 16 KiB since the fourth session (4 KiB before): once the random-page
-// content-id index was gone (migration 5) and the evidence projection had
-// moved into the leaf rows (migration 6), a batch's pages are mostly
-// appended in order, and larger pages mean fewer WAL frames (two write
-// calls each), fewer page splits of the leaves table (a 4 KiB page holds
-// about three leaves) and shallower trees. Measured in interleaved runs
-// (BENCHMARKS.md): batched ingest 1.04x at store level on a fresh log and
-// 1.05x on a 1,000,000-leaf log, 1.13x through HTTP with four clients;
-// inclusion proofs and the audit of 1,000,000 leaves unchanged.
+// 16 KiB: a batch's pages are mostly appended in order (content ids are
+// not in a random-page index, the evidence projection is in the leaf
+// rows), and larger pages mean fewer WAL frames, fewer page splits of the
+// leaves table and shallower trees (figures in BENCHMARKS.md).
 var pageSize = 16384
 
 // Open opens the database at opts.Path, creating it and applying migrations
-// when needed, loads or generates the signing key, and starts the writer.
-// Errors name what failed (directory, key file, migration).
+// when needed, loads the signing key when opts.Key is not given, and starts
+// the writer. Errors name what failed (directory, key file, migration).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Path == "" {
 		return nil, errors.New("open store: empty database path")
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 256
-	}
-	if opts.RecentIDs <= 0 {
-		opts.RecentIDs = DefaultRecentIDs
-	}
-	if opts.Linger == 0 {
-		opts.Linger = 500 * time.Microsecond
-	}
-	if opts.KeyDir == "" {
-		opts.KeyDir = filepath.Dir(opts.Path)
-	}
+	opts = withDefaults(opts)
 	if opts.ReadOnly {
 		if _, err := os.Stat(opts.Path); err != nil {
 			return nil, fmt.Errorf("open store: %w", err)
@@ -160,76 +141,120 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	} else if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("open store: create directory: %w", err)
 	}
-	s := &Store{opts: opts, log: opts.Logger, done: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
-	s.pubW.Store(-1)
-	var err error
-	if s.w, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	s.w.SetMaxOpenConns(1)
-	s.w.SetConnMaxLifetime(0)
-	rdb, err := sql.Open("sqlite", dsn(opts.Path, true))
+	d, err := openDriver(ctx, opts)
 	if err != nil {
-		s.w.Close()
-		return nil, fmt.Errorf("open store: %w", err)
+		return nil, err
 	}
-	s.r = newStmtDB(rdb)
-	s.r.SetMaxOpenConns(max(4, 2*runtime.NumCPU()))
-	// Keep every reader connection (and its prepared statements) alive.
-	s.r.SetMaxIdleConns(max(4, 2*runtime.NumCPU()))
-	s.r.SetConnMaxLifetime(0)
-	// A database written by a newer ledger must not be written (or read)
-	// by this one: its writer would not keep what newer migrations added.
-	cur, latest, err := MigrationStatus(ctx, s.w)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("open store: read schema version: %w", err)
-	}
-	if cur > latest {
-		s.Close()
-		return nil, fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
-	}
-	if opts.ReadOnly && cur < latest {
-		s.Close()
-		return nil, fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate` (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)", cur, latest)
-	}
-	if !opts.ReadOnly && cur < latest {
-		if err := Migrate(ctx, s.w); err != nil {
-			s.Close()
+	if opts.Key.Signer == nil {
+		if opts.Key, err = keys.Load(opts.KeyDir, !opts.ReadOnly); err != nil {
+			d.close()
 			return nil, err
 		}
-		if cur > 0 {
-			s.log.Info("migrated the database schema", "from", cur, "to", latest, "path", opts.Path)
-		}
 	}
-	if err := s.loadKey(); err != nil {
-		s.Close()
+	l, err := ledger.NewLog(d, ledger.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly})
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return &Store{Log: l, d: d}, nil
+}
+
+func withDefaults(opts Options) Options {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.RecentIDs <= 0 {
+		opts.RecentIDs = DefaultRecentIDs
+	}
+	if opts.KeyDir == "" {
+		opts.KeyDir = filepath.Dir(opts.Path)
+	}
+	return opts
+}
+
+// openDriver opens the connections, checks (and unless read-only,
+// migrates) the schema, and starts the checkpointer.
+func openDriver(ctx context.Context, opts Options) (*driver, error) {
+	d := &driver{opts: opts, log: opts.Logger, done: make(chan struct{})}
+	d.pubW.Store(-1)
+	var err error
+	if d.w, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.w.SetMaxOpenConns(1)
+	d.w.SetConnMaxLifetime(0)
+	rdb, err := sql.Open("sqlite", dsn(opts.Path, true))
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.r = newStmtDB(rdb)
+	d.r.SetMaxOpenConns(max(4, 2*runtime.NumCPU()))
+	// Keep every reader connection (and its prepared statements) alive.
+	d.r.SetMaxIdleConns(max(4, 2*runtime.NumCPU()))
+	d.r.SetConnMaxLifetime(0)
+	if err := d.schema(ctx); err != nil {
+		d.close()
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		// The checkpointer copies committed WAL frames into the database
-		// file from its own connection, off the writer's path; the
-		// writer's own auto-checkpoint (every 1000 frames) stays as the
-		// backstop when it falls behind.
-		if s.ck, err = sql.Open("sqlite", dsn(opts.Path, false)); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("open store: %w", err)
+		if err := d.startWriterSide(ctx); err != nil {
+			d.close()
+			return nil, err
 		}
-		s.ck.SetMaxOpenConns(1)
-		s.ck.SetConnMaxLifetime(0)
-		s.ckSignal = make(chan struct{}, 1)
-		var n uint64
-		if err := s.r.QueryRowContext(ctx, storedSizeQuery).Scan(&n); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("open store: %w", err)
-		}
-		s.idf = newIDFilter(uint(2 * n))
-		s.buildCtx, s.stopBuild = context.WithCancel(context.Background())
-		s.wg.Add(2)
-		go s.writer()
-		go s.checkpointer()
 	}
-	return s, nil
+	return d, nil
+}
+
+// schema refuses a database written by a newer ledger (this one's writer
+// would not keep what newer migrations added) and migrates an older one,
+// unless read-only (then it is refused too).
+func (d *driver) schema(ctx context.Context) error {
+	cur, latest, err := MigrationStatus(ctx, d.w)
+	if err != nil {
+		return fmt.Errorf("open store: read schema version: %w", err)
+	}
+	switch {
+	case cur > latest:
+		return fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
+	case cur < latest && d.opts.ReadOnly:
+		return fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate` (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)", cur, latest)
+	case cur < latest:
+		if err := Migrate(ctx, d.w); err != nil {
+			return err
+		}
+		if cur > 0 {
+			d.log.Info("migrated the database schema", "from", cur, "to", latest, "path", d.opts.Path)
+		}
+	}
+	return nil
+}
+
+// startWriterSide opens the checkpointer's connection and starts it, and
+// sizes the content-id filter. The checkpointer copies committed WAL
+// frames into the database file from its own connection, off the
+// writer's path; the writer's own auto-checkpoint (every 1000 frames)
+// stays as the backstop when it falls behind.
+func (d *driver) startWriterSide(ctx context.Context) error {
+	var err error
+	if d.ck, err = sql.Open("sqlite", dsn(d.opts.Path, false)); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	d.ck.SetMaxOpenConns(1)
+	d.ck.SetConnMaxLifetime(0)
+	d.ckSignal = make(chan struct{}, 1)
+	var n uint64
+	if err := d.r.QueryRowContext(ctx, storedSizeQuery).Scan(&n); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	d.idf = newIDFilter(uint(2 * n))
+	d.buildCtx, d.stopBuild = context.WithCancel(context.Background())
+	d.wg.Add(1)
+	go d.checkpointer()
+	return nil
 }
 
 // Migrate applies all pending migrations to db. Applying twice is a no-op.
@@ -301,7 +326,7 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 // current size). Errors come from SQLite (dest exists, disk full). Safe
 // for concurrent use.
 func (s *Store) Backup(ctx context.Context, dest string) error {
-	conn, err := s.w.Conn(ctx)
+	conn, err := s.d.w.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
@@ -318,134 +343,37 @@ func (s *Store) Backup(ctx context.Context, dest string) error {
 
 // DB returns the writer database handle, for tools (migrate, backup) that
 // need raw access. Do not write through it while the store is in use.
-func (s *Store) DB() *sql.DB { return s.w }
-
-const keyFile, pubFile = "ledger.key", "ledger.pub"
-
-// loadKey reads the signing key or generates one (mode 0600).
-func (s *Store) loadKey() error {
-	kp := filepath.Join(s.opts.KeyDir, keyFile)
-	b, err := os.ReadFile(kp)
-	if errors.Is(err, fs.ErrNotExist) && !s.opts.ReadOnly {
-		if err := os.MkdirAll(s.opts.KeyDir, 0o700); err != nil {
-			return fmt.Errorf("create key directory: %w", err)
-		}
-		var rnd [4]byte
-		rand.Read(rnd[:])
-		host, _ := os.Hostname()
-		host = strings.Map(func(r rune) rune {
-			if r == '+' || r == ' ' || r == '\n' || r < 0x21 || r > 0x7e {
-				return '-'
-			}
-			return r
-		}, host)
-		if host == "" {
-			host = "localhost"
-		}
-		name := fmt.Sprintf("ledger.%s.%x", host, rnd)
-		skey, vkey, err := note.GenerateKey(rand.Reader, name)
-		if err != nil {
-			return fmt.Errorf("generate signing key: %w", err)
-		}
-		f, err := os.OpenFile(kp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return fmt.Errorf("write signing key: %w", err)
-		}
-		if _, err := f.WriteString(skey + "\n"); err != nil {
-			f.Close()
-			return fmt.Errorf("write signing key: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return fmt.Errorf("write signing key: %w", err)
-		}
-		f.Close()
-		if err := os.WriteFile(filepath.Join(s.opts.KeyDir, pubFile), []byte(vkey+"\n"), 0o644); err != nil {
-			return fmt.Errorf("write verifier key: %w", err)
-		}
-		b = []byte(skey)
-	} else if err != nil {
-		return fmt.Errorf("read signing key %s: %w", kp, err)
-	}
-	if st, err := os.Stat(kp); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("signing key %s has mode %v: must not be readable by group or others (chmod 600)", kp, st.Mode().Perm())
-	}
-	skey := strings.TrimSpace(string(b))
-	signer, err := note.NewSigner(skey)
-	if err != nil {
-		return fmt.Errorf("parse signing key %s: %w", kp, err)
-	}
-	s.signer = signer
-	s.origin = signer.Name()
-	vkey, err := verifierFromSigner(skey)
-	if err != nil {
-		return err
-	}
-	s.vkey = vkey
-	return nil
-}
-
-// verifierFromSigner derives the verifier key "name+hash+base64(alg||pub)"
-// from a signer key "PRIVATE+KEY+name+hash+base64(alg||priv)".
-func verifierFromSigner(skey string) (string, error) {
-	parts := strings.SplitN(skey, "+", 5)
-	if len(parts) != 5 {
-		return "", errors.New("derive verifier key: malformed signer key")
-	}
-	raw, err := base64.StdEncoding.DecodeString(parts[4])
-	if err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 1 {
-		return "", errors.New("derive verifier key: not an Ed25519 signer key")
-	}
-	pub := ed25519.NewKeyFromSeed(raw[1:]).Public().(ed25519.PublicKey)
-	vk, err := note.NewEd25519VerifierKey(parts[2], pub)
-	if err != nil {
-		return "", fmt.Errorf("derive verifier key: %w", err)
-	}
-	return vk, nil
-}
-
-// VerifierKey returns the signed-note verifier key of the checkpoints.
-func (s *Store) VerifierKey() string { return s.vkey }
-
-// Origin returns the log origin (the first line of every checkpoint).
-func (s *Store) Origin() string { return s.origin }
-
-// SignNote signs text (which must end in a newline) as a signed note with
-// the log's key.
-func (s *Store) SignNote(text string) (string, error) {
-	if !strings.HasSuffix(text, "\n") {
-		text += "\n"
-	}
-	b, err := note.Sign(&note.Note{Text: text}, s.signer)
-	if err != nil {
-		return "", fmt.Errorf("sign note: %w", err)
-	}
-	return string(b), nil
-}
+func (s *Store) DB() *sql.DB { return s.d.w }
 
 // Close stops the writer after pending appends and closes the database.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		if s.stopBuild != nil {
-			s.stopBuild()
+	s.Log.Close()
+	return s.d.close()
+}
+
+// close stops the driver's goroutines and closes its connections.
+func (d *driver) close() error {
+	d.closeOnce.Do(func() {
+		if d.stopBuild != nil {
+			d.stopBuild()
 		}
-		s.lifeMu.Lock()
-		close(s.done)
-		s.lifeMu.Unlock()
-		s.wg.Wait()
-		if s.stmts != nil {
-			s.stmts.close()
+		d.lifeMu.Lock()
+		close(d.done)
+		d.lifeMu.Unlock()
+		d.wg.Wait()
+		if d.stmts != nil {
+			d.stmts.close()
 		}
 	})
 	var errs []error
-	if s.r != nil {
-		errs = append(errs, s.r.Close())
+	if d.r != nil {
+		errs = append(errs, d.r.Close())
 	}
-	if s.ck != nil {
-		errs = append(errs, s.ck.Close())
+	if d.ck != nil {
+		errs = append(errs, d.ck.Close())
 	}
-	if s.w != nil {
-		errs = append(errs, s.w.Close())
+	if d.w != nil {
+		errs = append(errs, d.w.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -476,31 +404,31 @@ const checkpointInterval = 20 * time.Millisecond
 // checkpointer runs PASSIVE WAL checkpoints after commits, at most one per
 // checkpointInterval, until the store closes. A PASSIVE checkpoint never
 // blocks the writer or readers (https://sqlite.org/c3ref/wal_checkpoint_v2.html).
-func (s *Store) checkpointer() {
-	defer s.wg.Done()
+func (d *driver) checkpointer() {
+	defer d.wg.Done()
 	ctx := context.Background()
 	for {
 		select {
-		case <-s.done:
+		case <-d.done:
 			return
-		case <-s.ckSignal:
+		case <-d.ckSignal:
 		}
 		select {
-		case <-s.done:
+		case <-d.done:
 			return
 		case <-time.After(checkpointInterval):
 		}
 		var busy, frames, copied int
-		if err := s.ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err != nil {
-			s.log.Warn("background WAL checkpoint failed; the writer's auto-checkpoint takes over", "err", err)
+		if err := d.ck.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied); err != nil {
+			d.log.Warn("background WAL checkpoint failed; the writer's auto-checkpoint takes over", "err", err)
 		}
 	}
 }
 
 // walFramesCommitted tells the checkpointer that a commit happened.
-func (s *Store) walFramesCommitted() {
+func (d *driver) walFramesCommitted() {
 	select {
-	case s.ckSignal <- struct{}{}:
+	case d.ckSignal <- struct{}{}:
 	default:
 	}
 }

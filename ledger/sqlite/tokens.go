@@ -41,11 +41,11 @@ func (s *Store) CreateToken(ctx context.Context, name string, scope ledger.Scope
 	secret := "lgr_" + hex.EncodeToString(b[:])
 	var idb [6]byte
 	rand.Read(idb[:])
-	now := s.opts.Now().UTC()
+	now := s.d.opts.Now().UTC()
 	t = ledger.Token{ID: "tok_" + hex.EncodeToString(idb[:]), Name: name, Scope: scope, Roles: roles, CreatedAt: now}
 	h := sha256.Sum256([]byte(secret))
 	rj, _ := json.Marshal(nonNil(roles))
-	_, err := s.w.ExecContext(ctx, "INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles) VALUES (?,?,?,?,?,?)", t.ID, name, string(scope), h[:], now.UnixNano(), string(rj))
+	_, err := s.d.w.ExecContext(ctx, "INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles) VALUES (?,?,?,?,?,?)", t.ID, name, string(scope), h[:], now.UnixNano(), string(rj))
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
 			return "", t, ledger.Errorf(ledger.CodeConflict, "a token named %q already exists", name)
@@ -85,7 +85,7 @@ func scanToken(sc scanner) (ledger.Token, error) {
 
 // Tokens implements ledger.Store.
 func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT id, name, scope, created_at, revoked_at, roles FROM tokens ORDER BY created_at")
+	rows, err := s.d.r.QueryContext(ctx, "SELECT id, name, scope, created_at, revoked_at, roles FROM tokens ORDER BY created_at")
 	if err != nil {
 		return nil, dbErr("list tokens", err)
 	}
@@ -104,7 +104,7 @@ func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
 // RevokeToken implements ledger.Store. Revoking twice is an error
 // (CodeNotFound: no live token of that id or name).
 func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
-	res, err := s.w.ExecContext(ctx, "UPDATE tokens SET revoked_at = ? WHERE (id = ? OR name = ?) AND revoked_at IS NULL", s.opts.Now().UTC().UnixNano(), idOrName, idOrName)
+	res, err := s.d.w.ExecContext(ctx, "UPDATE tokens SET revoked_at = ? WHERE (id = ? OR name = ?) AND revoked_at IS NULL", s.d.opts.Now().UTC().UnixNano(), idOrName, idOrName)
 	if err != nil {
 		return dbErr("revoke token", err)
 	}
@@ -117,7 +117,7 @@ func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
 // Authenticate implements ledger.Store.
 func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, error) {
 	h := sha256.Sum256([]byte(secret))
-	t, err := scanToken(s.r.QueryRowContext(ctx, "SELECT id, name, scope, created_at, revoked_at, roles FROM tokens WHERE secret_hash = ?", h[:]))
+	t, err := scanToken(s.d.r.QueryRowContext(ctx, "SELECT id, name, scope, created_at, revoked_at, roles FROM tokens WHERE secret_hash = ?", h[:]))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}

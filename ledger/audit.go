@@ -1,0 +1,387 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/transparency-dev/merkle/compact"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// The audit is an fsck of the log over an AuditSource: every signed
+// checkpoint is verified (signature, origin, size, root), every stored
+// leaf is re-hashed and its canonical envelope, index, kind, id and key
+// checked, the tree is recomputed from the leaves and compared node by
+// node with the stored one and root by root with the checkpoints, and the
+// driver checks its projections (CheckLeaf per leaf, Finish at the end).
+// The first inconsistency is reported with the first bad leaf index.
+
+// AuditLeaf is one stored leaf as an audit reads it: the columns a driver
+// keeps beside the canonical bytes (RecordedAt in Unix nanoseconds).
+type AuditLeaf struct {
+	Index      uint64
+	ID         string
+	Kind       string
+	Key        string
+	RecordedAt int64
+	Raw        []byte
+	LeafHash   []byte
+}
+
+// AuditRow is an AuditLeaf with the driver's projection of it (P, read in
+// the same row) and what the audit found. Hash is the recomputed leaf hash.
+type AuditRow[P any] struct {
+	AuditLeaf
+	Proj    P
+	Hash    Hash
+	problem string
+}
+
+// AuditBody holds every body field a projection may be derived from, for
+// all kinds, so each body is decoded once per audit.
+type AuditBody struct {
+	Lane    string `json:"lane"`
+	Backend string `json:"backend"`
+	Status  string `json:"status"`
+	Control string `json:"control"`
+	Subject struct {
+		Repository string            `json:"repository"`
+		Commit     string            `json:"commit"`
+		Tree       string            `json:"tree"`
+		Dirty      bool              `json:"dirty"`
+		Artifacts  map[string]string `json:"artifacts"`
+	} `json:"subject"`
+	Repository string `json:"repository"`
+	Ref        string `json:"ref"`
+	Commit     string `json:"commit"`
+	Verdict    string `json:"verdict"`
+	Decision   string `json:"decision"`
+	Version    string `json:"version"`
+}
+
+// DecodeAuditBody decodes a canonical leaf body into an AuditBody.
+func DecodeAuditBody(body []byte, b *AuditBody) error {
+	// encoding/json/v2 (its go-json-experiment mirror): about twice as
+	// fast as encoding/json here, where every leaf is decoded once.
+	return jsonv2.Unmarshal(body, b)
+}
+
+// AuditFinding is what a driver's final checks found: a problem ("" when
+// none) and the leaf index it concerns (-1 when none), and the leaves that
+// repeat an earlier leaf's content id (see AuditReport).
+type AuditFinding struct {
+	Index           int64
+	Problem         string
+	DuplicateLeaves uint64
+	FirstDuplicate  int64
+}
+
+// AuditSource is a driver's read snapshot of the whole log for RunAudit.
+// ReadLeaves runs on its own goroutine while the others run on the
+// caller's; CheckLeaf runs concurrently on distinct rows.
+type AuditSource[P any] interface {
+	// Checkpoints returns every stored checkpoint in increasing size
+	// (Origin empty).
+	Checkpoints(ctx context.Context) ([]Checkpoint, error)
+	// ReadLeaves appends the next stored leaves, in index order, to
+	// rows[:0] up to cap(rows), and returns them; none at the end.
+	ReadLeaves(ctx context.Context, rows []AuditRow[P]) ([]AuditRow[P], error)
+	// NextNode returns the next stored inner node (level > 0) in the order
+	// an appending compact range completes them; ok is false at the end.
+	NextNode(ctx context.Context) (id compact.NodeID, hash []byte, ok bool, err error)
+	// CheckLeaf checks the projection of a leaf whose bytes verified
+	// (b is its decoded body) and returns the problem, "" when none.
+	CheckLeaf(r *AuditRow[P], b *AuditBody) string
+	// AddLeaf is called in index order for every leaf that passed.
+	AddLeaf(r *AuditRow[P])
+	// Finish runs the driver's checks over the whole snapshot once the n
+	// leaves passed.
+	Finish(ctx context.Context, n uint64) (AuditFinding, error)
+}
+
+// auditBatch is how many leaves the reader hands the checkers at a time.
+const auditBatch = 2048
+
+// RunAudit audits the log of src against the checkpoints signed by
+// verifierKey with origin. Problems go in the report (OK false); the
+// error is for failures to read. It audits the snapshot src reads.
+func RunAudit[P any](ctx context.Context, src AuditSource[P], verifierKey, origin string) (AuditReport, error) {
+	a := &auditRun[P]{src: src, rep: AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, nodeBad: -1, rng: rangeFactory.NewEmptyRange(0)}
+	if bad, err := a.checkpoints(ctx, verifierKey, origin); bad || err != nil {
+		return a.rep, err
+	}
+	if bad, err := a.leaves(ctx); bad || err != nil {
+		return a.rep, err
+	}
+	if a.expect < a.latest {
+		return a.bad(int64(a.expect), "the log has %d leaves but a signed checkpoint covers %d: leaves from %d on were deleted", a.expect, a.latest, a.expect)
+	}
+	if _, _, more, err := src.NextNode(ctx); err != nil {
+		return a.rep, err
+	} else if more {
+		return a.bad(int64(a.expect), "the stored tree holds nodes beyond the last leaf")
+	}
+	// Every leaf verified: the report carries the log's size and root
+	// whatever the driver's projection checks say.
+	a.rep.Leaves = a.expect
+	if a.expect > 0 {
+		a.rep.Root = rangeRoot(a.rng)
+	}
+	f, err := src.Finish(ctx, a.expect)
+	if err != nil {
+		return a.rep, err
+	}
+	a.rep.DuplicateLeaves, a.rep.FirstDuplicate = f.DuplicateLeaves, f.FirstDuplicate
+	if f.Problem != "" {
+		return a.bad(f.Index, "%s", f.Problem)
+	}
+	a.rep.OK = true
+	return a.rep, nil
+}
+
+type auditCP struct {
+	size uint64
+	root Hash
+}
+
+// auditRun is the state of one RunAudit.
+type auditRun[P any] struct {
+	src    AuditSource[P]
+	rep    AuditReport
+	cps    []auditCP
+	latest uint64 // the largest checkpoint's size
+	rng    *compact.Range
+	cpi    int    // the next checkpoint to compare a root with
+	expect uint64 // the next leaf index
+	// verified: leaves below the last checkpoint whose root matched are
+	// proven good, so a culprit lies at or after it.
+	verified    uint64
+	nodeProblem string
+	nodeBad     int64
+}
+
+func (a *auditRun[P]) bad(idx int64, format string, args ...any) (AuditReport, error) {
+	a.rep.OK = false
+	a.rep.FirstBadIndex = idx
+	a.rep.Problem = fmt.Sprintf(format, args...)
+	return a.rep, nil
+}
+
+// checkpoints verifies every stored checkpoint's signature and that its
+// signed text matches its stored size and root.
+func (a *auditRun[P]) checkpoints(ctx context.Context, verifierKey, origin string) (bad bool, err error) {
+	verifier, err := note.NewVerifier(verifierKey)
+	if err != nil {
+		return false, fmt.Errorf("audit: verifier key: %w", err)
+	}
+	cps, err := a.src.Checkpoints(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, cp := range cps {
+		n, err := note.Open([]byte(cp.Note), note.VerifierList(verifier))
+		if err != nil {
+			a.bad(int64(cp.Size)-1, "checkpoint of size %d: signature does not verify with %s: %v", cp.Size, verifierKey, err)
+			return true, nil
+		}
+		o, nsize, nroot, err := ParseCheckpointText(n.Text)
+		if err != nil || o != origin || nsize != cp.Size || nroot != cp.Root {
+			a.bad(int64(cp.Size)-1, "checkpoint of size %d: signed text does not match its row (origin %q, size %d)", cp.Size, o, nsize)
+			return true, nil
+		}
+		a.cps = append(a.cps, auditCP{size: cp.Size, root: nroot})
+	}
+	a.rep.Checkpoints = len(a.cps)
+	if len(a.cps) > 0 {
+		a.latest = a.cps[len(a.cps)-1].size
+	}
+	return false, nil
+}
+
+// leaves streams the leaves: one goroutine reads them in order, GOMAXPROCS
+// workers verify a batch at a time (hashing, decoding, projection checks
+// are independent per leaf), and the batch is fed into the tree in order.
+func (a *auditRun[P]) leaves(ctx context.Context) (bad bool, err error) {
+	batches := make(chan []AuditRow[P], 2)
+	readErr := make(chan error, 1)
+	stopRead := make(chan struct{})
+	defer close(stopRead)
+	go func() {
+		defer close(batches)
+		for {
+			batch, err := a.src.ReadLeaves(ctx, make([]AuditRow[P], 0, auditBatch))
+			if err != nil || len(batch) == 0 {
+				readErr <- err
+				return
+			}
+			select {
+			case batches <- batch:
+			case <-stopRead:
+				readErr <- nil
+				return
+			}
+		}
+	}()
+	workers := max(1, runtime.GOMAXPROCS(0))
+	for batch := range batches {
+		a.check(batch, workers)
+		if bad, err := a.apply(batch); bad || err != nil {
+			return bad, err
+		}
+	}
+	return false, <-readErr
+}
+
+// check runs checkLeaf over batch on workers goroutines.
+func (a *auditRun[P]) check(batch []AuditRow[P], workers int) {
+	var wg sync.WaitGroup
+	per := (len(batch) + workers - 1) / workers
+	for lo := 0; lo < len(batch); lo += per {
+		rows := batch[lo:min(len(batch), lo+per)]
+		wg.Go(func() {
+			for i := range rows {
+				checkLeaf(a.src, &rows[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// apply feeds a checked batch into the tree in order, comparing the
+// stored nodes and the checkpoints' roots on the way.
+func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
+	for i := range batch {
+		r := &batch[i]
+		idx := r.Index
+		switch {
+		case idx > a.expect:
+			a.bad(int64(a.expect), "leaf %d is missing (next stored leaf is %d)", a.expect, idx)
+			return true, nil
+		case idx < a.expect:
+			a.bad(int64(idx), "leaf index %d repeats", idx)
+			return true, nil
+		case a.latest == 0 || idx >= a.latest:
+			a.bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, a.latest)
+			return true, nil
+		case r.problem != "":
+			a.bad(int64(idx), "leaf %d: %s", idx, r.problem)
+			return true, nil
+		}
+		a.src.AddLeaf(r)
+		if err := a.rng.Append(r.Hash[:], a.visit); err != nil {
+			return false, err
+		}
+		if a.nodeProblem != "" {
+			a.bad(a.nodeBad, "%s", a.nodeProblem)
+			return true, nil
+		}
+		a.expect++
+		if a.rootsMismatch() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// rootsMismatch compares the root of the leaves so far with every
+// checkpoint of that size; on a mismatch it records the problem.
+func (a *auditRun[P]) rootsMismatch() bool {
+	for a.cpi < len(a.cps) && a.cps[a.cpi].size == a.expect {
+		if rangeRoot(a.rng) != a.cps[a.cpi].root {
+			from := uint64(0)
+			if a.cpi > 0 {
+				from = a.cps[a.cpi-1].size
+			}
+			a.bad(int64(from), "root over leaves [0, %d) does not match the signed checkpoint: a leaf in [%d, %d) was changed", a.expect, from, a.expect)
+			return true
+		}
+		a.verified = a.expect
+		a.cpi++
+	}
+	return false
+}
+
+// visit compares a node the recomputed tree completed with the next
+// stored node.
+func (a *auditRun[P]) visit(id compact.NodeID, h []byte) {
+	if a.nodeProblem != "" || id.Level == 0 {
+		return
+	}
+	first := max(int64(id.Index<<id.Level), int64(a.verified))
+	sid, stored, ok, err := a.src.NextNode(context.Background())
+	switch {
+	case err != nil:
+		a.nodeProblem = err.Error()
+	case !ok:
+		a.nodeProblem = fmt.Sprintf("tree node (level %d, index %d) is missing", id.Level, id.Index)
+	case sid != id:
+		a.nodeProblem = fmt.Sprintf("tree node order broken at (level %d, index %d): stored nodes were inserted, deleted or reordered", id.Level, id.Index)
+	case !bytes.Equal(stored, h):
+		a.nodeProblem = fmt.Sprintf("tree node (level %d, index %d) does not match the hash recomputed from the leaves", id.Level, id.Index)
+	default:
+		return
+	}
+	a.nodeBad = first
+}
+
+// checkLeaf verifies one leaf on its own: its hash, canonical envelope,
+// index, id, kind, key and time, then the driver's projection of it. Safe
+// to run concurrently on distinct rows.
+func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
+	r.Hash = LeafHash(r.Raw)
+	if !bytes.Equal(r.Hash[:], r.LeafHash) {
+		r.problem = "stored bytes do not hash to the stored leaf hash (edited)"
+		return
+	}
+	body, problem := leafBody(&r.AuditLeaf)
+	if problem != "" {
+		r.problem = problem
+		return
+	}
+	var b AuditBody
+	if err := DecodeAuditBody(body, &b); err != nil {
+		r.problem = "body does not parse"
+		return
+	}
+	key := b.Version
+	switch Kind(r.Kind) {
+	case KindEvidence:
+		key = b.Lane
+	case KindHead:
+		key = b.Repository
+	}
+	if key != r.Key {
+		r.problem = "key column does not match the leaf body"
+		return
+	}
+	r.problem = src.CheckLeaf(r, &b)
+}
+
+// leafBody checks that the leaf's bytes are exactly the canonical envelope
+// (see EncodeLeaf) of its index, kind, id and time around a body that
+// hashes to its id, and returns the body.
+func leafBody(l *AuditLeaf) (body []byte, problem string) {
+	kind := Kind(l.Kind)
+	if !ValidKind(kind) || len(l.ID) != 32 || !LowerHex(l.ID) {
+		return nil, "id or kind column is malformed"
+	}
+	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, l.Index, l.Kind, l.ID, time.Unix(0, l.RecordedAt).UTC().Format(time.RFC3339Nano))
+	if !bytes.HasPrefix(l.Raw, []byte(prefix)) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
+		var lf Leaf
+		if err := json.Unmarshal(l.Raw, &lf); err == nil && lf.Index != l.Index {
+			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index)
+		}
+		return nil, "leaf bytes are not the canonical envelope of the row's index, kind, id and time (edited or reordered)"
+	}
+	body = l.Raw[len(prefix) : len(l.Raw)-1]
+	if EntryID(kind, body) != l.ID {
+		return nil, "the body does not hash to the entry id (edited)"
+	}
+	return body, ""
+}

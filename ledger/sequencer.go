@@ -1,0 +1,394 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+)
+
+// lingerRecords: a batch with this many records starts at once (see
+// gather).
+const lingerRecords = 64
+
+// sequencer is the single goroutine that writes the log: it gathers the
+// queued requests into batches and commits each batch in one driver
+// transaction with one signed checkpoint.
+func (l *Log) sequencer() {
+	defer l.wg.Done()
+	lastBatch := 0
+	for {
+		select {
+		case <-l.done:
+			for {
+				select {
+				case r := <-l.reqs:
+					l.commitBatch([]*appendReq{r})
+				default:
+					return
+				}
+			}
+		case r := <-l.reqs:
+			batch := l.gather(r, lastBatch)
+			lastBatch = len(batch)
+			l.commitBatch(batch)
+		}
+	}
+}
+
+// gather returns first and the requests queued behind it, at most
+// MaxBatch. Under concurrency (the last batch, of lastBatch requests, had
+// company) it lingers briefly so that more appends share this batch's
+// commit; a lone writer is never delayed, and neither is a batch that
+// already has lingerRecords records of work (the commit is then a small
+// share of its cost, and waiting would idle the sequencer).
+func (l *Log) gather(first *appendReq, lastBatch int) []*appendReq {
+	batch := []*appendReq{first}
+	recs := len(first.recs)
+	var linger <-chan time.Time
+	if lastBatch > 1 && l.opts.Linger > 0 {
+		linger = time.After(l.opts.Linger)
+	}
+	for len(batch) < l.opts.MaxBatch {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+			recs += len(r.recs)
+			continue
+		default:
+		}
+		if linger == nil || len(batch) >= lastBatch || recs >= lingerRecords {
+			break
+		}
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+			recs += len(r.recs)
+		case <-linger:
+			return batch
+		}
+	}
+	return batch
+}
+
+// commitBatch appends a batch of requests in one driver batch with one
+// signed checkpoint, answering every request.
+//
+// The first attempt is optimistic: no savepoints (a savepoint journals
+// every page it touches, in SQLite). When a write of one request in a
+// batch of several fails, the whole batch is rolled back and runs again
+// carefully, each request under its own savepoint, so that only the
+// failing request fails. Records already in the log are found by content
+// id in either attempt (apply) and answered with their original entries.
+func (l *Log) commitBatch(batch []*appendReq) {
+	if retry := l.runBatch(batch, false); retry {
+		l.runBatch(batch, true)
+	}
+}
+
+// batchRun is one attempt at a batch.
+type batchRun struct {
+	l       *Log
+	b       Batch
+	reqs    []*appendReq
+	results []appendResp
+	before  *treeState // the tree before the batch
+	now     time.Time
+	idems   []int             // requests whose idempotency key to store
+	keys    map[string][]byte // idempotency key -> request hash, this batch
+}
+
+// fail answers every request not answered yet with err.
+func (run *batchRun) fail(err error) {
+	for i, r := range run.reqs {
+		if run.results[i].err == nil {
+			run.results[i] = appendResp{err: err}
+		}
+		r.resp <- run.results[i]
+	}
+}
+
+// abort rolls the batch back and answers every request with err.
+func (run *batchRun) abort(err error) {
+	run.l.tree = run.before
+	run.b.Rollback()
+	run.fail(err)
+}
+
+// runBatch is one attempt at commitBatch. Not careful, it returns true,
+// having answered nothing and written nothing, when a request's writes
+// failed; the caller then runs the batch again carefully, where every
+// request is answered.
+func (l *Log) runBatch(batch []*appendReq, careful bool) (retry bool) {
+	ctx := context.Background()
+	run := &batchRun{l: l, reqs: batch, results: make([]appendResp, len(batch)), now: l.opts.Now().UTC(), keys: map[string][]byte{}}
+	if err := run.open(ctx); err != nil {
+		run.fail(err)
+		return false
+	}
+	// A request alone in its batch needs no savepoint: the batch is its
+	// savepoint.
+	savepoints := careful && len(batch) > 1
+	for i := range batch {
+		wroteErr, err := run.request(ctx, i, savepoints)
+		if err != nil {
+			run.abort(err)
+			return false
+		}
+		if wroteErr != nil {
+			// Some of this request's rows may be written, and there is no
+			// savepoint to return to.
+			run.l.tree = run.before
+			run.b.Rollback()
+			if !careful {
+				return true
+			}
+			run.fail(internal("append", wroteErr))
+			return false
+		}
+	}
+	run.finish(ctx)
+	return false
+}
+
+// open begins the driver batch and brings the engine's tree up to the
+// stored log: another process (a CLI `ledger record --db` beside a
+// running server) may have appended since the sequencer last looked, so
+// under the write lock the tree is reloaded when the stored size differs.
+// On error the batch is rolled back.
+func (run *batchRun) open(ctx context.Context) error {
+	l := run.l
+	b, err := l.d.BeginBatch(ctx)
+	if err != nil {
+		return internal("begin", err)
+	}
+	stored, err := b.Size(ctx)
+	if err != nil {
+		b.Rollback()
+		return internal("size", err)
+	}
+	reload := l.tree == nil || stored != l.tree.size()
+	if reload {
+		if l.tree != nil {
+			l.opts.Logger.Info("log grew outside this process; reloading the tree", "ours", l.tree.size(), "stored", stored)
+		}
+		t, err := l.loadTree(ctx, b, stored)
+		if err != nil {
+			b.Rollback()
+			l.tree = nil
+			return internal("load log", err)
+		}
+		l.tree = t
+	}
+	run.b, run.before = b, l.tree.clone()
+	if err := b.Start(ctx, stored, reload); err != nil {
+		l.tree = run.before
+		b.Rollback()
+		return internal("start batch", err)
+	}
+	return nil
+}
+
+// loadTree rebuilds the compact range of a log of n leaves and checks it
+// against the latest signed checkpoint (size and root).
+func (l *Log) loadTree(ctx context.Context, b Batch, n uint64) (*treeState, error) {
+	rng, err := rangeAt(ctx, b, n)
+	if err != nil {
+		return nil, err
+	}
+	t := &treeState{rng: rng}
+	if n > 0 {
+		cp, err := b.StoredCheckpoint(ctx, 0)
+		if err != nil {
+			return nil, fmt.Errorf("latest checkpoint: %w", err)
+		}
+		if cp.Size != n || cp.Root != t.root() {
+			return nil, fmt.Errorf("log state does not match the latest signed checkpoint (size %d vs %d leaves): run `ledger audit`", cp.Size, n)
+		}
+		cp.Origin = l.origin
+		t.latest = cp
+	}
+	return t, nil
+}
+
+// request runs request i of the batch. A failure that the request alone
+// can absorb becomes its answer. wroteErr is a write failure after some
+// of its rows may have reached the batch without a savepoint to undo them
+// (the caller rolls the whole batch back); err is a failure of the batch
+// itself (the caller aborts it).
+func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteErr, err error) {
+	r := run.reqs[i]
+	if r.ctx.Err() != nil {
+		run.results[i].err = r.ctx.Err()
+		return nil, nil
+	}
+	if r.idemKey != "" {
+		if h, ok := run.keys[r.idemKey]; ok && !bytes.Equal(h, r.reqHash) {
+			run.results[i].err = Errorf(CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)
+			return nil, nil
+		}
+	}
+	if err := run.b.BeginRequest(ctx, savepoint); err != nil {
+		run.results[i].err = internal("savepoint", err)
+		return nil, nil
+	}
+	saved := run.l.tree.clone()
+	// apply only reads; its rows are buffered in the batch until Flush.
+	res, replay, err := run.apply(ctx, r)
+	wrote := false
+	if err == nil {
+		wrote = true
+		err = run.b.Flush(ctx)
+	}
+	if err != nil {
+		endErr := run.b.EndRequest(ctx, false)
+		run.l.tree = saved
+		if wrote && !savepoint {
+			return err, nil
+		}
+		if endErr != nil {
+			return nil, internal("roll back to savepoint", endErr)
+		}
+		run.results[i].err = internal("append", err)
+		return nil, nil
+	}
+	if err := run.b.EndRequest(ctx, true); err != nil {
+		return nil, internal("release savepoint", err)
+	}
+	run.results[i] = res
+	if r.idemKey != "" && !replay {
+		run.keys[r.idemKey] = r.reqHash
+		run.idems = append(run.idems, i)
+	}
+	return nil, nil
+}
+
+// apply appends one request's records to the batch. replay is true when
+// the answer comes from a stored idempotency key. Records already in the
+// log (by content id) are answered with their original entries; only new
+// records are buffered for insertion.
+func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, replay bool, err error) {
+	if r.idemKey != "" {
+		ans, found, err := run.b.Idempotency(ctx, r.idemKey)
+		if err != nil {
+			return res, false, err
+		}
+		if found {
+			res, err := run.replay(ctx, r, ans)
+			return res, true, err
+		}
+	}
+	stored, err := run.b.Find(ctx, r.recs, r.hint)
+	if err != nil {
+		return res, false, err
+	}
+	res.entries = make([]Entry, 0, len(r.recs))
+	res.existing = make([]bool, 0, len(r.recs))
+	pending := map[string]Entry{} // inserted by this request
+	for i := range r.recs {
+		p := &r.recs[i]
+		if e, ok := pending[p.ID]; ok {
+			res.entries, res.existing = append(res.entries, e), append(res.existing, true)
+			continue
+		}
+		if idx, ok := stored[p.ID]; ok {
+			e, err := run.b.EntryAt(ctx, idx)
+			if err != nil {
+				return res, false, err
+			}
+			if e.ID != p.ID {
+				return res, false, fmt.Errorf("id index names leaf %d for %s, which holds %s: run `ledger audit`", idx, p.ID, e.ID)
+			}
+			res.entries, res.existing = append(res.entries, e), append(res.existing, true)
+			continue
+		}
+		e, err := run.insert(p)
+		if err != nil {
+			return res, false, err
+		}
+		pending[p.ID] = e
+		res.entries, res.existing = append(res.entries, e), append(res.existing, false)
+	}
+	return res, false, nil
+}
+
+// replay answers a request from its idempotency key's stored answer.
+func (run *batchRun) replay(ctx context.Context, r *appendReq, ans IdempotentAnswer) (appendResp, error) {
+	var res appendResp
+	if !bytes.Equal(ans.RequestHash, r.reqHash) {
+		return res, Errorf(CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)
+	}
+	for _, id := range ans.IDs {
+		e, err := run.b.EntryByID(ctx, id)
+		if err != nil {
+			return res, err
+		}
+		res.entries = append(res.entries, e)
+		res.existing = append(res.existing, true)
+	}
+	res.size = ans.Size
+	return res, nil
+}
+
+// insert buffers p as the next leaf and appends its hash to the tree.
+func (run *batchRun) insert(p *Prepared) (Entry, error) {
+	t := run.l.tree
+	idx := t.size()
+	// p.Body is compact canonical JSON (PrepareRecords), so the leaf is
+	// assembled without re-encoding it (AppendLeaf).
+	raw := AppendLeaf(make([]byte, 0, len(p.Body)+160), Leaf{V: 1, Index: idx, Kind: p.Kind, ID: p.ID, RecordedAt: run.now, Body: p.Body})
+	lh := LeafHash(raw)
+	e := Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: lh, Body: p.Body, Raw: raw}
+	run.b.AddLeaf(e, p)
+	if err := t.rng.Append(lh[:], run.b.AddNode); err != nil {
+		return Entry{}, err
+	}
+	return e, nil
+}
+
+// finish stores the idempotency answers and the signed checkpoint,
+// commits, and answers every request.
+func (run *batchRun) finish(ctx context.Context) {
+	l, b := run.l, run.b
+	size := l.tree.size()
+	for _, i := range run.idems {
+		ids := make([]string, len(run.results[i].entries))
+		for j, e := range run.results[i].entries {
+			ids[j] = e.ID
+		}
+		r := run.reqs[i]
+		if err := b.PutIdempotency(ctx, r.idemKey, IdempotentAnswer{RequestHash: r.reqHash, IDs: ids, Size: size}, run.now); err != nil {
+			run.abort(internal("idempotency", err))
+			return
+		}
+	}
+	if size != run.before.size() {
+		root := l.tree.root()
+		signed, err := l.SignNote(CheckpointText(l.origin, size, root))
+		if err != nil {
+			run.abort(err)
+			return
+		}
+		cp := Checkpoint{Origin: l.origin, Size: size, Root: root, Note: signed, CreatedAt: run.now}
+		if err := b.PutCheckpoint(ctx, cp); err != nil {
+			run.abort(internal("checkpoint", err))
+			return
+		}
+		l.tree.latest = cp
+	}
+	if err := b.Commit(ctx, size); err != nil {
+		l.tree = nil // reload from the store on the next batch
+		run.fail(internal("commit", err))
+		return
+	}
+	latest := l.tree.latest
+	for i, r := range run.reqs {
+		if run.results[i].err == nil && run.results[i].size == 0 {
+			run.results[i].size = size
+		}
+		if run.results[i].size == latest.Size && latest.Note != "" {
+			run.results[i].cp = &latest
+		}
+		r.resp <- run.results[i]
+	}
+}

@@ -1,0 +1,169 @@
+package sqlite
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"slices"
+)
+
+// dupLeaves counts leaves that repeat an earlier leaf's content id.
+type dupLeaves struct {
+	count uint64
+	first int64
+}
+
+// idPair is a leaf's content id (16 bytes, decoded) and index.
+type idPair struct {
+	id  [16]byte
+	idx uint64
+}
+
+// idAudit collects the id tables' mismatches and keeps the one with the
+// smallest leaf index.
+type idAudit struct {
+	leaves  []idPair // leaves[i] is leaf i's
+	badIdx  int64
+	problem string
+}
+
+func (a *idAudit) report(idx int64, format string, args ...any) {
+	if a.badIdx < 0 || idx < a.badIdx {
+		a.badIdx, a.problem = idx, fmt.Sprintf(format, args...)+" (the id index was edited, or a ledger older than schema 5 appended)"
+	}
+}
+
+// auditIDTables checks the id tables (ids.go) against the leaves' ids
+// (leaves[i] is leaf i's): recent_ids must hold exactly leaves [w, n) in
+// order, entry_ids exactly leaves [0, w), each with its own index. It
+// returns the leaf index a problem concerns and the problem ("" when none).
+// Memory: 24 bytes per leaf (the ids sorted for a merge with entry_ids,
+// which is read in id order).
+func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, dupLeaves, error) {
+	a := &idAudit{leaves: leaves, badIdx: -1}
+	w, err := a.recentIDs(ctx, tx)
+	if err != nil {
+		return 0, "", dupLeaves{first: -1}, err
+	}
+	older, dups := firstLeavesBelow(leaves, w)
+	if err := a.entryIDs(ctx, tx, older, w); err != nil {
+		return 0, "", dups, err
+	}
+	return a.badIdx, a.problem, dups, nil
+}
+
+// recentIDs checks recent_ids (leaves [w, n) in order) and returns w.
+func (a *idAudit) recentIDs(ctx context.Context, tx *sql.Tx) (int64, error) {
+	n := uint64(len(a.leaves))
+	rows, err := tx.QueryContext(ctx, "SELECT idx, id FROM recent_ids ORDER BY idx")
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	w := int64(-1)
+	next := uint64(0)
+	for rows.Next() {
+		var idx int64
+		var id string
+		if err := rows.Scan(&idx, &id); err != nil {
+			return 0, err
+		}
+		if w < 0 {
+			w, next = idx, uint64(idx)
+		}
+		switch {
+		case idx < 0 || uint64(idx) >= n:
+			a.report(int64(next), "recent_ids holds leaf %d, beyond the log's %d leaves", idx, n)
+		case uint64(idx) != next:
+			a.report(int64(next), "recent_ids lacks leaf %d", next)
+		case hex.EncodeToString(a.leaves[idx].id[:]) != id:
+			a.report(idx, "recent_ids names id %s for leaf %d, which holds %x", id, idx, a.leaves[idx].id)
+		}
+		if idx >= 0 {
+			next = uint64(idx) + 1
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if w < 0 {
+		w = int64(n)
+	} else if next < n {
+		a.report(int64(next), "recent_ids stops at leaf %d of %d", next, n)
+	}
+	return min(w, int64(n)), nil
+}
+
+// firstLeavesBelow returns, sorted by id, the first leaf of every id whose
+// first leaf is before w: the rows entry_ids must hold. Later leaves with
+// the same id (appended by a ledger older than schema 5) have no row; they
+// are counted, not failed.
+func firstLeavesBelow(leaves []idPair, w int64) ([]idPair, dupLeaves) {
+	dups := dupLeaves{first: -1}
+	byID := slices.Clone(leaves)
+	slices.SortFunc(byID, func(a, b idPair) int {
+		if c := bytes.Compare(a.id[:], b.id[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.idx, b.idx)
+	})
+	older := byID[:0]
+	for i, l := range byID {
+		if i > 0 && byID[i-1].id == l.id {
+			dups.count++
+			if dups.first < 0 || int64(l.idx) < dups.first {
+				dups.first = int64(l.idx)
+			}
+			continue
+		}
+		if l.idx < uint64(w) {
+			older = append(older, l)
+		}
+	}
+	return older, dups
+}
+
+// entryIDs merges entry_ids (read in id order) with older, the rows it
+// must hold.
+func (a *idAudit) entryIDs(ctx context.Context, tx *sql.Tx, older []idPair, w int64) error {
+	n := uint64(len(a.leaves))
+	rows, err := tx.QueryContext(ctx, "SELECT id, idx FROM entry_ids ORDER BY id")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var id string
+		var idx int64
+		if err := rows.Scan(&id, &idx); err != nil {
+			return err
+		}
+		// Leaves whose ids sort before this row's have no row.
+		for ; i < len(older) && hex.EncodeToString(older[i].id[:]) < id; i++ {
+			a.report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
+		}
+		if i < len(older) && hex.EncodeToString(older[i].id[:]) == id {
+			if uint64(idx) != older[i].idx {
+				a.report(int64(older[i].idx), "entry_ids names leaf %d for the id of leaf %d", idx, older[i].idx)
+			}
+			i++
+			continue
+		}
+		at := idx // the leaf the stray row names, when there is one
+		if at < 0 || uint64(at) >= n {
+			at = w
+		}
+		a.report(at, "entry_ids holds id %s for leaf %d, which no leaf before %d accounts for", id, idx, w)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for ; i < len(older); i++ {
+		a.report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
+	}
+	return nil
+}
