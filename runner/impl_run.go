@@ -93,15 +93,28 @@ func RunImpl(ctx context.Context, cfg *ImplConfig, name string, o ImplOptions) (
 		return nil, err
 	}
 	defer r.close()
-	if err := r.start(ctx); err != nil {
-		return nil, err
-	}
+	// The adapters start (process, hello, subject check) while the first
+	// lane's cases, exact references and CPU control are computed, so their
+	// start-up costs no wall time of its own; every lane's adapter side
+	// waits for it, and a start that fails fails the run before any record.
+	started := make(chan struct{})
+	var startErr error
+	go func() {
+		defer close(started)
+		startErr = r.start(ctx)
+	}()
+	defer func() { <-started }() // before r.close: the sessions are set
+	wait := func() error { <-started; return startErr }
 	var outs []laneOut
 	for _, l := range r.lanes {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		outs = append(outs, r.runLane(ctx, l))
+		lo := r.runLane(ctx, l, wait)
+		if err := wait(); err != nil {
+			return nil, err
+		}
+		outs = append(outs, lo)
 	}
 	// The pins must not have changed while the adapters ran.
 	changed := changedPins(r.im, r.pins)
@@ -262,7 +275,9 @@ func (r *implRunner) close() {
 	}
 }
 
-func (r *implRunner) runLane(ctx context.Context, l *qmvLane) laneOut {
+// runLane runs one lane; wait blocks until the adapters have started and
+// returns the start's error.
+func (r *implRunner) runLane(ctx context.Context, l *qmvLane, wait func() error) laneOut {
 	lo := laneOut{lane: l, start: r.now()}
 	t0 := time.Now()
 	var progress func(done, total int)
@@ -273,7 +288,7 @@ func (r *implRunner) runLane(ctx context.Context, l *qmvLane) laneOut {
 		lo.err = err
 	} else {
 		lo.cs = cs
-		lo.main, lo.other, lo.ctl, lo.err = runImplLane(ctx, cs, r.sess, r.origSess, r.o.Control, progress)
+		lo.main, lo.other, lo.ctl, lo.err = runImplLane(ctx, cs, r, wait, progress)
 	}
 	lo.wall = time.Since(t0)
 	lo.end = r.now()
@@ -369,9 +384,11 @@ type ctlOutcome struct {
 }
 
 // runImplLane sends the lane's cases to the adapters (pipelined, in their
-// own goroutines) while this goroutine computes the exact references and
-// the CPU narrow control, then waits for the answers.
-func runImplLane(ctx context.Context, cs *caseSet, sess, osess *adapterSession, ctl Backend, progress func(int, int)) (*implSide, *implSide, ctlOutcome, error) {
+// own goroutines, once wait says they started) while this goroutine
+// computes the exact references and the CPU narrow control, then waits for
+// the answers.
+func runImplLane(ctx context.Context, cs *caseSet, r *implRunner, wait func() error, progress func(int, int)) (*implSide, *implSide, ctlOutcome, error) {
+	ctl := r.o.Control
 	acs := make([]adapterCase, len(cs.cases))
 	for i, c := range cs.cases {
 		acs[i] = adapterCase{ID: c.ID, Req: cs.reqs[i]}
@@ -380,19 +397,24 @@ func runImplLane(ctx context.Context, cs *caseSet, sess, osess *adapterSession, 
 		side *implSide
 		err  error
 	}
-	run := func(s *adapterSession) chan sideRes {
+	run := func(session func() *adapterSession) chan sideRes {
 		ch := make(chan sideRes, 1)
 		go func() {
+			if err := wait(); err != nil {
+				ch <- sideRes{nil, err}
+				return
+			}
+			s := session()
 			t := time.Now()
 			ans, err := s.Run(ctx, acs)
 			ch <- sideRes{&implSide{hello: *s.hello, answers: ans, restarts: s.restarts, wall: time.Since(t)}, err}
 		}()
 		return ch
 	}
-	mainCh := run(sess)
+	mainCh := run(func() *adapterSession { return r.sess })
 	var otherCh chan sideRes
-	if osess != nil {
-		otherCh = run(osess)
+	if r.orig != nil {
+		otherCh = run(func() *adapterSession { return r.origSess })
 	}
 	var out ctlOutcome
 	var refErr error
