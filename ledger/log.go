@@ -22,12 +22,13 @@ const (
 	KindRelease  Kind = "release"  // a release (re)definition
 	KindWaiver   Kind = "waiver"   // a waiver of one gate for one release's pins
 	KindApproval Kind = "approval" // a release approval
+	KindPolicy   Kind = "policy"   // a registered trust policy (PolicyRecord)
 )
 
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindPolicy:
 		return true
 	}
 	return false
@@ -176,12 +177,14 @@ type ConsistencyProof struct {
 
 // EntryKey returns the index key of a body of kind k: the lane for
 // evidence, the repository for heads, the "version" field for releases,
-// waivers and approvals. It returns "" when the body has no such field.
+// waivers and approvals, the "name" field for policies. It returns "" when
+// the body has no such field.
 func EntryKey(k Kind, body []byte) string {
 	var probe struct {
 		Lane       string `json:"lane"`
 		Repository string `json:"repository"`
 		Version    string `json:"version"`
+		Name       string `json:"name"`
 	}
 	_ = json.Unmarshal(body, &probe)
 	switch k {
@@ -189,6 +192,8 @@ func EntryKey(k Kind, body []byte) string {
 		return probe.Lane
 	case KindHead:
 		return probe.Repository
+	case KindPolicy:
+		return probe.Name
 	default:
 		return probe.Version
 	}
