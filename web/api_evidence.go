@@ -178,6 +178,14 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 	}
 	recs := make([]ledger.Record, len(raws))
 	for i, raw := range raws {
+		prefix := ""
+		if !single {
+			prefix = "[" + strconv.Itoa(i) + "]."
+		}
+		if err := refuseServerFields(prefix, raw); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
 	}
 	res, err := s.store.Append(r.Context(), recs, r.Header.Get("Idempotency-Key"))

@@ -1,0 +1,149 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/verify"
+)
+
+// VerifyTreeRequest asks the server to compute tree equivalence for a
+// release's component from uploaded objects and record it (POST
+// /api/v1/trees/verify, scope record). The commits compared are the
+// component's head and reviewed commits and the pins are the ones the
+// release declares for it: the caller names neither. Objects are the two
+// commits and the tree objects along every path where their trees differ
+// (verify.TreeUpload); Lane defaults to tree-equivalence/v1.
+type VerifyTreeRequest struct {
+	Release      string             `json:"release"`
+	Component    string             `json:"component,omitempty"` // required when the release has several
+	Lane         string             `json:"lane,omitempty"`
+	ObjectFormat string             `json:"object_format,omitempty"` // sha1 (default) or sha256
+	Objects      []verify.RawObject `json:"objects"`
+}
+
+func (s *Server) handleVerifyTree(w http.ResponseWriter, r *http.Request) {
+	started := s.cfg.Now()
+	var req VerifyTreeRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !gates.ValidVersion(req.Release) {
+		s.writeError(w, r, ledger.FieldError("release", "required: the release whose component and pins apply"))
+		return
+	}
+	if req.Lane == "" {
+		req.Lane = ledger.TreeEquivalenceLane
+	} else if !ledger.ValidLane(req.Lane) {
+		s.writeError(w, r, ledger.FieldError("lane", "must look like name/vN"))
+		return
+	}
+	rel, _, err := gates.LoadRelease(r.Context(), s.store, req.Release)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var c gates.Component
+	switch {
+	case req.Component != "":
+		var ok bool
+		if c, ok = rel.Component(req.Component); !ok {
+			s.writeError(w, r, ledger.FieldError("component", "release %s has no component %q", rel.Version, clipField(req.Component)))
+			return
+		}
+	case len(rel.Components) == 1:
+		c = rel.Components[0]
+	default:
+		s.writeError(w, r, ledger.FieldError("component", "required: release %s has %d components", rel.Version, len(rel.Components)))
+		return
+	}
+	pins := append([]string{}, c.Pins...)
+	rep, ids, err := verify.TreeEquivalenceObjects(verify.TreeUpload{Format: req.ObjectFormat, Head: c.Head, Reviewed: c.Reviewed, Objects: req.Objects, Pins: pins})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	format := req.ObjectFormat
+	if format == "" {
+		format = verify.FormatSHA1
+	}
+	te := ledger.TreeEquivalence{
+		Reviewed: rep.Reviewed, Equivalent: &rep.Equivalent, OutsidePins: []string{}, Pins: pins, Differences: len(rep.Differences),
+		ComputedBy: ledger.ComputedByServer, Release: rel.Version, Component: c.Name, HeadTree: rep.HeadTree, ReviewedTree: rep.ReviewedTree,
+		ObjectFormat: format, Objects: ids,
+	}
+	for _, d := range rep.Differences {
+		te.DifferingPaths = append(te.DifferingPaths, d.Path)
+		if d.OldPath != "" {
+			te.DifferingPaths = append(te.DifferingPaths, d.OldPath)
+		}
+		if !d.InPins {
+			te.OutsidePins = append(te.OutsidePins, d.Path)
+		}
+	}
+	ev, err := te.Evidence(ledger.Subject{Repository: c.Repository, Commit: rep.Head, Tree: rep.HeadTree}, ledger.RunnerBuild{Version: "ledger-server"}, started, s.cfg.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ev.Lane = req.Lane
+	body, err := ledger.CanonicalBody(&ev)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.Append(r.Context(), []ledger.Record{{Kind: ledger.KindEvidence, Body: body}}, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e := res.Entries[0]
+	status := http.StatusCreated
+	if e.Existing {
+		status = http.StatusOK
+	} else {
+		s.metrics.appended.WithLabelValues(string(ledger.KindEvidence)).Inc()
+	}
+	s.writeJSON(w, status, map[string]any{"tree": rep, "evidence": ev, "id": e.ID, "index": e.Index, "leaf_hash": e.LeafHash, "existing": e.Existing, "inclusion_proof": e.Proof, "checkpoint": res.Checkpoint})
+}
+
+// refuseServerFields refuses evidence a caller posts that carries a field
+// only the server sets: details.computed_by (ledger.TreeEquivalence). The
+// match folds case, as encoding/json does when gates decode the details,
+// and sees through escapes (the body is decoded, not searched). prefix is
+// "" for one record, "[i]." in a batch.
+func refuseServerFields(prefix string, raw []byte) error {
+	if !mayCarryServerField(raw) {
+		return nil
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil // the store's strict decoding names the problem
+	}
+	for k, v := range top {
+		if !strings.EqualFold(k, "details") {
+			continue
+		}
+		var d map[string]json.RawMessage
+		if json.Unmarshal(v, &d) != nil {
+			continue
+		}
+		for dk := range d {
+			if strings.EqualFold(dk, "computed_by") {
+				return ledger.FieldError(prefix+"details.computed_by", "is set only by the server's own tree verification (POST /api/v1/trees/verify); posted evidence cannot carry it")
+			}
+		}
+	}
+	return nil
+}
+
+// mayCarryServerField is the cheap test before refuseServerFields decodes:
+// a key folding to "computed_by" holds "_b" or "_B", or an escape.
+func mayCarryServerField(raw []byte) bool {
+	return bytes.Contains(raw, []byte("_b")) || bytes.Contains(raw, []byte("_B")) || bytes.Contains(raw, []byte(`\u`))
+}
