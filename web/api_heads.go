@@ -52,7 +52,7 @@ func (s *Server) handleListHeads(w http.ResponseWriter, r *http.Request) {
 // configured --repo-root and needs an admin token. PolicyPath is refused:
 // it exists to name the field in the refusal.
 type VerifyHeadRequest struct {
-	Repository   string             `json:"repository,omitempty"` // as the policy and the release name it; default: the component's
+	Repository   string             `json:"repository,omitempty"` // as the policy and the release name it; default: the component's (a release's only component by default)
 	Ref          string             `json:"ref,omitempty"`        // full ref name; default refs/heads/main for uploads
 	Release      string             `json:"release,omitempty"`
 	Component    string             `json:"component,omitempty"`
@@ -88,6 +88,9 @@ func (s *Server) headPolicy(r *http.Request, req *VerifyHeadRequest) (*verify.Po
 	rel, _, err := gates.LoadRelease(r.Context(), s.store, req.Release)
 	if err != nil {
 		return nil, err
+	}
+	if req.Component == "" && len(rel.Components) == 1 {
+		req.Component = rel.Components[0].Name
 	}
 	if req.Component != "" {
 		c, ok := rel.Component(req.Component)
