@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
@@ -109,7 +111,7 @@ func (s *Server) handleGetPolicy(w http.ResponseWriter, r *http.Request) {
 // loadPolicy returns the registered policy ref names (a name or a digest),
 // parsed with its material (cached by digest), and its record.
 func (s *Server) loadPolicy(r *http.Request, ref string) (*verify.Policy, ledger.PolicyRecord, error) {
-	pe, err := ledger.ResolvePolicy(r.Context(), s.store, ref, 0)
+	pe, err := s.refs.resolve(r.Context(), s.store, ref)
 	if err != nil {
 		return nil, ledger.PolicyRecord{}, err
 	}
@@ -153,4 +155,52 @@ func (s *Server) releasePolicy(r *http.Request, rel *gates.Release) (*verify.Pol
 		}
 	}
 	return p, nil
+}
+
+// policyRefs caches what policy names and digests resolve to. A policy
+// leaf is large (it carries its keys), so reading the newest one on every
+// head verification would dominate it; instead each lookup reads the
+// log's tail since the previous lookup, and any policy leaf in it (or a
+// tail longer than policyTailMax, or a log that shrank) empties the cache.
+// A lookup therefore always sees every policy appended before it, by this
+// server or another process. Safe for concurrent use.
+type policyRefs struct {
+	mu    sync.Mutex
+	size  uint64
+	byRef map[string]ledger.PolicyEntry
+}
+
+const policyTailMax = 64
+
+func (c *policyRefs) resolve(ctx context.Context, st ledger.Store, ref string) (ledger.PolicyEntry, error) {
+	cp, err := st.Checkpoint(ctx)
+	if err != nil {
+		return ledger.PolicyEntry{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byRef == nil || cp.Size < c.size || cp.Size-c.size > policyTailMax {
+		c.byRef = map[string]ledger.PolicyEntry{}
+	} else {
+		for i := c.size; i < cp.Size; i++ {
+			e, err := st.EntryAt(ctx, i)
+			if err != nil {
+				return ledger.PolicyEntry{}, err
+			}
+			if e.Kind == ledger.KindPolicy {
+				c.byRef = map[string]ledger.PolicyEntry{}
+				break
+			}
+		}
+	}
+	c.size = cp.Size
+	if pe, ok := c.byRef[ref]; ok {
+		return pe, nil
+	}
+	pe, err := ledger.ResolvePolicy(ctx, st, ref, cp.Size)
+	if err != nil {
+		return pe, err
+	}
+	c.byRef[ref] = pe
+	return pe, nil
 }

@@ -52,6 +52,7 @@ type Server struct {
 	// policies caches registered policies parsed with their material, by
 	// digest (*verify.Policy): a digest names immutable content.
 	policies sync.Map
+	refs     policyRefs
 }
 
 type metrics struct {
