@@ -97,6 +97,7 @@ func newRootCmd() *cobra.Command {
 		newBackupCmd(a),
 		newMigrateCmd(a),
 		newTokenCmd(a),
+		newPolicyCmd(a),
 	)
 	return root
 }

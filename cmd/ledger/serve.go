@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -24,6 +25,10 @@ type ServeConfig struct {
 	Addr     string // LEDGER_ADDR
 	MaxBody  int64  // LEDGER_MAX_BODY (bytes)
 	ReadAuth bool   // LEDGER_READ_AUTH
+	// RepoRoots are the directories under which an admin's head
+	// verification may name a repository on this machine (--repo-root,
+	// repeatable); none: requests read no repository from disk.
+	RepoRoots []string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -65,6 +70,14 @@ func (c ServeConfig) Validate() error {
 	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
 		return fmt.Errorf("--max-body %d: must be between 1 KiB and 1 GiB", c.MaxBody)
 	}
+	for _, r := range c.RepoRoots {
+		if !filepath.IsAbs(r) {
+			return fmt.Errorf("--repo-root %q: must be an absolute directory", r)
+		}
+		if fi, err := os.Stat(r); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--repo-root %q: not a directory", r)
+		}
+	}
 	return nil
 }
 
@@ -82,7 +95,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer st.Close()
-	srv, err := web.New(web.Config{Store: st, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth})
+	srv, err := web.New(web.Config{Store: st, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, RepoRoots: c.RepoRoots})
 	if err != nil {
 		return err
 	}
@@ -135,5 +148,6 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
 	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
+	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	return cmd
 }
