@@ -84,60 +84,9 @@ func PolicyFromBundle(policy []byte, files map[string][]byte) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	get := func(i int, name string) ([]byte, error) {
-		b, ok := files[name]
-		if !ok {
-			return nil, newErr(ErrMalformed, "rules[%d]: file %q is not in the policy's files", i, name)
-		}
-		return b, nil
-	}
 	for i := range p.Rules {
-		r := &p.Rules[i]
-		if r.OpenPGP != nil {
-			for _, k := range r.OpenPGP.Keyrings {
-				b, err := get(i, k)
-				if err != nil {
-					return nil, err
-				}
-				el, err := ParseKeyring(b)
-				if err != nil {
-					return nil, newErr(ErrMalformed, "rules[%d] openpgp keyring %q does not parse", i, k)
-				}
-				r.keyring = append(r.keyring, el...)
-			}
-		}
-		if r.SSH != nil && r.SSH.AllowedSigners != "" {
-			b, err := get(i, r.SSH.AllowedSigners)
-			if err != nil {
-				return nil, err
-			}
-			if r.allowedSigners, err = ParseAllowedSigners(b); err != nil {
-				return nil, newErr(ErrMalformed, "rules[%d] ssh allowed signers %q do not parse", i, r.SSH.AllowedSigners)
-			}
-		}
-		if r.X509 != nil {
-			if r.X509.TrustedRoot != "" {
-				b, err := get(i, r.X509.TrustedRoot)
-				if err != nil {
-					return nil, err
-				}
-				tr, err := root.NewTrustedRootFromJSON(b)
-				if err != nil {
-					return nil, newErr(ErrMalformed, "rules[%d] x509 trusted root %q does not parse", i, r.X509.TrustedRoot)
-				}
-				r.trustedRoot = tr
-			}
-			if r.X509.CAPool != "" {
-				b, err := get(i, r.X509.CAPool)
-				if err != nil {
-					return nil, err
-				}
-				pool := x509.NewCertPool()
-				if !pool.AppendCertsFromPEM(b) {
-					return nil, newErr(ErrMalformed, "rules[%d] x509 ca pool %q holds no PEM certificate", i, r.X509.CAPool)
-				}
-				r.caPool = pool
-			}
+		if err := p.Rules[i].loadFrom(i, files); err != nil {
+			return nil, err
 		}
 	}
 	for name := range files {
@@ -151,4 +100,63 @@ func PolicyFromBundle(policy []byte, files map[string][]byte) (*Policy, error) {
 	}
 	p.Digest = ledger.PolicyDigest(string(policy), files)
 	return p, nil
+}
+
+// loadFrom loads rule i's key material from files (see PolicyFromBundle).
+func (r *PolicyRule) loadFrom(i int, files map[string][]byte) error {
+	get := func(name string) ([]byte, error) {
+		b, ok := files[name]
+		if !ok {
+			return nil, newErr(ErrMalformed, "rules[%d]: file %q is not in the policy's files", i, name)
+		}
+		return b, nil
+	}
+	if r.OpenPGP != nil {
+		for _, k := range r.OpenPGP.Keyrings {
+			b, err := get(k)
+			if err != nil {
+				return err
+			}
+			el, err := ParseKeyring(b)
+			if err != nil {
+				return newErr(ErrMalformed, "rules[%d] openpgp keyring %q does not parse", i, k)
+			}
+			r.keyring = append(r.keyring, el...)
+		}
+	}
+	if r.SSH != nil && r.SSH.AllowedSigners != "" {
+		b, err := get(r.SSH.AllowedSigners)
+		if err != nil {
+			return err
+		}
+		if r.allowedSigners, err = ParseAllowedSigners(b); err != nil {
+			return newErr(ErrMalformed, "rules[%d] ssh allowed signers %q do not parse", i, r.SSH.AllowedSigners)
+		}
+	}
+	if r.X509 == nil {
+		return nil
+	}
+	if r.X509.TrustedRoot != "" {
+		b, err := get(r.X509.TrustedRoot)
+		if err != nil {
+			return err
+		}
+		tr, err := root.NewTrustedRootFromJSON(b)
+		if err != nil {
+			return newErr(ErrMalformed, "rules[%d] x509 trusted root %q does not parse", i, r.X509.TrustedRoot)
+		}
+		r.trustedRoot = tr
+	}
+	if r.X509.CAPool != "" {
+		b, err := get(r.X509.CAPool)
+		if err != nil {
+			return err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return newErr(ErrMalformed, "rules[%d] x509 ca pool %q holds no PEM certificate", i, r.X509.CAPool)
+		}
+		r.caPool = pool
+	}
+	return nil
 }
