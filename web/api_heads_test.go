@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -116,5 +117,69 @@ func TestServerPathConfinement(t *testing.T) {
 	}
 	if e.size(t) != start {
 		t.Error("a refused repo_path recorded something")
+	}
+}
+
+// TestPolicyRebindAndAudit: re-registering a policy under the same name
+// takes effect on the next verification (the lookup cache sees the new
+// leaf), a release binding a name and a digest that disagree is 409, and
+// the log with policy leaves audits clean.
+func TestPolicyRebindAndAudit(t *testing.T) {
+	f := newUploadFixture(t)
+	e := newUploadEnv(t, Config{})
+	d1 := e.applyPolicy(t, "core-signers", f.policyYAML, map[string][]byte{"signers": f.signers})
+	e.defineRelease(t, f.releaseYAML("1.0", f.head, "core-signers"))
+	verifyMain := func() ledger.HeadVerification {
+		t.Helper()
+		code, body := e.do(t, "POST", "/api/v1/heads/verify", e.record, map[string]any{"release": "1.0", "objects": headObjects(t, f.dir, "main")})
+		var res struct {
+			Head ledger.HeadVerification `json:"head"`
+		}
+		json.Unmarshal(body, &res)
+		if code/100 != 2 {
+			t.Fatalf("verify: %d %s", code, body)
+		}
+		return res.Head
+	}
+	if h := verifyMain(); h.Decision != ledger.DecisionTrusted || h.Policy != d1 {
+		t.Fatalf("under the first policy: %+v", h)
+	}
+	d2 := e.applyPolicy(t, "core-signers", f.malloryYAML, f.malloryFiles)
+	if d2 == d1 {
+		t.Fatal("two policies with other keys share a digest")
+	}
+	if h := verifyMain(); h.Decision != ledger.DecisionUntrusted || h.Policy != d2 {
+		t.Fatalf("after re-registering the name: %+v", h)
+	}
+	// Bound by digest, the first policy still applies.
+	e.defineRelease(t, strings.Replace(f.releaseYAML("1.0", f.head, "core-signers"), "policy: core-signers\n", "policy_digest: "+d1+"\n", 1))
+	if h := verifyMain(); h.Decision != ledger.DecisionTrusted || h.Policy != d1 {
+		t.Fatalf("bound by digest: %+v", h)
+	}
+	// Name and digest that disagree: refused, nothing appended.
+	e.defineRelease(t, strings.Replace(f.releaseYAML("1.0", f.head, "core-signers"), "policy: core-signers\n", "policy: core-signers\npolicy_digest: "+d1+"\n", 1))
+	before := e.size(t)
+	if code, body := e.do(t, "POST", "/api/v1/heads/verify", e.record, map[string]any{"release": "1.0", "objects": headObjects(t, f.dir, "main")}); code != 409 {
+		t.Fatalf("name and digest disagree: %d %s", code, body)
+	}
+	if e.size(t) != before {
+		t.Error("a refused verification appended")
+	}
+	// A release binding no policy: 409.
+	e.defineRelease(t, strings.Replace(f.releaseYAML("4.0", f.head, "x"), "policy: x\n", "", 1))
+	if code, body := e.do(t, "POST", "/api/v1/heads/verify", e.record, map[string]any{"release": "4.0", "objects": headObjects(t, f.dir, "main")}); code != 409 {
+		t.Fatalf("a release without a policy: %d %s", code, body)
+	}
+	code, body := e.do(t, "GET", "/api/v1/policies/core-signers", "", nil)
+	if code != 200 || !strings.Contains(string(body), d2) {
+		t.Fatalf("GET policy: %d %s", code, body)
+	}
+	code, body = e.do(t, "GET", "/api/v1/policies", "", nil)
+	if code != 200 || !strings.Contains(string(body), d1) || !strings.Contains(string(body), d2) {
+		t.Fatalf("list policies: %d %s", code, body)
+	}
+	rep, err := e.store.Audit(context.Background())
+	if err != nil || !rep.OK {
+		t.Fatalf("audit: %+v %v", rep, err)
 	}
 }

@@ -336,6 +336,7 @@ type auditRow struct {
 // auditBody holds every body field the audit compares, for all kinds, so
 // the body is decoded once.
 type auditBody struct {
+	Name    string `json:"name"` // policies' key (ledger.EntryKey)
 	Lane    string `json:"lane"`
 	Backend string `json:"backend"`
 	Status  string `json:"status"`
@@ -401,6 +402,8 @@ func (r *auditRow) check() {
 		key = b.Lane
 	case ledger.KindHead:
 		key = b.Repository
+	case ledger.KindPolicy:
+		key = b.Name
 	}
 	if key != r.key {
 		r.problem = "key column does not match the leaf body"
