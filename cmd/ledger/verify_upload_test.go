@@ -1,11 +1,15 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // TestCIRecipeUploads is the README's CI recipe end to end against a real
@@ -81,5 +85,49 @@ func TestCIRecipeUploads(t *testing.T) {
 	}
 	if out, se, code := as(ci, "release", "check", "r1"); code != 0 {
 		t.Fatalf("release check: want ready, got %d\n%s%s", code, out, se)
+	}
+}
+
+// TestPolicyApplyLocalAndRepoRoots: `ledger policy apply` on a local
+// database needs --as an admin token and records its name; `policy show`
+// prints the digest; serve refuses a relative or missing --repo-root.
+func TestPolicyApplyLocalAndRepoRoots(t *testing.T) {
+	dir := t.TempDir()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "signers"), append([]byte("bot "), ssh.MarshalAuthorizedKey(sp)...), 0o644)
+	os.WriteFile(filepath.Join(dir, "p.yaml"), []byte("version: 1\nrules:\n  - repositories: [\"*\"]\n    refs: [\"*\"]\n    schemes: [ssh]\n    ssh:\n      allowed_signers: signers\n"), 0o644)
+	db := filepath.Join(dir, "ledger.db")
+	runBin(t, "", "--db", db, "token", "create", "--name", "ci", "--scope", "record")
+	runBin(t, "", "--db", db, "token", "create", "--name", "adm", "--scope", "admin")
+	if _, se, code := runBin(t, "", "--db", db, "policy", "apply", filepath.Join(dir, "p.yaml"), "--as", "ci"); code != 2 || !strings.Contains(se, "admin") {
+		t.Fatalf("a record token applied a policy: %d %s", code, se)
+	}
+	if _, se, code := runBin(t, "", "--db", db, "policy", "apply", filepath.Join(dir, "p.yaml"), "--name", "../x", "--as", "adm"); code != 2 || !strings.Contains(se, "--name") {
+		t.Fatalf("a path as a policy name: %d %s", code, se)
+	}
+	out, se, code := runBin(t, "", "--db", db, "policy", "apply", filepath.Join(dir, "p.yaml"), "--as", "adm")
+	if code != 0 || !strings.Contains(out, "policy p registered: sha256:") {
+		t.Fatalf("policy apply: %d %s %s", code, out, se)
+	}
+	digest := strings.Fields(out)[3]
+	out, _, code = runBin(t, "", "--db", db, "policy", "show", "p")
+	if code != 0 || !strings.Contains(out, digest) || !strings.Contains(out, "file signers") || !strings.Contains(out, "by adm") {
+		t.Fatalf("policy show: %d %s", code, out)
+	}
+	if _, _, code := runBin(t, "", "--db", db, "audit"); code != 0 {
+		t.Fatal("a database with a policy leaf does not audit")
+	}
+	for _, root := range []string{"relative/dir", filepath.Join(dir, "missing")} {
+		c := ServeConfig{DB: db, Addr: "127.0.0.1:0", MaxBody: 4 << 20, RepoRoots: []string{root}}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--repo-root") {
+			t.Errorf("--repo-root %s: %v", root, err)
+		}
 	}
 }
