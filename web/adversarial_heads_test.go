@@ -108,7 +108,7 @@ func TestExploitOwnPolicyByPath(t *testing.T) {
 		if strings.Contains(string(ans), "SENTINEL") {
 			t.Errorf("policy %s: the answer quotes the file: %s", p, ans)
 		}
-		e.refused(t, "repo_path "+p, "/api/v1/heads/verify", e.record, map[string]any{"release": "1.0", "repo_path": filepath.Dir(p)}, 403, "")
+		e.refused(t, "repo_path "+p, "/api/v1/heads/verify", e.record, map[string]any{"release": "1.0", "repo_path": filepath.Dir(p)}, 403, "repo_path")
 	}
 	e.requireNotReady(t, "1.0")
 }

@@ -131,7 +131,7 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.RepoPath != "":
 		if t, ok := TokenFrom(r.Context()); !ok || !t.Scope.Allows(ledger.ScopeAdmin) {
-			s.writeError(w, r, ledger.Errorf(ledger.CodeForbidden, "repo_path: reading a repository on the server's disk needs an admin token; upload the head's objects instead"))
+			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: "repo_path", Message: "reading a repository on the server's disk needs an admin token; upload the head's objects instead"})
 			return
 		}
 		if req.ObjectFormat != "" && req.ObjectFormat != verify.FormatSHA1 {

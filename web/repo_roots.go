@@ -21,7 +21,7 @@ import (
 // returns the resolved path.
 func (s *Server) serverPath(field, p string) (string, error) {
 	if len(s.cfg.RepoRoots) == 0 {
-		return "", ledger.Errorf(ledger.CodeForbidden, "%s: this server reads no repository from its disk (no --repo-root configured); upload the objects instead", field)
+		return "", &ledger.Error{Code: ledger.CodeForbidden, Field: field, Message: "this server reads no repository from its disk (no --repo-root configured); upload the objects instead"}
 	}
 	if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\x00\\") {
 		return "", ledger.FieldError(field, "must be a path relative to a repository root (--repo-root)")
