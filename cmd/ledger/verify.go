@@ -134,7 +134,13 @@ Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
 			}
 			var pol *verify.Policy
 			if policyPath != "" {
-				if pol, err = verify.LoadPolicy(policyPath); err != nil {
+				// Loaded as the bundle `ledger policy apply` registers, so
+				// the recorded digest is the registered policy's digest.
+				yml, files, err := verify.ReadPolicyBundle(policyPath)
+				if err == nil {
+					pol, err = verify.PolicyFromBundle(yml, files)
+				}
+				if err != nil {
 					return errExit(2, "policy: %v", err)
 				}
 			}

@@ -63,6 +63,17 @@ func TestCIRecipeUploads(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "sha256:") {
 		t.Fatalf("policy apply: %d %s %s", code, out, se)
 	}
+	registered := ""
+	for _, w := range strings.Fields(out) {
+		if strings.HasPrefix(w, "sha256:") {
+			registered = w
+		}
+	}
+	// The local command verifies under the same bundle: same digest.
+	lo, se, code := runBin(t, "", "--db", filepath.Join(dir, "local.db"), "--json", "verify", "head", "--repo", repo, "--ref", "main", "--repository", "example.com/acme/core", "--policy", filepath.Join(dir, "policy.yaml"))
+	if code != 0 || !strings.Contains(lo, `"policy": "`+registered+`"`) {
+		t.Fatalf("local verify head: %d, want policy %s: %s %s", code, registered, lo, se)
+	}
 	rel := "version: r1\npolicy: core\ncomponents:\n  - name: core\n    repository: example.com/acme/core\n    reviewed: " + reviewed + "\n    head: " + head + "\n    pins: [go.sum]\ngates:\n  - id: heads\n    kind: signed-heads\n  - id: tree\n    kind: tree-equivalence\n"
 	relFile := filepath.Join(dir, "rel.yaml")
 	os.WriteFile(relFile, []byte(rel), 0o644)
