@@ -124,6 +124,7 @@ func TestExploitTreeWithCallersPins(t *testing.T) {
 	objs := treeObjects(t, f.dir, f.outside, f.reviewed)
 	e.refused(t, "caller's pins", "/api/v1/trees/verify", e.record, map[string]any{"release": "2.0", "pins": []string{"src/*"}, "objects": objs}, 400, "pins")
 	e.refused(t, "caller's head", "/api/v1/trees/verify", e.record, map[string]any{"release": "2.0", "head": f.head, "objects": objs}, 400, "head")
+	e.refused(t, "another gate's lane", "/api/v1/trees/verify", e.record, map[string]any{"release": "2.0", "lane": "qmv-bias-sum/v1", "objects": objs}, 400, "lane")
 	for i := range objs {
 		flipped := make([]map[string]any, len(objs))
 		for j, o := range objs {

@@ -17,7 +17,8 @@ import (
 // component's head and reviewed commits and the pins are the ones the
 // release declares for it: the caller names neither. Objects are the two
 // commits and the tree objects along every path where their trees differ
-// (verify.TreeUpload); Lane defaults to tree-equivalence/v1.
+// (verify.TreeUpload); Lane defaults to tree-equivalence/v1 and may only
+// name the lane of one of the release's tree-equivalence gates.
 type VerifyTreeRequest struct {
 	Release      string             `json:"release"`
 	Component    string             `json:"component,omitempty"` // required when the release has several
@@ -37,15 +38,15 @@ func (s *Server) handleVerifyTree(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("release", "required: the release whose component and pins apply"))
 		return
 	}
-	if req.Lane == "" {
-		req.Lane = ledger.TreeEquivalenceLane
-	} else if !ledger.ValidLane(req.Lane) {
-		s.writeError(w, r, ledger.FieldError("lane", "must look like name/vN"))
-		return
-	}
 	rel, _, err := gates.LoadRelease(r.Context(), s.store, req.Release)
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if req.Lane == "" {
+		req.Lane = ledger.TreeEquivalenceLane
+	} else if !treeLane(rel, req.Lane) {
+		s.writeError(w, r, ledger.FieldError("lane", "must be %s or the lane of one of release %s's tree-equivalence gates", ledger.TreeEquivalenceLane, rel.Version))
 		return
 	}
 	var c gates.Component
@@ -140,6 +141,21 @@ func refuseServerFields(prefix string, raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// treeLane reports whether lane may carry the server's tree evidence for
+// rel: the default lane or a tree-equivalence gate's, never another gate
+// kind's lane (a record there would be a passed run nobody ran).
+func treeLane(rel *gates.Release, lane string) bool {
+	if lane == ledger.TreeEquivalenceLane {
+		return true
+	}
+	for _, g := range rel.Gates {
+		if g.Kind == gates.KindTreeEquivalence && g.Lane == lane {
+			return true
+		}
+	}
+	return false
 }
 
 // mayCarryServerField is the cheap test before refuseServerFields decodes:
