@@ -89,6 +89,10 @@ type evaluator struct {
 	// bound are the names of the release's bound artifacts, sorted (the
 	// order mismatches are reported in).
 	bound []string
+	// policy is the digest head verifications must carry: policy_digest,
+	// else the digest of the newest registered policy the release names as
+	// of the size; noPolicy says why none could be resolved.
+	policy, noPolicy string
 
 	mu    sync.Mutex
 	pages map[string]*evidencePage
@@ -232,6 +236,9 @@ func (ev *evaluator) loadRecords() error {
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	if err := ev.resolvePolicy(); err != nil {
 		return err
 	}
 	return ev.loadSupersedes()
@@ -505,4 +512,25 @@ func (ev *evaluator) components(g *Gate) []Component {
 		out = append(out, c)
 	}
 	return out
+}
+
+// resolvePolicy sets ev.policy from the release's policy_digest, else from
+// the registered policy it names (TRUST.md rule 2: a head counts only when
+// it was verified under the policy the release binds).
+func (ev *evaluator) resolvePolicy() error {
+	switch {
+	case ev.rel.PolicyDigest != "":
+		ev.policy = ev.rel.PolicyDigest
+	case ev.rel.Policy != "":
+		p, err := ledger.ResolvePolicy(ev.ctx, ev.store, ev.rel.Policy, ev.asOf)
+		switch {
+		case ledger.ErrorCode(err) == ledger.CodeNotFound:
+			ev.noPolicy = fmt.Sprintf("the release's policy %q is not registered (ledger policy apply)", ev.rel.Policy)
+		case err != nil:
+			return err
+		default:
+			ev.policy = p.Policy.Digest
+		}
+	}
+	return nil
 }

@@ -125,8 +125,10 @@ func (ev *evaluator) headExcluded(c Component, h ledger.HeadEntry) string {
 	switch {
 	case v.Repository != c.Repository:
 		return fmt.Sprintf("verified as repository %q, release binds %s to %q", v.Repository, c.Name, c.Repository)
-	case ev.rel.PolicyDigest != "" && v.Policy != ev.rel.PolicyDigest:
-		return fmt.Sprintf("verified under policy %s, release requires %s", shortDigest(v.Policy), shortDigest(ev.rel.PolicyDigest))
+	case ev.noPolicy != "":
+		return ev.noPolicy
+	case ev.policy != "" && v.Policy != ev.policy:
+		return fmt.Sprintf("verified under policy %s, release requires %s", shortDigest(v.Policy), shortDigest(ev.policy))
 	case c.Tree != "" && v.Tree != "" && v.Tree != c.Tree:
 		return fmt.Sprintf("the verified commit's tree %s is not the release's tree pin %s", short(v.Tree), short(c.Tree))
 	}

@@ -27,12 +27,16 @@ type Release struct {
 	Components []Component `yaml:"components" json:"components"`
 	// Artifacts binds artifact names to "sha256:<64 lowercase hex>".
 	Artifacts map[string]string `yaml:"artifacts,omitempty" json:"artifacts,omitempty"`
-	// Policy names the trust policy used to verify heads (a file path or
-	// another reference); informational unless PolicyDigest is set.
+	// Policy names the registered trust policy (ledger.PolicyRecord, by
+	// name: `ledger policy apply FILE --name NAME`) the server verifies
+	// this release's heads under; the newest policy of that name applies.
+	// It is a name (ledger.ValidPolicyName), never a path.
 	Policy string `yaml:"policy,omitempty" json:"policy,omitempty"`
-	// PolicyDigest, when set ("sha256:<64 hex>"), makes signed-heads gates
-	// count only head verifications made under exactly that policy
-	// (ledger.HeadVerification.Policy).
+	// PolicyDigest, when set ("sha256:<64 hex>", ledger.PolicyDigest),
+	// binds the policy by content: heads are verified under exactly that
+	// registered policy, and signed-heads gates count only head
+	// verifications made under it (ledger.HeadVerification.Policy). With
+	// Policy set too, the newest policy of that name must have this digest.
 	PolicyDigest string `yaml:"policy_digest,omitempty" json:"policy_digest,omitempty"`
 	// ApprovalRole, when set, is the role a token must hold to record the
 	// final release approval (besides admin scope).
@@ -283,6 +287,9 @@ func (r *Release) validate() error {
 				return ledger.FieldError(fmt.Sprintf("components[%d].artifacts[%d]", i, j), "artifact %q is not bound by the release (artifacts:)", a)
 			}
 		}
+	}
+	if r.Policy != "" && !ledger.ValidPolicyName(r.Policy) {
+		return ledger.FieldError("policy", "must name a registered trust policy (1-64 of [a-z0-9._-], see `ledger policy apply`), not a file or a description, got %q", r.Policy)
 	}
 	if r.PolicyDigest != "" && !ledger.ValidDigest(r.PolicyDigest) {
 		return ledger.FieldError("policy_digest", "must be sha256:<64 lowercase hex>, got %q", r.PolicyDigest)

@@ -46,6 +46,7 @@ type AuditRow[P any] struct {
 // AuditBody holds every body field a projection may be derived from, for
 // all kinds, so each body is decoded once per audit.
 type AuditBody struct {
+	Name    string `json:"name"` // policies' key (EntryKey)
 	Lane    string `json:"lane"`
 	Backend string `json:"backend"`
 	Status  string `json:"status"`
@@ -355,6 +356,8 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		key = b.Lane
 	case KindHead:
 		key = b.Repository
+	case KindPolicy:
+		key = b.Name
 	}
 	if key != r.Key {
 		r.problem = "key column does not match the leaf body"

@@ -25,12 +25,13 @@ const (
 	// KindSupersede retracts one evidence or head record for one release's
 	// pins (an infrastructure fault, say): attributed and reasoned.
 	KindSupersede Kind = "supersede"
+	KindPolicy    Kind = "policy" // a registered trust policy (PolicyRecord)
 )
 
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy:
 		return true
 	}
 	return false
@@ -179,12 +180,14 @@ type ConsistencyProof struct {
 
 // EntryKey returns the index key of a body of kind k: the lane for
 // evidence, the repository for heads, the "version" field for releases,
-// waivers, approvals and supersedes. It returns "" when the body has no such field.
+// waivers, approvals and supersedes, the "name" field for policies. It
+// returns "" when the body has no such field.
 func EntryKey(k Kind, body []byte) string {
 	var probe struct {
 		Lane       string `json:"lane"`
 		Repository string `json:"repository"`
 		Version    string `json:"version"`
+		Name       string `json:"name"`
 	}
 	_ = json.Unmarshal(body, &probe)
 	switch k {
@@ -192,6 +195,8 @@ func EntryKey(k Kind, body []byte) string {
 		return probe.Lane
 	case KindHead:
 		return probe.Repository
+	case KindPolicy:
+		return probe.Name
 	default:
 		return probe.Version
 	}

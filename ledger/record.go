@@ -121,6 +121,9 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindHead:
 		_, b, err := PrepareHead(body)
 		return b, err
+	case KindPolicy:
+		_, b, err := PreparePolicy(body)
+		return b, err
 	case KindRelease, KindWaiver, KindApproval, KindSupersede:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {

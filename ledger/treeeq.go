@@ -30,15 +30,34 @@ type TreeEquivalence struct {
 	OutsidePins []string `json:"outside_pins"`
 	Pins        []string `json:"pins"`
 	Differences int      `json:"differences"`
-	ComputedBy  string   `json:"computed_by,omitempty"`
+
+	// ComputedBy is ComputedByServer on the records the server appends
+	// after hashing the uploaded objects itself (POST /api/v1/trees/verify)
+	// and absent otherwise; POST /api/v1/evidence refuses evidence whose
+	// details carry it, so no token can set it. The fields below are set
+	// on server-computed records only: the release and component whose
+	// pins were applied, both tree ids, every differing path (in the pins
+	// or not, sorted) and the ids of the objects the server hashed.
+	ComputedBy     string   `json:"computed_by,omitempty"`
+	Release        string   `json:"release,omitempty"`
+	Component      string   `json:"component,omitempty"`
+	HeadTree       string   `json:"head_tree,omitempty"`
+	ReviewedTree   string   `json:"reviewed_tree,omitempty"`
+	DifferingPaths []string `json:"differing_paths,omitempty"`
+	ObjectFormat   string   `json:"object_format,omitempty"`
+	Objects        []string `json:"objects,omitempty"`
 }
 
-// ComputedByServer is the TreeEquivalence.ComputedBy value of a verdict the
-// server computed from bytes it hashed itself.
+// ComputedByServer is the TreeEquivalence.ComputedBy of tree-equivalence
+// evidence the server computed from objects it hashed.
 const ComputedByServer = "server"
 
 // ComputedByField is the details member that carries ComputedBy.
 const ComputedByField = "computed_by"
+
+// ServerComputed reports whether the details were computed by the server
+// (see TreeEquivalence.ComputedBy).
+func (t TreeEquivalence) ServerComputed() bool { return t.ComputedBy == ComputedByServer }
 
 // DecodeTreeEquivalence decodes the Details of tree-equivalence evidence:
 // a JSON object with a non-empty "reviewed" string and a boolean

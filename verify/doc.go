@@ -13,6 +13,15 @@
 // ErrUnsupportedObjectFormat, ErrNoPolicy) inside an *Error that names the
 // object and key.
 //
+// A server verifies what clients upload the same way (upload.go,
+// objecttree.go): VerifyUploadedHead and TreeEquivalenceObjects take raw
+// objects (RawObject) in the SHA-1 or SHA-256 object format, recompute
+// every id (ErrObjectID on a mismatch) and apply the same rules as
+// VerifyHead and TreeEquivalence; CollectHead and CollectTree read what to
+// upload from a local repository. Registered policies are self-contained
+// bundles (ReadPolicyBundle, PolicyFromBundle) whose digest covers their
+// keys.
+//
 // Outside facts: git's letters and payload rules follow git 2.39
 // (gpg-interface.c, commit.c: every header starting with "gpgsig" leaves
 // the payload); SSH principals, namespaces, validity windows and FIDO

@@ -51,7 +51,7 @@ type TreeReport struct {
 
 type treeEntry struct {
 	mode filemode.FileMode
-	id   plumbing.Hash
+	id   string // hex object id (SHA-1 or SHA-256)
 }
 
 // TreeEquivalence compares the trees of headRev and reviewedRev in the
@@ -162,7 +162,7 @@ func flattenTree(repo *git.Repository, h plumbing.Hash) (map[string]treeEntry, e
 				}
 				continue
 			}
-			out[p] = treeEntry{mode: canonicalMode(e.Mode), id: e.Hash}
+			out[p] = treeEntry{mode: canonicalMode(e.Mode), id: e.Hash.String()}
 		}
 		return nil
 	}
@@ -193,7 +193,7 @@ func diffTrees(oldT, newT map[string]treeEntry) []TreeDifference {
 		if n == o {
 			continue
 		}
-		d := TreeDifference{Path: p, OldMode: modeStr(o.mode), NewMode: modeStr(n.mode), OldID: o.id.String(), NewID: n.id.String()}
+		d := TreeDifference{Path: p, OldMode: modeStr(o.mode), NewMode: modeStr(n.mode), OldID: o.id, NewID: n.id}
 		switch {
 		case kindOfMode(o.mode) != kindOfMode(n.mode):
 			d.Kind = DiffType
@@ -226,17 +226,17 @@ func diffTrees(oldT, newT map[string]treeEntry) []TreeDifference {
 			np := cands[0]
 			byContent[e] = cands[1:]
 			used[np] = true
-			diffs = append(diffs, TreeDifference{Kind: DiffRenamed, Path: np, OldPath: p, OldMode: modeStr(e.mode), NewMode: modeStr(e.mode), OldID: e.id.String(), NewID: e.id.String()})
+			diffs = append(diffs, TreeDifference{Kind: DiffRenamed, Path: np, OldPath: p, OldMode: modeStr(e.mode), NewMode: modeStr(e.mode), OldID: e.id, NewID: e.id})
 			continue
 		}
-		diffs = append(diffs, TreeDifference{Kind: DiffRemoved, Path: p, OldMode: modeStr(e.mode), OldID: e.id.String()})
+		diffs = append(diffs, TreeDifference{Kind: DiffRemoved, Path: p, OldMode: modeStr(e.mode), OldID: e.id})
 	}
 	for _, p := range added {
 		if used[p] {
 			continue
 		}
 		e := newT[p]
-		diffs = append(diffs, TreeDifference{Kind: DiffAdded, Path: p, NewMode: modeStr(e.mode), NewID: e.id.String()})
+		diffs = append(diffs, TreeDifference{Kind: DiffAdded, Path: p, NewMode: modeStr(e.mode), NewID: e.id})
 	}
 	sort.Slice(diffs, func(i, j int) bool {
 		if diffs[i].Path != diffs[j].Path {

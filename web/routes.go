@@ -15,9 +15,10 @@ import (
 // assets, /healthz and /metrics.
 //
 // Scopes: reads need scope read only when Config.ReadAuth is set. Writes
-// need record (evidence, head verifications, sign-offs of manual gates,
-// which also need the gate's role) or admin (release definitions, waivers,
-// and the final approval, which also needs the release's approval_role when
+// need record (evidence, head and tree verifications from uploaded
+// objects, sign-offs of manual gates, which also need the gate's role) or
+// admin (release definitions, trust policies, head verifications of
+// repositories under --repo-root, waivers, and the final approval, which also needs the release's approval_role when
 // it has one and is refused with 409 unless the release is ready). A
 // sign-off satisfies one manual gate; the approval is the decision on the
 // whole release and is a separate record.
@@ -48,6 +49,11 @@ func (s *Server) routes() chi.Router {
 
 		api.With(read).Get("/heads", s.handleListHeads)
 		api.With(record).Post("/heads/verify", s.handleVerifyHead)
+		api.With(record).Post("/trees/verify", s.handleVerifyTree)
+
+		api.With(admin).Post("/policies", s.handleApplyPolicy)
+		api.With(read).Get("/policies", s.handleListPolicies)
+		api.With(read).Get("/policies/{ref}", s.handleGetPolicy)
 
 		api.With(read).Get("/releases", s.handleListReleases)
 		api.With(admin).Put("/releases/{version}", s.handlePutRelease)

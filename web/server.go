@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -31,6 +32,15 @@ type Config struct {
 	// Witnesser, when set, supplies the witnesses' cosignatures served with
 	// checkpoints and proofs, and the witness part of /healthz.
 	Witnesser *witness.Witnesser
+	// RepoRoots are the directories under which an admin's request may
+	// name a repository on the server's disk (repo_path); none: no request
+	// reads the server's disk. See serverPath.
+	RepoRoots []string
+	// FileAccess, when set, is called with every server path a request
+	// leads the server to open, before it is opened (serverPath is the one
+	// place that happens): for audit logs and for tests that prove no
+	// caller-named path is opened.
+	FileAccess func(path string)
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent
@@ -43,6 +53,10 @@ type Server struct {
 	metrics *metrics
 	router  chi.Router
 	pages   *pages
+	// policies caches registered policies parsed with their material, by
+	// digest (*verify.Policy): a digest names immutable content.
+	policies sync.Map
+	refs     policyRefs
 }
 
 type metrics struct {

@@ -99,6 +99,7 @@ func newRootCmd() *cobra.Command {
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),
+		newPolicyCmd(a),
 	)
 	return root
 }

@@ -31,6 +31,10 @@ type ServeConfig struct {
 	// file (default witness-state.json in KeyDir).
 	WitnessPolicy string
 	WitnessState  string
+	// RepoRoots are the directories under which an admin's head
+	// verification may name a repository on this machine (--repo-root,
+	// repeatable); none: requests read no repository from disk.
+	RepoRoots []string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -72,6 +76,14 @@ func (c ServeConfig) Validate() error {
 	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
 		return fmt.Errorf("--max-body %d: must be between 1 KiB and 1 GiB", c.MaxBody)
 	}
+	for _, r := range c.RepoRoots {
+		if !filepath.IsAbs(r) {
+			return fmt.Errorf("--repo-root %q: must be an absolute directory", r)
+		}
+		if fi, err := os.Stat(r); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--repo-root %q: not a directory", r)
+		}
+	}
 	return nil
 }
 
@@ -102,7 +114,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer stopWitnesser()
-	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit})
+	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots})
 	if err != nil {
 		return err
 	}
@@ -157,5 +169,6 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
+	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	return cmd
 }

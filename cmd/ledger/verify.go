@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/spf13/cobra"
@@ -117,7 +119,7 @@ good or not trusted or not equivalent, 2 bad input or any error.`,
 }
 
 func verifyHeadCmd(a *app) *cobra.Command {
-	var repoPath, ref, repoName, policyPath, now string
+	var repoPath, ref, repoName, policyPath, now, release, component, policyName string
 	var record bool
 	cmd := &cobra.Command{
 		Use:   "head",
@@ -126,16 +128,37 @@ func verifyHeadCmd(a *app) *cobra.Command {
 decide trust with the policy file (see the verify package's Policy for its
 YAML). --record appends the result to the local ledger (--db) as a head record.
 
+With --server, the head's raw objects (the commit, or the tag and the commit
+it tags) are uploaded instead: the server recomputes their ids, verifies the
+signature under the policy --release binds (or the registered policy
+--policy-name names) and records its own verification. No policy file is
+sent; --policy is refused.
+
 Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.Server != "" {
+				if policyPath != "" || record || now != "" {
+					return errExit(2, "with --server the server verifies, under the release's or a registered policy, at its own clock, and records: drop --policy, --record and --now (use --release or --policy-name)")
+				}
+				return a.uploadHead(cmd, repoPath, repoName, ref, release, component, policyName)
+			}
+			if release != "" || component != "" || policyName != "" {
+				return errExit(2, "--release, --component and --policy-name need --server (the server holds the registered policies)")
+			}
 			t, err := parseNow(now)
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
 			var pol *verify.Policy
 			if policyPath != "" {
-				if pol, err = verify.LoadPolicy(policyPath); err != nil {
+				// Loaded as the bundle `ledger policy apply` registers, so
+				// the recorded digest is the registered policy's digest.
+				yml, files, err := verify.ReadPolicyBundle(policyPath)
+				if err == nil {
+					pol, err = verify.PolicyFromBundle(yml, files)
+				}
+				if err != nil {
 					return errExit(2, "policy: %v", err)
 				}
 			}
@@ -198,7 +221,59 @@ Exit codes: 0 trusted, 1 untrusted or no policy rule, 2 error.`,
 	f.StringVar(&policyPath, "policy", "", "trust policy YAML file")
 	f.StringVar(&now, "now", "", "verification time, RFC 3339 (default: now)")
 	f.BoolVar(&record, "record", false, "append the verification to the local ledger (--db)")
+	f.StringVar(&release, "release", "", "with --server: the release whose bound policy judges the head")
+	f.StringVar(&component, "component", "", "with --server --release: the component (default: the release's only one); names the repository")
+	f.StringVar(&policyName, "policy-name", "", "with --server, outside a release: a registered policy's name or digest")
 	return cmd
+}
+
+// uploadHead sends the head's objects to the server, which verifies and
+// records them (client.VerifyHead), and prints the server's verification.
+func (a *app) uploadHead(cmd *cobra.Command, repoPath, repoName, ref, release, component, policyName string) error {
+	if a.Token == "" {
+		return errExit(2, "--server needs --token (or LEDGER_TOKEN) with scope record")
+	}
+	src, err := verify.CollectHead(repoPath, repoName, ref)
+	if err != nil {
+		return errExit(2, "read head: %v", err)
+	}
+	c, err := client.New(a.Server, client.Options{Token: a.Token, Timeout: a.Timeout})
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	up := client.HeadUpload{Ref: src.Ref, Release: release, Component: component, Policy: policyName, ObjectFormat: src.Format}
+	if repoName != "" || release == "" {
+		up.Repository = src.Repository // with a release, the server names it after the component
+	}
+	for _, o := range src.Objects {
+		up.Objects = append(up.Objects, client.Object{Type: o.Type, ID: o.ID, Data: o.Data})
+	}
+	hv, e, err := c.VerifyHead(cmd.Context(), up)
+	if err != nil {
+		return errExit(2, "verify head on %s: %v", a.Server, err)
+	}
+	if a.JSON {
+		out := struct {
+			ledger.HeadVerification
+			Entry string `json:"entry,omitempty"`
+		}{hv, e.ID}
+		if err := a.printJSON(out); err != nil {
+			return errExit(2, "%v", err)
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "%s %s %s %s: verdict %s, policy %s (git %%G?: %s), verified by %s\n", hv.Repository, hv.Ref, hv.ObjectType, hv.Object, hv.Verdict, hv.Decision, hv.GitLetter, a.Server)
+		if hv.Scheme != "" {
+			fmt.Fprintf(a.stdout, "  scheme=%s signer=%q key=%s\n", hv.Scheme, hv.Signer, hv.Key)
+		}
+		if hv.Reason != "" {
+			fmt.Fprintf(a.stdout, "  %s\n", hv.Reason)
+		}
+		fmt.Fprintf(a.stdout, "  policy %s; recorded as %s\n", hv.Policy, e.ID)
+	}
+	if hv.Decision != ledger.DecisionTrusted {
+		return errExit(1, "")
+	}
+	return nil
 }
 
 func verifyObjectCmd(a *app, typ string) *cobra.Command {
@@ -278,7 +353,7 @@ func orDash(s string) string {
 }
 
 func verifyTreeCmd(a *app) *cobra.Command {
-	var repoPath, head, reviewed, repoName string
+	var repoPath, head, reviewed, repoName, release, component string
 	var pins []string
 	var record bool
 	cmd := &cobra.Command{
@@ -289,9 +364,24 @@ removed, modified, mode, type, submodule, renamed) is listed with whether it
 lies in a --pins glob (path.Match; "dir/**" or a directory covers its
 contents). Mode 100664 counts as 100644; submodules compare by pinned commit.
 
+With --server and --release, the server computes it instead: the release's
+component names the head, the reviewed commit and the pins; the two commits
+and the tree objects along every differing path are uploaded, and the server
+hashes them, compares and records tree-equivalence evidence marked as
+computed by the server (the only kind a tree-equivalence gate counts).
+
 Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if release != "" {
+				if a.Server == "" {
+					return errExit(2, "--release needs --server: the server computes and records the comparison")
+				}
+				if len(pins) > 0 || record || repoName != "" {
+					return errExit(2, "with --release the release declares the pins and the repository, and the server records: drop --pins, --record and --repository")
+				}
+				return a.uploadTree(cmd, repoPath, head, reviewed, release, component)
+			}
 			if head == "" || reviewed == "" {
 				return errExit(2, "--head and --reviewed are required")
 			}
@@ -348,7 +438,77 @@ Exit codes: 0 equivalent, 1 a difference outside the pins, 2 error.`,
 	f.StringVar(&head, "head", "", "the signed head revision")
 	f.StringVar(&reviewed, "reviewed", "", "the reviewed source revision")
 	f.StringArrayVar(&pins, "pins", nil, "dependency-pin path glob (repeatable)")
+	f.StringVar(&release, "release", "", "with --server: the release whose component, commits and pins apply; the server computes and records")
+	f.StringVar(&component, "component", "", "with --release: the component (default: the release's only one)")
 	return cmd
+}
+
+// uploadTree reads the release's component from the server, collects its
+// head and reviewed commits and the differing trees from the local
+// repository, and has the server compute and record tree equivalence.
+func (a *app) uploadTree(cmd *cobra.Command, repoPath, head, reviewed, release, component string) error {
+	if a.Token == "" {
+		return errExit(2, "--server needs --token (or LEDGER_TOKEN) with scope record")
+	}
+	c, err := client.New(a.Server, client.Options{Token: a.Token, Timeout: a.Timeout})
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	rel, _, _, _, err := c.Release(cmd.Context(), release)
+	if err != nil {
+		return errExit(2, "release %s: %v", release, err)
+	}
+	var comp *gates.Component
+	for i := range rel.Components {
+		if rel.Components[i].Name == component || component == "" && len(rel.Components) == 1 {
+			comp = &rel.Components[i]
+		}
+	}
+	if comp == nil {
+		return errExit(2, "release %s: give --component (one of its %d components)", release, len(rel.Components))
+	}
+	if head != "" && head != comp.Head || reviewed != "" && reviewed != comp.Reviewed {
+		return errExit(2, "release %s binds %s head %s and reviewed %s; --head/--reviewed differ", release, comp.Name, comp.Head, comp.Reviewed)
+	}
+	u, err := verify.CollectTree(repoPath, comp.Head, comp.Reviewed)
+	if err != nil {
+		return errExit(2, "read trees: %v", err)
+	}
+	up := client.TreeUpload{Release: release, Component: comp.Name, ObjectFormat: u.Format}
+	for _, o := range u.Objects {
+		up.Objects = append(up.Objects, client.Object{Type: o.Type, ID: o.ID, Data: o.Data})
+	}
+	rep, _, e, err := c.VerifyTree(cmd.Context(), up)
+	if err != nil {
+		return errExit(2, "verify tree on %s: %v", a.Server, err)
+	}
+	if a.JSON {
+		out := struct {
+			client.TreeReport
+			Entry string `json:"entry"`
+		}{rep, e.ID}
+		if err := a.printJSON(out); err != nil {
+			return errExit(2, "%v", err)
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "head %s (tree %s)\nreviewed %s (tree %s)\npins %s (declared by release %s)\n", rep.Head, rep.HeadTree, rep.Reviewed, rep.ReviewedTree, strings.Join(rep.Pins, ", "), release)
+		for _, d := range rep.Differences {
+			where := "in pins"
+			if !d.InPins {
+				where = "OUTSIDE pins"
+			}
+			fmt.Fprintf(a.stdout, "  %-9s %s [%s]\n", d.Kind, d.Path, where)
+		}
+		verdict := "equivalent"
+		if !rep.Equivalent {
+			verdict = fmt.Sprintf("NOT equivalent: %d difference(s) outside the pins", rep.OutsidePins)
+		}
+		fmt.Fprintf(a.stdout, "%s; computed and recorded by %s as %s (%d objects uploaded)\n", verdict, a.Server, e.ID, len(up.Objects))
+	}
+	if !rep.Equivalent {
+		return errExit(1, "")
+	}
+	return nil
 }
 
 // recordTreeEquivalence appends the tree-equivalence evidence record of

@@ -89,7 +89,9 @@ func (c *Client) Append(ctx context.Context, recs []ledger.Record, idemKey strin
 func notAppendable(k ledger.Kind) string {
 	switch k {
 	case ledger.KindHead:
-		return "the server verifies heads itself (POST /api/v1/heads/verify, on a repository on its disk)"
+		return "the server verifies heads itself from their uploaded objects (Client.VerifyHead, POST /api/v1/heads/verify)"
+	case ledger.KindPolicy:
+		return "an admin registers trust policies (Client.ApplyPolicy, POST /api/v1/policies)"
 	case ledger.KindRelease, ledger.KindWaiver, ledger.KindApproval:
 		return "releases, waivers, sign-offs and approvals have their own routes (the client's release methods), authored by the token"
 	}
