@@ -131,13 +131,13 @@ type LogOptions struct {
 // audit (Audit). It implements LogWriter, LogReader's checkpoint and proof
 // methods, and Keys. Safe for concurrent use.
 type Log struct {
-	d        Driver
-	opts     LogOptions
-	origin   string
-	verifier note.Verifier
+	d      Driver
+	opts   LogOptions
+	origin string
 
 	reqs      chan *appendReq
-	done      chan struct{}
+	done      chan struct{} // closed by Close
+	exited    chan struct{} // closed when the sequencer has returned
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
@@ -186,7 +186,7 @@ func NewLog(d Driver, opts LogOptions) (*Log, error) {
 	if opts.Linger == 0 {
 		opts.Linger = 500 * time.Microsecond
 	}
-	l := &Log{d: d, opts: opts, origin: opts.Signer.Name(), verifier: v, done: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
+	l := &Log{d: d, opts: opts, origin: opts.Signer.Name(), done: make(chan struct{}), exited: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
 	if !opts.ReadOnly {
 		l.wg.Add(1)
 		go l.sequencer()
@@ -256,9 +256,14 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	var resp appendResp
 	select {
 	case resp = <-req.resp:
-	case <-l.done:
-		// The sequencer drains pending requests before it exits.
-		resp = <-req.resp
+	case <-l.exited:
+		// The sequencer answered every request it took before it
+		// returned; one queued after its last look was never taken.
+		select {
+		case resp = <-req.resp:
+		default:
+			return nil, Errorf(CodeInternal, "store is closed")
+		}
 	}
 	if resp.err != nil {
 		return nil, resp.err

@@ -16,6 +16,7 @@ const lingerRecords = 64
 // transaction with one signed checkpoint.
 func (l *Log) sequencer() {
 	defer l.wg.Done()
+	defer close(l.exited)
 	lastBatch := 0
 	for {
 		select {

@@ -333,3 +333,36 @@ func TestEvidenceFilterRejectsNonHex(t *testing.T) {
 		}
 	}
 }
+
+// Appends racing with Close all return: answered, or refused as closed,
+// never left waiting for a sequencer that has gone.
+func TestAppendDuringClose(t *testing.T) {
+	for round := 0; round < 5; round++ {
+		s, _ := openTest(t)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < 16; g++ {
+			wg.Go(func() {
+				<-start
+				for i := 0; i < 20; i++ {
+					if _, err := s.Append(context.Background(), []ledger.Record{evRecord(t, sampleEvidence(round*100000+g*100+i))}, ""); err != nil {
+						if !strings.Contains(err.Error(), "closed") {
+							t.Errorf("append during close: %v", err)
+						}
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		s.Close()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("an append never returned after Close")
+		}
+	}
+}

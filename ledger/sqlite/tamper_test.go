@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -111,7 +110,7 @@ func TestAuditDetectsTampering(t *testing.T) {
 				t.Fatalf("%s: every leaf verified, yet the report has %d leaves, root %s", tc.Name, rep.Leaves, rep.Root)
 			}
 			t.Logf("%s: %s", tc.Name, rep.Problem)
-			if rep.Problem == "" || !strings.Contains(rep.Problem, "") {
+			if rep.Problem == "" {
 				t.Fatalf("no problem text")
 			}
 		})
