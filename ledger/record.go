@@ -121,6 +121,9 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindHead:
 		_, b, err := PrepareHead(body)
 		return b, err
+	case KindRunnerKey:
+		_, b, err := PrepareRunnerKey(body)
+		return b, err
 	case KindRelease, KindWaiver, KindApproval:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {
