@@ -98,6 +98,7 @@ func newRootCmd() *cobra.Command {
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),
+		newRunnerCmd(a),
 	)
 	return root
 }
