@@ -142,7 +142,7 @@ func (k ed25519SV) Verify(_ context.Context, data, sig []byte) error {
 	return nil
 }
 
-func (k ed25519SV) KeyID() (string, error) { return RunnerKeyID(k.pub), nil }
+func (k ed25519SV) KeyID() (string, error)   { return RunnerKeyID(k.pub), nil }
 func (k ed25519SV) Public() crypto.PublicKey { return k.pub }
 
 // SignEvidence wraps one evidence JSON object in a DSSE envelope
