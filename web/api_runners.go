@@ -33,10 +33,11 @@ type RunnerAnswer struct {
 	Entry  AppendedJSON       `json:"entry"`
 }
 
-// RunnerLog is what registering runner keys needs: the log writer and the
-// entry queries the registry is folded from.
+// RunnerLog is what registering runner keys needs: the log writer, the
+// log reader and the entry queries the registry is folded from.
 type RunnerLog interface {
 	ledger.LogWriter
+	ledger.LogReader
 	ledger.Queries
 }
 
@@ -44,7 +45,9 @@ type RunnerLog interface {
 // the key in keyFile (its bytes: see verify.ParseRunnerPublicKey) by the
 // admin named by, and returns the registration. It is refused with
 // CodeConflict when the name has a live key or the key was registered
-// before, CodeInvalid naming public_key or name for bad input. It is the
+// before, CodeInvalid naming public_key or name for bad input. Adding the
+// name's live key again appends nothing and answers the registration with
+// Existing set. It is the
 // one implementation behind POST /api/v1/runners and the local
 // `ledger runner add`; two concurrent adds for one name both append, and
 // the registry's fold keeps the first.
@@ -54,6 +57,18 @@ func AddRunner(ctx context.Context, st RunnerLog, name string, keyFile []byte, b
 		return ledger.RunnerState{}, nil, ledger.FieldError("public_key", "%v", err)
 	}
 	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), By: by, At: time.Now().UTC()}
+	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	if live, ok := reg.Live(name); ok && live.KeyID == k.KeyID {
+		// The same registration again: answered, not appended.
+		cp, err := st.Checkpoint(ctx)
+		if err != nil {
+			return ledger.RunnerState{}, nil, err
+		}
+		return live, &ledger.AppendResult{Entries: []ledger.AppendedEntry{{Entry: ledger.Entry{ID: live.Entry, Index: live.Index, Kind: ledger.KindRunnerKey}, Existing: true}}, Checkpoint: cp}, nil
+	}
 	return appendRunnerKey(ctx, st, k)
 }
 
@@ -140,8 +155,12 @@ func (s *Server) handleRevokeRunner(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) runnerAnswer(w http.ResponseWriter, st ledger.RunnerState, res *ledger.AppendResult) {
 	e := res.Entries[0]
-	s.metrics.appended.WithLabelValues(string(ledger.KindRunnerKey)).Inc()
-	s.writeJSON(w, http.StatusCreated, RunnerAnswer{Runner: st, Entry: AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}})
+	status := http.StatusOK
+	if !e.Existing {
+		status = http.StatusCreated
+		s.metrics.appended.WithLabelValues(string(ledger.KindRunnerKey)).Inc()
+	}
+	s.writeJSON(w, status, RunnerAnswer{Runner: st, Entry: AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}})
 }
 
 func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {

@@ -19,8 +19,8 @@ import (
 // runnerLedger is what the runner commands and signed recording need of a
 // ledger, local or remote: the registry and the signed append.
 type runnerLedger interface {
-	AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.Entry, error)
-	RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.Entry, error)
+	AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.AppendedEntry, error)
+	RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.AppendedEntry, error)
 	Runners(ctx context.Context) (ledger.RunnerRegistry, error)
 	// AppendEnvelopes verifies DSSE envelopes of evidence against the
 	// registered runner keys and appends the records with their signers,
@@ -28,28 +28,28 @@ type runnerLedger interface {
 	AppendEnvelopes(ctx context.Context, envelopes [][]byte, idemKey string) (*ledger.AppendResult, error)
 }
 
-func (l *localLedger) AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.Entry, error) {
+func (l *localLedger) AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.AppendedEntry, error) {
 	who, err := l.actor(ctx, ledger.ScopeAdmin)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.Entry{}, err
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	st, res, err := web.AddRunner(ctx, l.Store, name, keyFile, who.Name)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.Entry{}, err
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
-	return st, res.Entries[0].Entry, nil
+	return st, res.Entries[0], nil
 }
 
-func (l *localLedger) RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.Entry, error) {
+func (l *localLedger) RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.AppendedEntry, error) {
 	who, err := l.actor(ctx, ledger.ScopeAdmin)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.Entry{}, err
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	st, res, err := web.RevokeRunner(ctx, l.Store, name, reason, who.Name)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.Entry{}, err
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
-	return st, res.Entries[0].Entry, nil
+	return st, res.Entries[0], nil
 }
 
 func (l *localLedger) Runners(ctx context.Context) (ledger.RunnerRegistry, error) {
@@ -141,7 +141,11 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 			if err != nil {
 				return errExit(2, "runner add: %v", err)
 			}
-			return a.printRunner(st, e, "registered")
+			what := "registered"
+			if e.Existing {
+				what = "already registered:"
+			}
+			return a.printRunner(st, e.Entry, what)
 		},
 	}
 	add.Flags().StringVar(&as, "as", "", "local database: the admin token's name to act as")
@@ -159,7 +163,7 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 			if err != nil {
 				return errExit(2, "runner revoke: %v", err)
 			}
-			return a.printRunner(st, e, "revoked")
+			return a.printRunner(st, e.Entry, "revoked")
 		},
 	}
 	revoke.Flags().StringVar(&as, "as", "", "local database: the admin token's name to act as")
