@@ -145,7 +145,7 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 			if e.Existing {
 				what = "already registered:"
 			}
-			return a.printRunner(st, e.Entry, what)
+			return a.printRunner(st, e, what)
 		},
 	}
 	add.Flags().StringVar(&as, "as", "", "local database: the admin token's name to act as")
@@ -163,7 +163,7 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 			if err != nil {
 				return errExit(2, "runner revoke: %v", err)
 			}
-			return a.printRunner(st, e.Entry, "revoked")
+			return a.printRunner(st, e, "revoked")
 		},
 	}
 	revoke.Flags().StringVar(&as, "as", "", "local database: the admin token's name to act as")
@@ -255,9 +255,9 @@ func (a *app) runnerLedger(ctx context.Context, as string) (theLedger, error) {
 	return a.openLedger(ctx, ledgerOptions{as: as, records: true})
 }
 
-func (a *app) printRunner(st ledger.RunnerState, e ledger.Entry, what string) error {
+func (a *app) printRunner(st ledger.RunnerState, e ledger.AppendedEntry, what string) error {
 	if a.JSON {
-		return a.printJSON(map[string]any{"runner": st, "entry": e})
+		return a.printJSON(map[string]any{"runner": st, "entry": appendedEntryJSON{e.ID, e.Index, e.LeafHash, e.Existing, e.Proof}})
 	}
 	fmt.Fprintf(a.stdout, "%s runner %s key %s  id=%s  index=%d\n", what, st.Name, st.KeyID, e.ID, e.Index)
 	return nil

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// TestRunnerCommandsLocal: on a local database an admin token (--as)
+// registers a runner key made by `runner keygen`; `run --sign-key` and
+// `record --sign-key` record evidence with that runner as signer; `runner
+// audit` checks every signed record; a record token may not register keys;
+// after `runner revoke` signing with the key is refused and nothing is
+// appended.
+func TestRunnerCommandsLocal(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	for _, tok := range [][]string{{"adm", "admin"}, {"ci", "record"}} {
+		if _, errOut, code := runBin(t, "", "--db", db, "token", "create", "--name", tok[0], "--scope", tok[1]); code != 0 {
+			t.Fatalf("token create: %s", errOut)
+		}
+	}
+	key := filepath.Join(dir, "runner.key")
+	if _, errOut, code := runBin(t, "", "runner", "keygen", key); code != 0 {
+		t.Fatalf("keygen: %s", errOut)
+	}
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	if _, _, code := runBin(t, "", "runner", "keygen", key); code != 2 {
+		t.Fatal("keygen overwrote an existing key")
+	}
+	if _, errOut, code := runBin(t, "", "--db", db, "runner", "add", "--as", "ci", "lab-1", key+".pub"); code != 2 || !strings.Contains(errOut, "admin") {
+		t.Fatalf("record token registering a key: exit %d %s", code, errOut)
+	}
+	if _, errOut, code := runBin(t, "", "--db", db, "runner", "add", "--as", "adm", "lab-1", key+".pub"); code != 0 {
+		t.Fatalf("runner add: %s", errOut)
+	}
+	if out, _, code := runBin(t, "", "--db", db, "--json", "runner", "add", "--as", "adm", "lab-1", key+".pub"); code != 0 || !strings.Contains(out, `"Existing": true`) && !strings.Contains(out, `"existing": true`) {
+		t.Fatalf("adding the same key again: exit %d %s", code, out)
+	}
+
+	out, errOut, code := runBin(t, "", "--db", db, "run", "--backend", "cpu", "--lane", "alloc-footprint", "--repo-path", "../..",
+		"--repository", "github.com/evidence-ledger/ledger", "--sign-key", key)
+	if code != 0 {
+		t.Fatalf("run --sign-key: exit %d %s %s", code, out, errOut)
+	}
+	ev := `{"lane":"qmv-bias-sum/v1","subject":{"repository":"mlx","commit":"` + strings.Repeat("1", 40) + `","tree":"` + strings.Repeat("2", 40) + `"},` +
+		`"backend":"metal","cases_exact":216,"cases_total":216,"control":"caught","status":"passed","started_at":"2026-11-29T10:00:00Z","finished_at":"2026-11-29T10:00:05Z"}`
+	evFile := filepath.Join(dir, "ev.json")
+	os.WriteFile(evFile, []byte(ev), 0o644)
+	if _, errOut, code := runBin(t, "", "--db", db, "record", "--sign-key", key, evFile); code != 0 {
+		t.Fatalf("record --sign-key: %s", errOut)
+	}
+
+	out, _, code = runBin(t, "", "--db", db, "--json", "runner", "audit")
+	var rep signedAudit
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != 2 || rep.Records != 2 || len(rep.Problems) != 0 {
+		t.Fatalf("runner audit: exit %d %s", code, out)
+	}
+	out, _, _ = runBin(t, "", "--db", db, "--json", "runner", "list")
+	var reg ledger.RunnerRegistry
+	if json.Unmarshal([]byte(out), &reg) != nil || len(reg.Runners) != 1 || reg.Runners[0].AddedBy != "adm" {
+		t.Fatalf("runner list: %s", out)
+	}
+
+	if _, errOut, code := runBin(t, "", "--db", db, "runner", "revoke", "--as", "adm", "lab-1"); code != 2 || !strings.Contains(errOut, "reason") {
+		t.Fatalf("revoke without a reason: exit %d %s", code, errOut)
+	}
+	if _, errOut, code := runBin(t, "", "--db", db, "runner", "revoke", "--as", "adm", "--reason", "lab rebuilt", "lab-1"); code != 0 {
+		t.Fatalf("revoke: %s", errOut)
+	}
+	before, _, _ := runBin(t, "", "--db", db, "--json", "runner", "list")
+	os.WriteFile(evFile, []byte(strings.Replace(ev, "10:00:05", "10:00:06", 1)), 0o644)
+	if _, errOut, code := runBin(t, "", "--db", db, "record", "--sign-key", key, evFile); code != 2 || !strings.Contains(errOut, "revoked") {
+		t.Fatalf("record signed by a revoked key: exit %d %s", code, errOut)
+	}
+	// The records signed before the revocation still audit: the key was
+	// live when they were appended.
+	if out, _, code := runBin(t, "", "--db", db, "--json", "runner", "audit"); code != 0 {
+		t.Fatalf("runner audit after revocation: exit %d %s", code, out)
+	}
+	if after, _, _ := runBin(t, "", "--db", db, "--json", "runner", "list"); after != before {
+		t.Fatal("the refused record changed the registry")
+	}
+}
