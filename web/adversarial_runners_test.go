@@ -220,6 +220,9 @@ func TestDSSEEnvelopeExploits(t *testing.T) {
 	if err != nil || stored.Signer == nil || stored.Signer.Runner != "ci-mac" || stored.Signer.KeyID != verify.RunnerKeyID(e.mac.Public().(ed25519.PublicKey)) {
 		t.Fatalf("stored signer: %+v %v", stored.Signer, err)
 	}
+	if code, page := e.do(t, http.MethodGet, "/evidence/"+ans.ID, "", nil); code != http.StatusOK || !strings.Contains(string(page), "runner <strong>ci-mac</strong>") {
+		t.Errorf("evidence page: %d; want it to name the signer", code)
+	}
 	reg, err := ledger.LoadRunnerKeys(ctx, e.store, 0)
 	if err != nil {
 		t.Fatal(err)

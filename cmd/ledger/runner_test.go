@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,5 +87,55 @@ func TestRunnerCommandsLocal(t *testing.T) {
 	}
 	if after, _, _ := runBin(t, "", "--db", db, "--json", "runner", "list"); after != before {
 		t.Fatal("the refused record changed the registry")
+	}
+}
+
+// TestRunnerKeysFromOpenSSHAndOpenSSL: keys made by ssh-keygen (OpenSSH
+// .pub and private key) and by openssl (PEM PUBLIC KEY, PKCS #8) register
+// and sign, and the key id is the fingerprint ssh-keygen -l prints.
+// Skipped where either tool is absent.
+func TestRunnerKeysFromOpenSSHAndOpenSSL(t *testing.T) {
+	for _, tool := range []string{"ssh-keygen", "openssl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	if _, errOut, code := runBin(t, "", "--db", db, "token", "create", "--name", "adm", "--scope", "admin"); code != 0 {
+		t.Fatal(errOut)
+	}
+	sshKey, sslKey := filepath.Join(dir, "ssh"), filepath.Join(dir, "ssl.pem")
+	for _, c := range [][]string{
+		{"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab@host", "-f", sshKey},
+		{"openssl", "genpkey", "-algorithm", "ed25519", "-out", sslKey},
+		{"openssl", "pkey", "-in", sslKey, "-pubout", "-out", sslKey + ".pub"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", c, err, out)
+		}
+	}
+	fp, err := exec.Command("ssh-keygen", "-lf", sshKey+".pub").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range []string{sshKey, sslKey} {
+		name := []string{"lab-ssh", "lab-ssl"}[i]
+		out, errOut, code := runBin(t, "", "--db", db, "runner", "add", "--as", "adm", name, k+".pub")
+		if code != 0 {
+			t.Fatalf("add %s: %s", name, errOut)
+		}
+		if i == 0 && !strings.Contains(string(fp), strings.Fields(out)[4]) {
+			t.Errorf("key id %q is not ssh-keygen's fingerprint %q", strings.Fields(out)[4], fp)
+		}
+		ev := filepath.Join(dir, name+".json")
+		os.WriteFile(ev, []byte(`{"lane":"x/v1","subject":{"repository":"r","commit":"`+strings.Repeat("1", 40)+`","tree":"`+strings.Repeat("2", 40)+
+			`"},"backend":"cpu","cases_exact":1,"cases_total":1,"control":"none","status":"passed","started_at":"2026-11-29T10:00:0`+string(rune('0'+i))+`Z","finished_at":"2026-11-29T10:00:09Z"}`), 0o644)
+		if _, errOut, code := runBin(t, "", "--db", db, "record", "--sign-key", k, ev); code != 0 {
+			t.Fatalf("record signed with the %s key: %s", name, errOut)
+		}
+	}
+	if out, _, code := runBin(t, "", "--db", db, "--json", "runner", "audit"); code != 0 || !strings.Contains(out, `"signed": 2`) {
+		t.Fatalf("audit: %d %s", code, out)
 	}
 }
