@@ -282,3 +282,35 @@ func (memQueries) Evidence(context.Context, ledger.EvidenceFilter) ([]ledger.Evi
 func (memQueries) Heads(context.Context, ledger.HeadFilter) ([]ledger.HeadEntry, string, error) {
 	return nil, "", nil
 }
+
+// FuzzVerifyEvidenceEnvelope: no input panics, and an input is accepted
+// only when its record validates with a signer whose envelope is the
+// input's canonical form and names the one registered key.
+func FuzzVerifyEvidenceEnvelope(f *testing.F) {
+	seed := make([]byte, ed25519.SeedSize)
+	priv := ed25519.NewKeyFromSeed(seed)
+	pub := priv.Public().(ed25519.PublicKey)
+	env, err := SignEvidence(context.Background(), priv, testEvidenceJSON(strings.Repeat("1", 40)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(env)
+	f.Add([]byte(`{"payloadType":"` + ledger.PayloadTypeEvidence + `","payload":"e30=","signatures":[{"sig":"AA=="}]}`))
+	f.Add([]byte(`{"payloadType":1}`))
+	f.Add([]byte(`[]`))
+	reg := registry("ci-mac", pub, false)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		body, err := VerifyEvidenceEnvelope(context.Background(), data, reg)
+		if err != nil {
+			return
+		}
+		e, _, err := ledger.PrepareEvidence(body)
+		if err != nil {
+			t.Fatalf("accepted envelope gives a record the store refuses: %v", err)
+		}
+		canon, _ := ledger.CanonicalJSON(data)
+		if e.Signer == nil || e.Signer.KeyID != RunnerKeyID(pub) || string(e.Signer.Envelope) != string(canon) {
+			t.Fatalf("accepted envelope: signer %+v", e.Signer)
+		}
+	})
+}

@@ -309,6 +309,13 @@ func TestReferencePosture(t *testing.T) {
 	if want := 2 + 2 + len(open); len(rd.Gates) != want {
 		t.Errorf("the release has %d gates; this test covers %d", len(rd.Gates), want)
 	}
+
+	// The runner audit over the API re-verifies every signed record.
+	out, _, code := runBin(t, "", "--server", url, "--json", "runner", "audit")
+	var rep signedAudit
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != len(referenceSeed()) || len(rep.Problems) != 0 {
+		t.Errorf("runner audit --server: exit %d %s; want %d signed records, no problems", code, out, len(referenceSeed()))
+	}
 }
 
 // readmeEvidence returns the evidence example of README.md's "Recording

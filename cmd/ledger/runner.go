@@ -122,7 +122,12 @@ by the runners it names. Key files: an OpenSSH public key ("ssh-ed25519 AAAA..."
 a .pub file) or a PEM PUBLIC KEY (PKIX Ed25519); signing keys (--sign-key of run
 and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`,
 	}
-	var as, reason string
+	cmd.AddCommand(newRunnerAddCmd(a), newRunnerRevokeCmd(a), newRunnerListCmd(a), newRunnerKeygenCmd(a), newRunnerAuditCmd(a))
+	return cmd
+}
+
+func newRunnerAddCmd(a *app) *cobra.Command {
+	var as string
 	add := &cobra.Command{
 		Use:   "add NAME KEYFILE",
 		Short: "Register KEYFILE's public key as runner NAME (admin)",
@@ -149,6 +154,11 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 		},
 	}
 	add.Flags().StringVar(&as, "as", "", "local database: the admin token's name to act as")
+	return add
+}
+
+func newRunnerRevokeCmd(a *app) *cobra.Command {
+	var as, reason string
 	revoke := &cobra.Command{
 		Use:   "revoke NAME --reason R",
 		Short: "Revoke runner NAME's live key (admin); evidence it signs is refused from then on",
@@ -168,7 +178,11 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 	}
 	revoke.Flags().StringVar(&as, "as", "", "local database: the admin token's name to act as")
 	revoke.Flags().StringVar(&reason, "reason", "", "why the key is revoked (required)")
-	list := &cobra.Command{
+	return revoke
+}
+
+func newRunnerListCmd(a *app) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List runner key registrations, live and revoked",
 		Args:  cobra.NoArgs,
@@ -197,7 +211,10 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 			return tw.Flush()
 		},
 	}
-	keygen := &cobra.Command{
+}
+
+func newRunnerKeygenCmd(a *app) *cobra.Command {
+	return &cobra.Command{
 		Use:   "keygen FILE",
 		Short: "Write a new Ed25519 runner key: FILE (PKCS #8 PEM, mode 0600) and FILE.pub (OpenSSH)",
 		Args:  cobra.ExactArgs(1),
@@ -210,7 +227,10 @@ and record): an unencrypted OpenSSH private key or a PEM PRIVATE KEY (PKCS #8).`
 			return nil
 		},
 	}
-	audit := &cobra.Command{
+}
+
+func newRunnerAuditCmd(a *app) *cobra.Command {
+	return &cobra.Command{
 		Use:   "audit",
 		Short: "Check every signed evidence record's DSSE envelope again against the runner keys registered before it",
 		Long: `Reads every evidence record of the log and, for each that carries a signer, checks
@@ -244,8 +264,6 @@ is the record. Exit 0 when every signed record checks, 1 otherwise, 2 on errors.
 			return nil
 		},
 	}
-	cmd.AddCommand(add, revoke, list, keygen, audit)
-	return cmd
 }
 
 // runnerLedger opens the ledger for a runner-key change: over --server the
