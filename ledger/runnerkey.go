@@ -406,3 +406,24 @@ func LoadRunnerKeys(ctx context.Context, q Queries, asOf uint64) (RunnerRegistry
 	}
 	return r, nil
 }
+
+// EvidenceShape tells what one element of an evidence body is: a DSSE
+// envelope (a JSON object with a top-level payloadType member) or plain
+// evidence, and whether plain evidence carries a member only the server
+// sets (signer). Only bodies that mention either member name are decoded,
+// so plain evidence pays a substring search; a body that is not a JSON
+// object reports neither (the strict decoder names its problem).
+func EvidenceShape(raw []byte) (envelope, hasSigner bool) {
+	maybeEnv := bytes.Contains(raw, []byte(`"payloadType"`))
+	maybeSigner := bytes.Contains(raw, []byte(`"`+SignerField+`"`))
+	if !maybeEnv && !maybeSigner {
+		return false, false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil {
+		return false, false
+	}
+	_, envelope = top["payloadType"]
+	_, hasSigner = top[SignerField]
+	return envelope, hasSigner
+}

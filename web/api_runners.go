@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -177,26 +176,6 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, map[string]any{"runners": nonNilSlice(reg.Runners)})
 }
 
-// evidenceShape tells what one element of a POST /evidence body is: a DSSE
-// envelope (a JSON object with a top-level payloadType member) or plain
-// evidence, and whether plain evidence carries a member only the server
-// sets (signer). Only bodies that mention the member names are decoded
-// here, so plain evidence pays a substring search.
-func evidenceShape(raw []byte) (envelope, hasSigner bool) {
-	maybeEnv := bytes.Contains(raw, []byte(`"payloadType"`))
-	maybeSigner := bytes.Contains(raw, []byte(`"`+ledger.SignerField+`"`))
-	if !maybeEnv && !maybeSigner {
-		return false, false
-	}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(raw, &top) != nil {
-		return false, false // the strict decoder names the problem
-	}
-	_, envelope = top["payloadType"]
-	_, hasSigner = top[ledger.SignerField]
-	return envelope, hasSigner
-}
-
 // signedRecords turns the elements of a POST /evidence body into evidence
 // records: a DSSE envelope is verified against the runner registry
 // (verify.VerifyEvidenceEnvelope) and becomes the record with its signer;
@@ -207,7 +186,7 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 	recs := make([]ledger.Record, len(raws))
 	var reg *ledger.RunnerRegistry
 	for i, raw := range raws {
-		env, signer := evidenceShape(raw)
+		env, signer := ledger.EvidenceShape(raw)
 		switch {
 		case env:
 			if reg == nil {

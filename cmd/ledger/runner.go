@@ -56,20 +56,51 @@ func (l *localLedger) Runners(ctx context.Context) (ledger.RunnerRegistry, error
 	return ledger.LoadRunnerKeys(ctx, l.Store, 0)
 }
 
+// Append appends recs to the local database as POST /api/v1/evidence
+// does on a server: an evidence record that is a DSSE envelope is verified
+// against the local runner registry and appended with its signer; plain
+// evidence that carries a signer is refused (CodeInvalid naming
+// "[i].signer"), since only a verified envelope may set it. Other kinds
+// pass through.
+func (l *localLedger) Append(ctx context.Context, recs []ledger.Record, idemKey string) (*ledger.AppendResult, error) {
+	out := make([]ledger.Record, len(recs))
+	var reg *ledger.RunnerRegistry
+	for i, r := range recs {
+		out[i] = r
+		if r.Kind != ledger.KindEvidence {
+			continue
+		}
+		env, signer := ledger.EvidenceShape(r.Body)
+		switch {
+		case env:
+			if reg == nil {
+				loaded, err := ledger.LoadRunnerKeys(ctx, l.Store, 0)
+				if err != nil {
+					return nil, err
+				}
+				reg = &loaded
+			}
+			body, err := verify.VerifyEvidenceEnvelope(ctx, r.Body, *reg)
+			if err != nil {
+				return nil, fmt.Errorf("record %d: %w", i, err)
+			}
+			out[i].Body = body
+		case signer:
+			return nil, ledger.FieldError(fmt.Sprintf("[%d].%s", i, ledger.SignerField), "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)")
+		}
+	}
+	return l.Store.Append(ctx, out, idemKey)
+}
+
 // AppendEnvelopes verifies each envelope against the local registry, as the
 // server does for POST /api/v1/evidence, and appends the records.
 func (l *localLedger) AppendEnvelopes(ctx context.Context, envelopes [][]byte, idemKey string) (*ledger.AppendResult, error) {
-	reg, err := ledger.LoadRunnerKeys(ctx, l.Store, 0)
-	if err != nil {
-		return nil, err
-	}
 	recs := make([]ledger.Record, len(envelopes))
 	for i, env := range envelopes {
-		body, err := verify.VerifyEvidenceEnvelope(ctx, env, reg)
-		if err != nil {
-			return nil, fmt.Errorf("envelope %d: %w", i, err)
+		if e, _ := ledger.EvidenceShape(env); !e {
+			return nil, ledger.FieldError(fmt.Sprintf("[%d].payloadType", i), "not a DSSE envelope")
 		}
-		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: body}
+		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: env}
 	}
 	return l.Append(ctx, recs, idemKey)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/verify"
 )
 
 // TestRunnerCommandsLocal: on a local database an admin token (--as)
@@ -58,9 +60,37 @@ func TestRunnerCommandsLocal(t *testing.T) {
 		t.Fatalf("record --sign-key: %s", errOut)
 	}
 
+	// An envelope made elsewhere records as it does over the API; a plain
+	// record carrying a signer (copied from a signed one) is refused.
+	keyBytes, _ := os.ReadFile(key)
+	priv, err := verify.ParseRunnerPrivateKey(keyBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := verify.SignEvidence(context.Background(), priv, []byte(strings.Replace(ev, "10:00:05", "10:00:07", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(evFile, env, 0o644)
+	if _, errOut, code := runBin(t, "", "--db", db, "record", evFile); code != 0 {
+		t.Fatalf("record an envelope: %s", errOut)
+	}
+	out, _, _ = runBin(t, "", "--db", db, "--json", "record", evFile)
+	var ans appendedJSON
+	json.Unmarshal([]byte(out), &ans)
+	if len(ans.Entries) != 1 || !ans.Entries[0].Existing {
+		t.Fatalf("the same envelope again: %s", out)
+	}
+	forged := strings.TrimSuffix(strings.Replace(ev, "10:00:05", "10:00:08", 1), "}") + `,"signer":{"runner":"lab-1","key_id":"SHA256:` + strings.Repeat("A", 43) +
+		`","key_entry":"` + strings.Repeat("a", 32) + `","envelope":` + string(env) + `}}`
+	os.WriteFile(evFile, []byte(forged), 0o644)
+	if _, errOut, code := runBin(t, "", "--db", db, "record", evFile); code != 2 || !strings.Contains(errOut, "signer") {
+		t.Fatalf("plain record with a signer: exit %d %s", code, errOut)
+	}
+
 	out, _, code = runBin(t, "", "--db", db, "--json", "runner", "audit")
 	var rep signedAudit
-	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != 2 || rep.Records != 2 || len(rep.Problems) != 0 {
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != 3 || rep.Records != 3 || len(rep.Problems) != 0 {
 		t.Fatalf("runner audit: exit %d %s", code, out)
 	}
 	out, _, _ = runBin(t, "", "--db", db, "--json", "runner", "list")
