@@ -35,8 +35,10 @@ func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
 // signerMismatch returns why e does not count for a gate that requires
 // signed_by, or "" when the gate requires none or e is signed by one of the
 // runners it names with a key that was registered and, as of the
-// evaluation, not revoked. The signer on a record is set only by the
-// server, after verifying its DSSE envelope (TRUST.md rule 1); a key
+// evaluation, not revoked, and whose kept envelope verifies under that
+// key (ledger.Signer.Check). The server sets a signer only after verifying
+// the DSSE envelope (TRUST.md rule 1); the gate checks the signature again
+// so that no other path into the log can make a signer count. A key
 // revoked later revokes what it signed. An error loading the registry is
 // returned as the reason, so the evidence does not count.
 func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
@@ -61,6 +63,9 @@ func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
 		return fmt.Sprintf("signed by %s with key %s, which no runner-key entry registered", s.Runner, s.KeyID)
 	case st.Revoked:
 		return fmt.Sprintf("signed by runner %s's key %s, revoked at index %d: %s", s.Runner, s.KeyID, st.RevokedIndex, st.Reason)
+	}
+	if err := s.Check(st.PublicKey); err != nil {
+		return fmt.Sprintf("signer %s: %v", s.Runner, err)
 	}
 	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -410,13 +411,16 @@ func LoadRunnerKeys(ctx context.Context, q Queries, asOf uint64) (RunnerRegistry
 // EvidenceShape tells what one element of an evidence body is: a DSSE
 // envelope (a JSON object with a top-level payloadType member) or plain
 // evidence, and whether plain evidence carries a member only the server
-// sets (signer). Only bodies that mention either member name are decoded,
-// so plain evidence pays a substring search; a body that is not a JSON
+// sets (signer). Only bodies that mention either member name or contain a
+// backslash are decoded, so plain evidence pays a substring search; a body
+// that is not a JSON
 // object reports neither (the strict decoder names its problem).
 func EvidenceShape(raw []byte) (envelope, hasSigner bool) {
 	maybeEnv := bytes.Contains(raw, []byte(`"payloadType"`))
 	maybeSigner := bytes.Contains(raw, []byte(`"`+SignerField+`"`))
-	if !maybeEnv && !maybeSigner {
+	// A backslash may spell a member name with escapes ("sign\u0065r"),
+	// which the decoders read as the name itself: decode then.
+	if !maybeEnv && !maybeSigner && bytes.IndexByte(raw, '\\') < 0 {
 		return false, false
 	}
 	var top map[string]json.RawMessage
@@ -426,4 +430,39 @@ func EvidenceShape(raw []byte) (envelope, hasSigner bool) {
 	_, envelope = top["payloadType"]
 	_, hasSigner = top[SignerField]
 	return envelope, hasSigner
+}
+
+// Check verifies the signer's envelope against the registered public key
+// pub (an "ssh-ed25519 <base64>" line): some signature whose keyid is
+// empty or s.KeyID must be a valid Ed25519 signature over the DSSE PAE
+// ("DSSEv1 <len> <payloadType> <len> <payload>", DSSE protocol.md) of the
+// envelope's payload. Gates call it on every signed record they count, so
+// a signer that reached the log without the server's verification (a
+// forged row, a path that skipped the API's check) does not count. Errors
+// name what failed, never key or payload bytes.
+func (s *Signer) Check(pub string) error {
+	id, err := SSHKeyFingerprint(pub)
+	if err != nil {
+		return fmt.Errorf("registered key: %w", err)
+	}
+	if id != s.KeyID {
+		return fmt.Errorf("the registered key is not %s", s.KeyID)
+	}
+	blob, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(pub, "ssh-ed25519 "))
+	key := ed25519.PublicKey(blob[len(blob)-ed25519.PublicKeySize:])
+	env, payload, err := DecodeEnvelope(s.Envelope)
+	if err != nil {
+		return fmt.Errorf("envelope: %w", err)
+	}
+	pae := fmt.Appendf(nil, "DSSEv1 %d %s %d ", len(env.PayloadType), env.PayloadType, len(payload))
+	pae = append(pae, payload...)
+	for _, sig := range env.Signatures {
+		if sig.KeyID != "" && sig.KeyID != s.KeyID {
+			continue
+		}
+		if b, err := decodeB64(sig.Sig); err == nil && ed25519.Verify(key, pae, b) {
+			return nil
+		}
+	}
+	return fmt.Errorf("no signature of the envelope verifies under %s", s.KeyID)
 }

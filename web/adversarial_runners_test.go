@@ -153,6 +153,7 @@ func TestDSSEEnvelopeExploits(t *testing.T) {
 		{"signed payload claims a signer", "payload.signer", nestedEnv, ledger.ContentTypeDSSE, 400},
 		{"plain record sets signer", "signer", plainSigner, "application/json", 400},
 		{"plain record under the DSSE type", "payloadType", testEvidence(1), ledger.ContentTypeDSSE, 400},
+		{"plain record sets signer spelled with an escape", "signer", strings.Replace(mustJSON(plainSigner), `"signer"`, `"sign\u0065r"`, 1), "application/json", 400},
 		{"tampered second of a batch", "[1].signatures[0]", "[" + string(good) + "," + string(tamperedBytes) + "]", ledger.ContentTypeDSSE, 400},
 	}
 	for _, c := range refused {
@@ -199,6 +200,30 @@ func TestDSSEEnvelopeExploits(t *testing.T) {
 		if ready || g.State != gates.StateOpen || !baselineHas(g, c.reason) {
 			t.Errorf("%s: %s ready=%v baseline %+v; want open with baseline %q", c.name, g.State, ready, g.Baseline, c.reason)
 		}
+	}
+
+	// A signer that reached the log without the API's verification (here
+	// appended to the store directly: a forged row, a path that skipped the
+	// check) names ci-mac's registration correctly, but its envelope was
+	// signed by another key: the gate checks the signature and does not
+	// count it.
+	reg0, err := ledger.LoadRunnerKeys(ctx, e.store, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac, _ := reg0.Live("ci-mac")
+	forgedEv := testEvidence(1)
+	fb, _ := json.Marshal(forgedEv)
+	var forgedEnv ledger.Envelope
+	json.Unmarshal(dsseEnvelope(t, e.other, ledger.PayloadTypeEvidence, fb), &forgedEnv)
+	forgedEnv.Signatures[0].KeyID = mac.KeyID
+	feb, _ := json.Marshal(forgedEnv)
+	forgedEv["signer"] = map[string]any{"runner": "ci-mac", "key_id": mac.KeyID, "key_entry": mac.Entry, "envelope": json.RawMessage(feb)}
+	if _, err := e.store.Append(ctx, []ledger.Record{{Kind: ledger.KindEvidence, Body: []byte(mustJSON(forgedEv))}}, ""); err != nil {
+		t.Fatalf("the store refused a well-formed forged signer: %v", err)
+	}
+	if g, ready := e.gate(t); ready || g.State != gates.StateOpen || !baselineHas(g, "no signature of the envelope verifies") {
+		t.Errorf("forged signer in the log: %s ready=%v baseline %+v; want baseline, not counted", g.State, ready, g.Baseline)
 	}
 
 	// Signed by ci-mac: counts, and the record carries its signer and the
@@ -316,4 +341,12 @@ func TestRunnerRegistryRoutes(t *testing.T) {
 		t.Errorf("re-adding a revoked key: %d; want 409", code)
 	}
 	e.addRunner(t, "ci-mac", newKey(t))
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
