@@ -221,11 +221,11 @@ func (s *Signer) validate(e *Evidence) error {
 	}
 	_, payload, err := DecodeEnvelope(s.Envelope)
 	if err != nil {
-		return prefixField(err, "signer.envelope")
+		return fieldUnder(err, "signer.envelope")
 	}
 	signed, err := PayloadEvidence(payload)
 	if err != nil {
-		return prefixField(err, "signer.envelope.payload")
+		return fieldUnder(err, "signer.envelope.payload")
 	}
 	unsigned := *e
 	unsigned.Signer = nil
@@ -258,7 +258,10 @@ func PayloadEvidence(payload []byte) ([]byte, error) {
 	return b, nil
 }
 
-func prefixField(err error, prefix string) error {
+// fieldUnder returns err with its field put under prefix ("signer.envelope"
+// and "payloadType" give "signer.envelope.payloadType"); errors other than
+// *Error are returned as they are.
+func fieldUnder(err error, prefix string) error {
 	if e, ok := err.(*Error); ok {
 		c := *e
 		if c.Field == "" {
