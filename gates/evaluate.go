@@ -96,6 +96,8 @@ type evaluator struct {
 
 	mu    sync.Mutex
 	pages map[string]*evidencePage
+	// runners is the runner-key registry for signed_by (signer.go).
+	runners runnerCache
 }
 
 // evidencePage is one cached answer of store.Evidence.

@@ -78,6 +78,7 @@ var gateFields = []struct {
 	{"min_runs", func(g *Gate) bool { return g.MinRuns != 0 }},
 	{"modes", func(g *Gate) bool { return len(g.Modes) > 0 }},
 	{"role", func(g *Gate) bool { return g.Role != "" }},
+	{"signed_by", func(g *Gate) bool { return len(g.SignedBy) > 0 }},
 	{"trajectories", func(g *Gate) bool { return len(g.Trajectories) > 0 }},
 }
 
@@ -107,7 +108,7 @@ func (r *Release) validateGate(i int, components map[string]bool) error {
 			return ledger.FieldError(f+"."+gf.name, "field %s is not used by gates of kind %s", gf.name, g.Kind)
 		}
 	}
-	for _, check := range []func(*kindSpec, *Gate, string, map[string]bool) error{checkLane, checkComponent, checkBackends, r.checkArtifacts, checkCounts, checkComponents} {
+	for _, check := range []func(*kindSpec, *Gate, string, map[string]bool) error{checkLane, checkComponent, checkBackends, r.checkArtifacts, checkCounts, checkComponents, checkSignedBy} {
 		if err := check(k, g, f, components); err != nil {
 			return err
 		}

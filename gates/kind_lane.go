@@ -13,7 +13,7 @@ const KindLane = "lane"
 
 var laneKind = kindSpec{
 	name:   KindLane,
-	fields: []string{"lane", "component", "at", "backends", "all_backends", "artifacts", "min_runs", "freshness", "cases"},
+	fields: []string{"lane", "component", "at", "backends", "all_backends", "artifacts", "min_runs", "freshness", "cases", "signed_by"},
 	validate: func(g *Gate, f string) error {
 		if len(g.Backends) == 0 {
 			return ledger.FieldError(f+".backends", "lane gates list the backends whose runs count")
@@ -39,6 +39,10 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 	t := laneTally{perBackend: map[string]int{}}
 	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: b.commit}, func(e ledger.EvidenceEntry) bool {
 		if r := ev.excluded(&e, b); r != "" {
+			bl.add(e, r)
+			return true
+		}
+		if r := ev.signerMismatch(&e.Evidence, g); r != "" {
 			bl.add(e, r)
 			return true
 		}

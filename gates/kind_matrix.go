@@ -15,7 +15,7 @@ const KindMatrix = "matrix"
 
 var matrixKind = kindSpec{
 	name:     KindMatrix,
-	fields:   []string{"lane", "component", "at", "artifacts", "dimensions"},
+	fields:   []string{"lane", "component", "at", "artifacts", "dimensions", "signed_by"},
 	validate: validateMatrix,
 	evaluate: (*evaluator).matrix,
 	rule: "Per cell, every run at the pins whose details carry the cell's values counts: " +
@@ -56,6 +56,10 @@ func (ev *evaluator) matrix(g *Gate) (GateResult, error) {
 	bl := &baselines{limit: ev.baseLim}
 	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: commit}, func(e ledger.EvidenceEntry) bool {
 		if r := ev.excluded(&e, b); r != "" {
+			bl.add(e, r)
+			return true
+		}
+		if r := ev.signerMismatch(&e.Evidence, g); r != "" {
 			bl.add(e, r)
 			return true
 		}

@@ -18,7 +18,7 @@ const DefaultTrajectoryLane = ledger.TrajectoryLane
 
 var trajectoryKind = kindSpec{
 	name:          KindTrajectory,
-	fields:        []string{"lane", "component", "at", "artifacts", "trajectories", "modes", "backends"},
+	fields:        []string{"lane", "component", "at", "artifacts", "trajectories", "modes", "backends", "signed_by"},
 	defaultLane:   DefaultTrajectoryLane,
 	backendLabels: true, // trajectory backends are runtime labels inside details
 	validate: func(g *Gate, f string) error {
@@ -145,6 +145,10 @@ func (ev *evaluator) trajectoryRuns(g *Gate, b binding, modes, backends []string
 		case !slices.Contains(g.Trajectories, d.Name):
 		default:
 			if r := ev.excluded(&e, b); r != "" {
+				bl.add(e, r)
+				break
+			}
+			if r := ev.signerMismatch(&e.Evidence, g); r != "" {
 				bl.add(e, r)
 				break
 			}

@@ -87,11 +87,11 @@ type Dimension struct {
 
 // Gate is one requirement. Which fields apply depends on Kind:
 //
-//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness, cases
+//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness, cases, signed_by
 //	signed-heads:     components (default: all)
 //	tree-equivalence: components (default: all), lane (default tree-equivalence/v1)
-//	trajectory:       lane (default trajectory/v1), component, at, artifacts, trajectories, modes, backends
-//	matrix:           lane, component, at, artifacts, dimensions
+//	trajectory:       lane (default trajectory/v1), component, at, artifacts, trajectories, modes, backends, signed_by
+//	matrix:           lane, component, at, artifacts, dimensions, signed_by
 //	manual:           role
 //
 // A field set on a kind that does not use it is an error. Artifacts, when
@@ -127,6 +127,11 @@ type Gate struct {
 	Dimensions []Dimension `yaml:"dimensions,omitempty" json:"dimensions,omitempty"`
 
 	Role string `yaml:"role,omitempty" json:"role,omitempty"`
+
+	// SignedBy, when set, names the runners (ledger runner add) whose
+	// DSSE-signed evidence alone counts: unsigned evidence, evidence
+	// signed by another runner or by a revoked key is baseline.
+	SignedBy []string `yaml:"signed_by,omitempty" json:"signed_by,omitempty"`
 
 	freshness time.Duration
 }

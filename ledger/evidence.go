@@ -84,6 +84,9 @@ type Evidence struct {
 	StartedAt    time.Time       `json:"started_at"`
 	FinishedAt   time.Time       `json:"finished_at"`
 	Details      json.RawMessage `json:"details,omitempty"`
+	// Signer is set only by the server, on a record that arrived as a DSSE
+	// envelope signed by a registered runner key (see Signer).
+	Signer *Signer `json:"signer,omitempty"`
 }
 
 var (
@@ -224,6 +227,9 @@ func (e *Evidence) Validate() error {
 		if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
 			return FieldError("details", "must be a JSON object")
 		}
+	}
+	if e.Signer != nil {
+		return e.Signer.validate(e)
 	}
 	return nil
 }

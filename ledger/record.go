@@ -124,6 +124,9 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindPolicy:
 		_, b, err := PreparePolicy(body)
 		return b, err
+	case KindRunnerKey:
+		_, b, err := PrepareRunnerKey(body)
+		return b, err
 	case KindRelease, KindWaiver, KindApproval, KindSupersede:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {

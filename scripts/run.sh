@@ -2,8 +2,11 @@
 # The main job on the embedded SQLite default (make run): build is done by
 # make; this starts `ledger serve` on localhost, runs the CPU lanes against
 # this checkout through the API, verifies the checkout's HEAD signature,
-# applies the reference release and a release of this checkout, and prints
-# the dashboard URL and the readiness summary. Running it again reuses the
+# applies the reference release and a release of this checkout, records the
+# reference release's published evidence (examples/reference-0.9.0-evidence.json,
+# seeded from shared/REFERENCE-RELEASE.md) signed by a demo runner key it
+# generates in var/ and registers as demo-runner, and prints the dashboard
+# URL and the readiness summary. Running it again reuses the
 # database. Interactive (a terminal on stdin): the server keeps running
 # until Ctrl-C. Otherwise it stops after the summary (LEDGER_KEEP_SERVING=1
 # keeps it up).
@@ -55,6 +58,9 @@ if [ -f testdata/device/cuda-evidence.json ]; then
   "$BIN" record --server "http://$ADDR" --token "$TOKEN" testdata/device/cuda-evidence.json
 fi
 
+say "registering the trust policy the self release names (policy: self)"
+"$BIN" --server "http://$ADDR" --token "$TOKEN" policy apply examples/policy-self.yaml --name self
+
 say "verifying the signature of this checkout's HEAD"
 set +e
 "$BIN" --db "$DB" verify head --repo . --ref HEAD --repository "$REPO_NAME" --policy examples/policy-self.yaml --record
@@ -67,6 +73,15 @@ sed -e "s/@COMMIT@/$COMMIT/g" -e "s/@TREE@/$TREE/g" -e "s/@SHORT@/$SHORT/g" -e "
   examples/release-self.yaml >"$VAR/release-self.yaml"
 "$BIN" --server "http://$ADDR" --token "$TOKEN" release apply examples/release-0.9.0.yaml
 "$BIN" --server "http://$ADDR" --token "$TOKEN" release apply "$VAR/release-self.yaml"
+
+say "recording the reference release's published evidence, signed by the demo runner key"
+RUNNER_KEY="$VAR/demo-runner.key"
+if [ ! -s "$RUNNER_KEY" ]; then
+  "$BIN" runner keygen "$RUNNER_KEY"
+fi
+# Registering the same key again appends nothing; another live key of demo-runner is refused.
+"$BIN" --server "http://$ADDR" --token "$TOKEN" runner add demo-runner "$RUNNER_KEY.pub"
+"$BIN" record --server "http://$ADDR" --token "$TOKEN" --sign-key "$RUNNER_KEY" examples/reference-0.9.0-evidence.json
 
 say "readiness"
 for v in 0.9.0 "self-$SHORT"; do

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
 )
@@ -142,7 +141,10 @@ func appendBatchJSON(entries []AppendedJSON, cp ledger.Checkpoint) ([]byte, erro
 }
 
 // handlePostEvidence appends one evidence object or an array of them,
-// atomically. Idempotency-Key replays return the original result.
+// atomically. Idempotency-Key replays return the original result. An
+// element may be a DSSE envelope of evidence signed by a registered runner
+// key (Content-Type ledger.ContentTypeDSSE, or detected by its payloadType
+// member): it is verified and recorded with its signer (signedRecords).
 func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 	if err := requireJSON(r); err != nil {
 		s.writeError(w, r, err)
@@ -177,19 +179,16 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("", "body must be a JSON object or array"))
 		return
 	}
-	recs := make([]ledger.Record, len(raws))
-	for i, raw := range raws {
-		// Members only the server sets (a computed tree verdict) are
-		// refused whole: a posted verdict is a claim (TRUST.md rule 1).
-		prefix := ""
-		if !single {
-			prefix = fmt.Sprintf("[%d].", i)
+	dsseOnly := mediaType(r) == ledger.ContentTypeDSSE
+	recs, err := s.signedRecords(r, raws, dsseOnly, func(i int) string {
+		if single {
+			return ""
 		}
-		if err := gates.RefuseServerMarkers(raw, prefix); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
+		return fmt.Sprintf("[%d].", i)
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	res, err := s.store.Append(r.Context(), recs, r.Header.Get("Idempotency-Key"))
 	if err != nil {

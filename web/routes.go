@@ -47,6 +47,10 @@ func (s *Server) routes() chi.Router {
 		api.With(read).Get("/log/proof/consistency", s.handleConsistency)
 		api.With(read).Get("/log/witnesses", s.handleWitnesses)
 
+		api.With(read).Get("/runners", s.handleListRunners)
+		api.With(admin).Post("/runners", s.handleAddRunner)
+		api.With(admin).Post("/runners/{name}/revoke", s.handleRevokeRunner)
+
 		api.With(read).Get("/heads", s.handleListHeads)
 		api.With(record).Post("/heads/verify", s.handleVerifyHead)
 		api.With(record).Post("/trees/verify", s.handleVerifyTree)

@@ -81,7 +81,7 @@ func (a *app) runImpl(ctx context.Context, c runConfig) error {
 	}
 	var recorded *appendedJSON
 	if l != nil {
-		if recorded, err = appendEvidence(ctx, l, evs); err != nil {
+		if recorded, err = appendEvidence(ctx, l, evs, c.SignKey); err != nil {
 			return errExit(2, "record: %v", err)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 type theLedger interface {
 	ledger.LogWriter
 	ledger.Reader
+	runnerLedger
 	// DefineRelease records def (release YAML or JSON) as release version.
 	DefineRelease(ctx context.Context, version string, def []byte) (*gates.Release, ledger.Entry, error)
 	// Releases returns the latest definition of every release.

@@ -12,7 +12,7 @@ import (
 )
 
 func newRecordCmd(a *app) *cobra.Command {
-	var idem string
+	var idem, signKey string
 	cmd := &cobra.Command{
 		Use:   "record FILE|-",
 		Short: "Append evidence (a JSON object or an array of them) to the ledger, atomically",
@@ -20,7 +20,9 @@ func newRecordCmd(a *app) *cobra.Command {
 HTTP API (POST /api/v1/evidence, needs a token of scope record); otherwise
 they are appended to the local database given by --db. An array is appended
 atomically: all records or none. Identical records already in the log are not
-appended again.
+appended again. With --sign-key FILE each record is signed as a DSSE envelope
+with that runner key and recorded with its signer (the key must be registered:
+ledger runner add).
 
 Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 		Args: cobra.ExactArgs(1),
@@ -50,16 +52,16 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 			} else {
 				raws = []json.RawMessage{trimmed}
 			}
-			recs := make([]ledger.Record, len(raws))
+			bodies := make([][]byte, len(raws))
 			for i, r := range raws {
-				recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: r}
+				bodies[i] = r
 			}
 			l, err := a.openLedger(cmd.Context(), ledgerOptions{})
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
 			defer l.Close()
-			res, err := l.Append(cmd.Context(), recs, idem)
+			res, err := appendSigned(cmd.Context(), l, bodies, signKey, idem)
 			if err != nil {
 				return errExit(2, "record %s: %v", args[0], err)
 			}
@@ -78,5 +80,6 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 		},
 	}
 	cmd.Flags().StringVar(&idem, "idempotency-key", "", "replaying the same key returns the original result and appends nothing")
+	cmd.Flags().StringVar(&signKey, "sign-key", "", "sign each record as a DSSE envelope with this registered runner key (see ledger runner)")
 	return cmd
 }

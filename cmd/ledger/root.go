@@ -100,6 +100,7 @@ func newRootCmd() *cobra.Command {
 		newTokenCmd(a),
 		newProofCmd(a),
 		newPolicyCmd(a),
+		newRunnerCmd(a),
 	)
 	return root
 }

@@ -29,6 +29,7 @@ type runConfig struct {
 	List       bool
 	Impl       string // external implementation to run (impl.go)
 	ImplFile   string // its configuration file
+	SignKey    string // runner key that signs what is recorded (runner.go)
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -59,6 +60,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
 	f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
 	f.BoolVar(&c.List, "list", false, "list the lanes and exit")
+	f.StringVar(&c.SignKey, "sign-key", "", "sign each record as a DSSE envelope with this registered runner key (see ledger runner)")
 	addImplFlags(f, &c)
 	return cmd
 }
@@ -121,7 +123,7 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	}
 	var recorded *appendedJSON
 	if l != nil {
-		if recorded, err = appendEvidence(ctx, l, evs); err != nil {
+		if recorded, err = appendEvidence(ctx, l, evs, c.SignKey); err != nil {
 			return errExit(2, "record: %v", err)
 		}
 	}
@@ -143,14 +145,19 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	return nil
 }
 
-// appendEvidence appends evs to l atomically and returns the answer as the
-// commands print it.
-func appendEvidence(ctx context.Context, l theLedger, evs []ledger.Evidence) (*appendedJSON, error) {
+// appendEvidence appends evs to l atomically, each signed with the runner
+// key in signKey when it is not "", and returns the answer as the commands
+// print it.
+func appendEvidence(ctx context.Context, l theLedger, evs []ledger.Evidence, signKey string) (*appendedJSON, error) {
 	recs, err := evidenceRecords(evs)
 	if err != nil {
 		return nil, err
 	}
-	res, err := l.Append(ctx, recs, "")
+	bodies := make([][]byte, len(recs))
+	for i, r := range recs {
+		bodies[i] = r.Body
+	}
+	res, err := appendSigned(ctx, l, bodies, signKey, "")
 	if err != nil {
 		return nil, err
 	}

@@ -60,17 +60,23 @@ func (c *Client) Append(ctx context.Context, recs []ledger.Record, idemKey strin
 		body.Write(bytes.TrimSpace(r.Body))
 	}
 	body.WriteByte(']')
+	return c.postEvidence(ctx, body.Bytes(), len(recs), "application/json", idemKey)
+}
+
+// postEvidence posts an array body of n elements to POST /evidence and
+// checks the answer's inclusion proofs.
+func (c *Client) postEvidence(ctx context.Context, body []byte, n int, contentType, idemKey string) (*ledger.AppendResult, error) {
 	var ans struct {
 		Entries    []appended        `json:"entries"`
 		Checkpoint ledger.Checkpoint `json:"checkpoint"`
 	}
-	err := c.do(ctx, request{method: http.MethodPost, path: "/evidence", body: body.Bytes(), contentType: "application/json",
+	err := c.do(ctx, request{method: http.MethodPost, path: "/evidence", body: body, contentType: contentType,
 		header: map[string]string{"Idempotency-Key": idemKey}}, &ans, nil)
 	if err != nil {
 		return nil, err
 	}
-	if len(ans.Entries) != len(recs) {
-		return nil, ledger.Errorf(ledger.CodeInternal, "server answered %d entries for %d records", len(ans.Entries), len(recs))
+	if len(ans.Entries) != n {
+		return nil, ledger.Errorf(ledger.CodeInternal, "server answered %d entries for %d records", len(ans.Entries), n)
 	}
 	res := &ledger.AppendResult{Entries: make([]ledger.AppendedEntry, len(ans.Entries)), Checkpoint: ans.Checkpoint}
 	for i, a := range ans.Entries {

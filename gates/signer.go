@@ -1,0 +1,71 @@
+package gates
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// runnerCache is the runner-key registry as of an evaluation's size,
+// loaded on first use by a gate with signed_by (most releases have none).
+type runnerCache struct {
+	once sync.Once
+	reg  ledger.RunnerRegistry
+	err  error
+}
+
+// checkSignedBy checks a gate's signed_by: runner names, no duplicates.
+func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
+	seen := map[string]bool{}
+	for j, n := range g.SignedBy {
+		if !ledger.ValidRunnerName(n) {
+			return ledger.FieldError(fmt.Sprintf("%s.signed_by[%d]", f, j), "must be a runner name (1-64 of [a-z0-9._-]), got %q", n)
+		}
+		if seen[n] {
+			return ledger.FieldError(fmt.Sprintf("%s.signed_by[%d]", f, j), "duplicate runner %q", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// signerMismatch returns why e does not count for a gate that requires
+// signed_by, or "" when the gate requires none or e is signed by one of the
+// runners it names with a key that was registered and, as of the
+// evaluation, not revoked, and whose kept envelope verifies under that
+// key (ledger.Signer.Check). The server sets a signer only after verifying
+// the DSSE envelope (TRUST.md rule 1); the gate checks the signature again
+// so that no other path into the log can make a signer count. A key
+// revoked later revokes what it signed. An error loading the registry is
+// returned as the reason, so the evidence does not count.
+func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
+	if len(g.SignedBy) == 0 {
+		return ""
+	}
+	want := strings.Join(g.SignedBy, ", ")
+	s := e.Signer
+	if s == nil {
+		return fmt.Sprintf("unsigned: the gate counts only evidence signed by runner %s (signed_by)", want)
+	}
+	if !slices.Contains(g.SignedBy, s.Runner) {
+		return fmt.Sprintf("signed by runner %s, not by %s (signed_by)", s.Runner, want)
+	}
+	ev.runners.once.Do(func() { ev.runners.reg, ev.runners.err = ledger.LoadRunnerKeys(ev.ctx, ev.store, ev.asOf) })
+	if ev.runners.err != nil {
+		return fmt.Sprintf("runner keys could not be read: %v", ev.runners.err)
+	}
+	st, ok := ev.runners.reg.ByEntry(s.KeyEntry)
+	switch {
+	case !ok || st.KeyID != s.KeyID || st.Name != s.Runner:
+		return fmt.Sprintf("signed by %s with key %s, which no runner-key entry registered", s.Runner, s.KeyID)
+	case st.Revoked:
+		return fmt.Sprintf("signed by runner %s's key %s, revoked at index %d: %s", s.Runner, s.KeyID, st.RevokedIndex, st.Reason)
+	}
+	if err := s.Check(st.PublicKey); err != nil {
+		return fmt.Sprintf("signer %s: %v", s.Runner, err)
+	}
+	return ""
+}

@@ -1,0 +1,69 @@
+package ledger
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEvidenceShape: envelopes and server-only members are found at the
+// top level only.
+func TestEvidenceShape(t *testing.T) {
+	for _, c := range []struct {
+		in             string
+		env, hasSigner bool
+	}{
+		{`{"lane":"x/v1"}`, false, false},
+		{`{"payloadType":"t","payload":"","signatures":[]}`, true, false},
+		{`{"lane":"x/v1","signer":{}}`, false, true},
+		{`{"lane":"x/v1","details":{"payloadType":"t","signer":1}}`, false, false},
+		{`{"payloadType":`, false, false},
+		{`["payloadType"]`, false, false},
+	} {
+		env, s := EvidenceShape([]byte(c.in))
+		if env != c.env || s != c.hasSigner {
+			t.Errorf("%s: envelope %v signer %v; want %v %v", c.in, env, s, c.env, c.hasSigner)
+		}
+	}
+}
+
+// TestRunnerKeyValidate: each bad field of a runner-key record is named.
+func TestRunnerKeyValidate(t *testing.T) {
+	const pub = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDtqJ7zOtqQtYqOo0CpvDXNlMhV3HeJDpjrASKGLWdop"
+	id, err := SSHKeyFingerprint(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	good := RunnerKey{Action: RunnerAdd, Name: "ci-mac", KeyID: id, PublicKey: pub, By: "admin", At: at}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for field, mut := range map[string]func(*RunnerKey){
+		"name":       func(k *RunnerKey) { k.Name = "CI Mac" },
+		"key_id":     func(k *RunnerKey) { k.KeyID = "SHA256:" + strings.Repeat("A", 43) },
+		"public_key": func(k *RunnerKey) { k.PublicKey = pub + " comment" },
+		"action":     func(k *RunnerKey) { k.Action = "rotate" },
+		"reason":     func(k *RunnerKey) { k.Reason = "why" },
+		"by":         func(k *RunnerKey) { k.By = "" },
+		"at":         func(k *RunnerKey) { k.At = time.Time{} },
+	} {
+		k := good
+		mut(&k)
+		err := k.Validate()
+		if e, ok := err.(*Error); !ok || e.Field != field {
+			t.Errorf("%s: %v; want an error naming it", field, err)
+		}
+	}
+	rev := RunnerKey{Action: RunnerRevoke, Name: "ci-mac", KeyID: id, By: "admin", At: at}
+	if err := rev.Validate(); err == nil || !strings.Contains(err.Error(), "reason") {
+		t.Errorf("revoke without reason: %v", err)
+	}
+	rev.Reason, rev.PublicKey = "lost", pub
+	if err := rev.Validate(); err == nil || !strings.Contains(err.Error(), "public_key") {
+		t.Errorf("revoke with a key: %v", err)
+	}
+	if _, _, err := PrepareRunnerKey([]byte(`{"action":"add","extra":1}`)); err == nil || !strings.Contains(err.Error(), "extra") {
+		t.Errorf("unknown member: %v", err)
+	}
+}

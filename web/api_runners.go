@@ -1,0 +1,249 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/verify"
+	"github.com/go-chi/chi/v5"
+)
+
+// RunnerAddRequest is the body of POST /api/v1/runners (admin): a runner
+// name and its Ed25519 public key as an OpenSSH line or a PEM PUBLIC KEY.
+type RunnerAddRequest struct {
+	Name      string `json:"name"`
+	PublicKey string `json:"public_key"`
+}
+
+// RunnerRevokeRequest is the body of POST /api/v1/runners/{name}/revoke
+// (admin).
+type RunnerRevokeRequest struct {
+	Reason string `json:"reason"`
+}
+
+// RunnerAnswer is the answer of a runner-key append: the runner's state
+// and the appended entry.
+type RunnerAnswer struct {
+	Runner ledger.RunnerState `json:"runner"`
+	Entry  AppendedJSON       `json:"entry"`
+}
+
+// RunnerLog is what registering runner keys needs: the log writer, the
+// log reader and the entry queries the registry is folded from.
+type RunnerLog interface {
+	ledger.LogWriter
+	ledger.LogReader
+	ledger.Queries
+}
+
+// AddRunner validates and appends a runner-key registration of name with
+// the key in keyFile (its bytes: see verify.ParseRunnerPublicKey) by the
+// admin named by, and returns the registration. It is refused with
+// CodeConflict when the name has a live key or the key was registered
+// before, CodeInvalid naming public_key or name for bad input. Adding the
+// name's live key again appends nothing and answers the registration with
+// Existing set. It is the
+// one implementation behind POST /api/v1/runners and the local
+// `ledger runner add`; two concurrent adds for one name both append, and
+// the registry's fold keeps the first.
+func AddRunner(ctx context.Context, st RunnerLog, name string, keyFile []byte, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
+	pub, err := verify.ParseRunnerPublicKey(keyFile)
+	if err != nil {
+		return ledger.RunnerState{}, nil, ledger.FieldError("public_key", "%v", err)
+	}
+	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), By: by, At: time.Now().UTC()}
+	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	if live, ok := reg.Live(name); ok && live.KeyID == k.KeyID {
+		// The same registration again: answered, not appended.
+		cp, err := st.Checkpoint(ctx)
+		if err != nil {
+			return ledger.RunnerState{}, nil, err
+		}
+		return live, &ledger.AppendResult{Entries: []ledger.AppendedEntry{{Entry: ledger.Entry{ID: live.Entry, Index: live.Index, Kind: ledger.KindRunnerKey}, Existing: true}}, Checkpoint: cp}, nil
+	}
+	return appendRunnerKey(ctx, st, k)
+}
+
+// RevokeRunner appends the revocation of name's live key with reason, by
+// the admin named by; CodeNotFound when the name has no live key.
+func RevokeRunner(ctx context.Context, st RunnerLog, name, reason, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
+	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	live, ok := reg.Live(name)
+	if !ok {
+		return ledger.RunnerState{}, nil, ledger.NotFound("runner %q has no live key", name)
+	}
+	k := ledger.RunnerKey{Action: ledger.RunnerRevoke, Name: name, KeyID: live.KeyID, Reason: reason, By: by, At: time.Now().UTC()}
+	return appendRunnerKey(ctx, st, k)
+}
+
+func appendRunnerKey(ctx context.Context, store RunnerLog, k ledger.RunnerKey) (ledger.RunnerState, *ledger.AppendResult, error) {
+	if err := k.Validate(); err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	reg, err := ledger.LoadRunnerKeys(ctx, store, 0)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	if err := reg.Check(k); err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	body, err := ledger.CanonicalBody(&k)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	res, err := store.Append(ctx, []ledger.Record{{Kind: ledger.KindRunnerKey, Body: body}}, "")
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	// The state as the fold sees it after this entry.
+	reg, err = ledger.LoadRunnerKeys(ctx, store, 0)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	st, _ := reg.ByKeyID(k.KeyID)
+	return st, res, nil
+}
+
+func (s *Server) handleAddRunner(w http.ResponseWriter, r *http.Request) {
+	var req RunnerAddRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	st, res, err := AddRunner(r.Context(), s.store, req.Name, []byte(req.PublicKey), who.Name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.runnerAnswer(w, st, res)
+}
+
+func (s *Server) handleRevokeRunner(w http.ResponseWriter, r *http.Request) {
+	var req RunnerRevokeRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	st, res, err := RevokeRunner(r.Context(), s.store, chi.URLParam(r, "name"), req.Reason, who.Name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.runnerAnswer(w, st, res)
+}
+
+func (s *Server) runnerAnswer(w http.ResponseWriter, st ledger.RunnerState, res *ledger.AppendResult) {
+	e := res.Entries[0]
+	status := http.StatusOK
+	if !e.Existing {
+		status = http.StatusCreated
+		s.metrics.appended.WithLabelValues(string(ledger.KindRunnerKey)).Inc()
+	}
+	s.writeJSON(w, status, RunnerAnswer{Runner: st, Entry: AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}})
+}
+
+func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
+	asOf, err := queryAsOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, asOf)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"runners": nonNilSlice(reg.Runners)})
+}
+
+// signedRecords turns the elements of a POST /evidence body into evidence
+// records: a DSSE envelope is verified against the runner registry
+// (verify.VerifyEvidenceEnvelope) and becomes the record with its signer;
+// plain evidence that carries a signer is refused (only the server sets
+// it). With the DSSE content type every element must be an envelope.
+// prefix(i) gives the field prefix of element i.
+func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly bool, prefix func(int) string) ([]ledger.Record, error) {
+	recs := make([]ledger.Record, len(raws))
+	var reg *ledger.RunnerRegistry
+	for i, raw := range raws {
+		env, signer := ledger.EvidenceShape(raw)
+		switch {
+		case env:
+			if reg == nil {
+				r, err := ledger.LoadRunnerKeys(r.Context(), s.store, 0)
+				if err != nil {
+					return nil, err
+				}
+				reg = &r
+			}
+			body, err := verify.VerifyEvidenceEnvelope(r.Context(), raw, *reg)
+			if err != nil {
+				return nil, withPrefix(err, prefix(i))
+			}
+			// A signed payload is a claim like any other: it cannot carry
+			// what only the server computes (TRUST.md rule 1).
+			if err := gates.RefuseServerMarkers(body, prefix(i)); err != nil {
+				return nil, err
+			}
+			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: body}
+		case dsseOnly:
+			return nil, ledger.FieldError(prefix(i)+"payloadType", "Content-Type %s: every element must be a DSSE envelope", ledger.ContentTypeDSSE)
+		case signer:
+			return nil, ledger.FieldError(prefix(i)+ledger.SignerField, "only the server sets signer, after verifying a DSSE envelope signed by a registered runner key: post the envelope instead")
+		default:
+			if err := gates.RefuseServerMarkers(raw, prefix(i)); err != nil {
+				return nil, err
+			}
+			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
+		}
+	}
+	return recs, nil
+}
+
+func withPrefix(err error, p string) error {
+	if p == "" {
+		return err
+	}
+	if le, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, u := range le.Unwrap() {
+			if e, ok := u.(*ledger.Error); ok {
+				c := *e
+				c.Field = p + c.Field
+				return &c
+			}
+		}
+	}
+	if e, ok := err.(*ledger.Error); ok {
+		c := *e
+		c.Field = p + c.Field
+		return &c
+	}
+	return err
+}
+
+// mediaType is the request's Content-Type without parameters, lowercase.
+func mediaType(r *http.Request) string {
+	mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
