@@ -84,6 +84,9 @@ type Evidence struct {
 	StartedAt    time.Time       `json:"started_at"`
 	FinishedAt   time.Time       `json:"finished_at"`
 	Details      json.RawMessage `json:"details,omitempty"`
+	// RecordedBy is who recorded the record, set by the server (see
+	// Recorder); nil for records appended to the store directly.
+	RecordedBy *Recorder `json:"recorded_by,omitempty"`
 }
 
 var (
@@ -224,6 +227,9 @@ func (e *Evidence) Validate() error {
 		if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
 			return FieldError("details", "must be a JSON object")
 		}
+	}
+	if e.RecordedBy != nil {
+		return e.RecordedBy.Validate()
 	}
 	return nil
 }

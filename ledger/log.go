@@ -30,7 +30,7 @@ const (
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindToken, KindTokenRevocation:
 		return true
 	}
 	return false
