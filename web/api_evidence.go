@@ -178,6 +178,8 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recs := make([]ledger.Record, len(raws))
+	tok, _ := TokenFrom(r.Context())
+	rec := recorderJSON(r)
 	for i, raw := range raws {
 		// Members only the server sets (a computed tree verdict) are
 		// refused whole: a posted verdict is a claim (TRUST.md rule 1).
@@ -186,6 +188,12 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 			prefix = fmt.Sprintf("[%d].", i)
 		}
 		if err := gates.RefuseServerMarkers(raw, prefix); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		// Scope and recorded_by (recorded_by.go): refused whole, before
+		// anything is appended.
+		if raw, err = stampEvidence(tok, rec, raw, prefix); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
