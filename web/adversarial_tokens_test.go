@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -424,5 +425,79 @@ func TestEveryRouteHonoursItsScope(t *testing.T) {
 	}
 	if seen < len(routeScope)-2 {
 		t.Fatalf("walked %d declared routes of %d", seen, len(routeScope))
+	}
+}
+
+// TestAuditCatchesEditedTokensTable: the tokens table is a projection of
+// the token leaves, so a row edited by raw SQL on a stopped copy (scope
+// widened, expiry removed, revocation deleted, a row inserted or deleted,
+// a secret hash swapped) fails `ledger audit` naming the token.
+func TestAuditCatchesEditedTokensTable(t *testing.T) {
+	e := newTokenEnv(t, Config{})
+	ctx := context.Background()
+	for i := range 3 {
+		if code, b := e.do(t, "POST", "/api/v1/evidence", e.scoped, cudaEvidence(i)); code != http.StatusCreated {
+			t.Fatalf("POST: %d %s", code, b)
+		}
+	}
+	dir := t.TempDir()
+	copyOf := func(name string) string {
+		p := filepath.Join(dir, name+".db")
+		if err := e.store.Backup(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	audit := func(path string) ledger.AuditReport {
+		st, err := sqlite.Open(ctx, sqlite.Options{Path: path, KeyDir: filepath.Dir(e.path), ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		rep, err := st.Audit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := audit(copyOf("clean")); !rep.OK {
+		t.Fatalf("untouched copy fails the audit: %s", rep.Problem)
+	}
+	for _, c := range []struct{ name, sql, want string }{
+		{"repository scope widened", `UPDATE tokens SET repositories = '[]' WHERE name = 'ci-cuda'`, "repositories differs"},
+		{"lane scope widened", `UPDATE tokens SET lanes = '["qmv-bias-sum","other"]' WHERE name = 'ci-cuda'`, "lanes differs"},
+		{"backend scope removed", `UPDATE tokens SET backends = '[]' WHERE name = 'ci-cuda'`, "backends differs"},
+		{"scope raised to admin", `UPDATE tokens SET scope = 'admin' WHERE name = 'ci'`, "scope differs"},
+		{"role added", `UPDATE tokens SET roles = '["release-manager"]' WHERE name = 'ci'`, "roles differs"},
+		{"expiry removed", `UPDATE tokens SET expires_at = NULL WHERE name = 'ci-short'`, "expires_at differs"},
+		{"expiry extended", `UPDATE tokens SET expires_at = expires_at + 3600000000000 WHERE name = 'ci-short'`, "expires_at differs"},
+		{"revocation deleted", `UPDATE tokens SET revoked_at = NULL, revoked_idx = NULL WHERE name = 'ci-old'`, "revoked_at differs"},
+		{"revocation deleted, index kept", `UPDATE tokens SET revoked_at = NULL WHERE name = 'ci-old'`, "revoked_at differs"},
+		{"secret hash swapped", `UPDATE tokens SET secret_hash = randomblob(32) WHERE name = 'ci'`, "secret_hash differs"},
+		{"row renamed", `UPDATE tokens SET name = 'ci2' WHERE name = 'ci'`, "name differs"},
+		{"row inserted", `INSERT INTO tokens(id, name, scope, secret_hash, created_at) VALUES ('tok_00112233aabb', 'evil', 'admin', randomblob(32), 1)`, "has no token leaf (a row was inserted)"},
+		{"row inserted posing as made before schema 7", `INSERT INTO tokens(id, name, scope, secret_hash, created_at, leaf_idx) VALUES ('tok_00112233aabb', 'evil', 'admin', randomblob(32), 1, -1)`, "made before schema 7 and is not logged"},
+		{"row deleted", `DELETE FROM tokens WHERE name = 'reader'`, "has no row for it (a row was deleted)"},
+		{"leaf index moved", `UPDATE tokens SET leaf_idx = leaf_idx + 1 WHERE name = 'ci'`, "leaf_idx differs"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := copyOf(strings.ReplaceAll(c.name, " ", "-"))
+			db, err := sql.Open("sqlite", "file:"+p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := db.Exec(c.sql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				t.Fatalf("%d rows changed", n)
+			}
+			db.Close()
+			rep := audit(p)
+			if rep.OK || !strings.Contains(rep.Problem, c.want) {
+				t.Fatalf("audit: ok=%v %q, want a problem containing %q", rep.OK, rep.Problem, c.want)
+			}
+		})
 	}
 }
