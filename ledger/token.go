@@ -107,16 +107,19 @@ func (s *TokenSpec) Validate(now time.Time) error {
 		s.ExpiresAt = &t
 	}
 	s.Roles, s.Repositories, s.Lanes = sortedSet(s.Roles), sortedSet(s.Repositories), sortedSet(s.Lanes)
-	bs := make([]string, len(s.Backends))
-	for i, b := range s.Backends {
-		bs[i] = string(b)
-	}
-	bs = sortedSet(bs)
-	s.Backends = s.Backends[:0]
-	for _, b := range bs {
-		s.Backends = append(s.Backends, Backend(b))
-	}
+	s.Backends = sortedBackends(s.Backends)
 	return nil
+}
+
+func sortedBackends(in []Backend) []Backend {
+	out := make([]Backend, 0, len(in))
+	for _, b := range in {
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func sortedSet(in []string) []string {
@@ -197,49 +200,59 @@ func (t Token) ScopeText() string {
 // prepareTokenLeaf decodes a token or token-revocation body strictly,
 // checks it, and returns its canonical bytes.
 func prepareTokenLeaf(k Kind, body []byte) ([]byte, error) {
-	switch k {
-	case KindToken:
-		var l TokenLeaf
-		if err := DecodeStrict(body, &l); err != nil {
-			return nil, err
-		}
-		// Tokens made before schema 7 (Adopted) keep the id and stored
-		// hash they had, whatever their form.
-		if !tokenIDRe.MatchString(l.TokenID) && (!l.Adopted || !tokenNameRe.MatchString(l.TokenID)) {
-			return nil, FieldError("token_id", "must be tok_ and 12 lowercase hex")
-		}
-		if (len(l.SecretSHA256) != 64 && !l.Adopted) || len(l.SecretSHA256) > 128 || l.SecretSHA256 == "" || !LowerHex(l.SecretSHA256) {
-			return nil, FieldError("secret_sha256", "must be 64 lowercase hex")
-		}
-		if l.CreatedAt.IsZero() {
-			return nil, FieldError("created_at", "required")
-		}
-		spec := TokenSpec{Name: l.Name, Scope: l.Scope, Roles: l.Roles, Repositories: l.Repositories, Lanes: l.Lanes, Backends: l.Backends}
-		// The expiry was checked against the clock when the token was
-		// made; a leaf is checked for its shape only.
-		if err := spec.Validate(time.Time{}); err != nil {
-			return nil, err
-		}
-		l.Roles, l.Repositories, l.Lanes, l.Backends = spec.Roles, spec.Repositories, spec.Lanes, spec.Backends
-		l.CreatedAt = l.CreatedAt.UTC()
-		if l.ExpiresAt != nil {
-			t := l.ExpiresAt.UTC()
-			l.ExpiresAt = &t
-		}
-		return marshalNoEscape(&l)
-	case KindTokenRevocation:
-		var l TokenRevocationLeaf
-		if err := DecodeStrict(body, &l); err != nil {
-			return nil, err
-		}
-		if !tokenNameRe.MatchString(l.TokenID) {
-			return nil, FieldError("token_id", "must be a token id")
-		}
-		if l.RevokedAt.IsZero() {
-			return nil, FieldError("revoked_at", "required")
-		}
-		l.RevokedAt = l.RevokedAt.UTC()
-		return marshalNoEscape(&l)
+	if k == KindTokenRevocation {
+		return prepareRevocationLeaf(body)
 	}
-	return nil, FieldError("kind", "not a token kind: %q", clip(string(k)))
+	var l TokenLeaf
+	if err := DecodeStrict(body, &l); err != nil {
+		return nil, err
+	}
+	// Tokens made before schema 7 (Adopted) keep the id and stored hash
+	// they had, whatever their form.
+	if !tokenIDRe.MatchString(l.TokenID) && (!l.Adopted || !tokenNameRe.MatchString(l.TokenID)) {
+		return nil, FieldError("token_id", "must be tok_ and 12 lowercase hex")
+	}
+	if !validSecretHash(l.SecretSHA256, l.Adopted) {
+		return nil, FieldError("secret_sha256", "must be 64 lowercase hex")
+	}
+	if l.CreatedAt.IsZero() {
+		return nil, FieldError("created_at", "required")
+	}
+	spec := TokenSpec{Name: l.Name, Scope: l.Scope, Roles: l.Roles, Repositories: l.Repositories, Lanes: l.Lanes, Backends: l.Backends}
+	// The expiry was checked against the clock when the token was made;
+	// a leaf is checked for its shape only.
+	if err := spec.Validate(time.Time{}); err != nil {
+		return nil, err
+	}
+	l.Roles, l.Repositories, l.Lanes, l.Backends = spec.Roles, spec.Repositories, spec.Lanes, spec.Backends
+	l.CreatedAt = l.CreatedAt.UTC()
+	if l.ExpiresAt != nil {
+		t := l.ExpiresAt.UTC()
+		l.ExpiresAt = &t
+	}
+	return marshalNoEscape(&l)
+}
+
+// validSecretHash reports whether h is a SHA-256 in lowercase hex (for an
+// adopted token, whatever lowercase hex of at most 64 bytes it had).
+func validSecretHash(h string, adopted bool) bool {
+	if h == "" || len(h) > 128 || !LowerHex(h) {
+		return false
+	}
+	return adopted || len(h) == 64
+}
+
+func prepareRevocationLeaf(body []byte) ([]byte, error) {
+	var l TokenRevocationLeaf
+	if err := DecodeStrict(body, &l); err != nil {
+		return nil, err
+	}
+	if !tokenNameRe.MatchString(l.TokenID) {
+		return nil, FieldError("token_id", "must be a token id")
+	}
+	if l.RevokedAt.IsZero() {
+		return nil, FieldError("revoked_at", "required")
+	}
+	l.RevokedAt = l.RevokedAt.UTC()
+	return marshalNoEscape(&l)
 }

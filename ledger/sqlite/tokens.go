@@ -434,39 +434,40 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 // what its leaves imply ("" when none).
 func tokenRowDiff(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64, w *wantToken) string {
 	l := w.leaf
-	eqTime := func(a, b *time.Time) bool {
-		if a == nil || b == nil {
-			return a == nil && b == nil
-		}
-		return a.Equal(*b)
+	revIdxOK := !revIdx.Valid
+	if w.rev != nil {
+		revIdxOK = revIdx.Valid && uint64(revIdx.Int64) == w.revIdx
 	}
-	switch {
-	case t.Name != l.Name:
-		return "name"
-	case t.Scope != l.Scope:
-		return "scope"
-	case !slices.Equal(t.Roles, nilIfEmpty(l.Roles)):
-		return "roles"
-	case !slices.Equal(t.Repositories, nilIfEmpty(l.Repositories)):
-		return "repositories"
-	case !slices.Equal(t.Lanes, nilIfEmpty(l.Lanes)):
-		return "lanes"
-	case !slices.Equal(backendStrings(t.Backends), backendStrings(l.Backends)):
-		return "backends"
-	case !eqTime(t.ExpiresAt, l.ExpiresAt):
-		return "expires_at"
-	case hex.EncodeToString(hash) != l.SecretSHA256:
-		return "secret_hash"
-	case !t.CreatedAt.Equal(l.CreatedAt):
-		return "created_at"
-	case !leafIdx.Valid || uint64(leafIdx.Int64) != w.idx:
-		return "leaf_idx"
-	case !eqTime(t.RevokedAt, w.rev):
-		return "revoked_at"
-	case w.rev != nil && (!revIdx.Valid || uint64(revIdx.Int64) != w.revIdx), w.rev == nil && revIdx.Valid:
-		return "revoked_idx"
+	for _, c := range []struct {
+		col string
+		eq  bool
+	}{
+		{"name", t.Name == l.Name},
+		{"scope", t.Scope == l.Scope},
+		{"roles", slices.Equal(t.Roles, nilIfEmpty(l.Roles))},
+		{"repositories", slices.Equal(t.Repositories, nilIfEmpty(l.Repositories))},
+		{"lanes", slices.Equal(t.Lanes, nilIfEmpty(l.Lanes))},
+		{"backends", slices.Equal(backendStrings(t.Backends), backendStrings(l.Backends))},
+		{"expires_at", sameTime(t.ExpiresAt, l.ExpiresAt)},
+		{"secret_hash", hex.EncodeToString(hash) == l.SecretSHA256},
+		{"created_at", t.CreatedAt.Equal(l.CreatedAt)},
+		{"leaf_idx", leafIdx.Valid && uint64(leafIdx.Int64) == w.idx},
+		{"revoked_at", sameTime(t.RevokedAt, w.rev)},
+		{"revoked_idx", revIdxOK},
+	} {
+		if !c.eq {
+			return c.col
+		}
 	}
 	return ""
+}
+
+// sameTime reports whether a and b are both nil or the same instant.
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(*b)
 }
 
 func nilIfEmpty(s []string) []string {
