@@ -87,6 +87,9 @@ type Evidence struct {
 	// Signer is set only by the server, on a record that arrived as a DSSE
 	// envelope signed by a registered runner key (see Signer).
 	Signer *Signer `json:"signer,omitempty"`
+	// RecordedBy is who recorded the record, set by the server (see
+	// Recorder); nil for records appended to the store directly.
+	RecordedBy *Recorder `json:"recorded_by,omitempty"`
 }
 
 var (
@@ -226,6 +229,11 @@ func (e *Evidence) Validate() error {
 		d := bytes.TrimSpace(e.Details)
 		if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
 			return FieldError("details", "must be a JSON object")
+		}
+	}
+	if e.RecordedBy != nil {
+		if err := e.RecordedBy.Validate(); err != nil {
+			return err
 		}
 	}
 	if e.Signer != nil {

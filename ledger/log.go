@@ -31,7 +31,7 @@ const (
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation:
 		return true
 	}
 	return false

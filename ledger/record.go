@@ -137,6 +137,8 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 			return nil, FieldError("", "%s body: %v", k, err)
 		}
 		return c, nil
+	case KindToken, KindTokenRevocation:
+		return prepareTokenLeaf(k, body)
 	}
 	return nil, FieldError("kind", "unknown entry kind %q", clip(string(k)))
 }

@@ -229,6 +229,7 @@ func (s *Signer) validate(e *Evidence) error {
 	}
 	unsigned := *e
 	unsigned.Signer = nil
+	unsigned.RecordedBy = nil // the server adds it after verifying
 	unsigned.Normalize()
 	mine, err := marshalNoEscape(&unsigned)
 	if err != nil {
@@ -254,6 +255,9 @@ func PayloadEvidence(payload []byte) ([]byte, error) {
 	}
 	if e.Signer != nil {
 		return nil, FieldError(SignerField, "a signed payload may not carry a signer")
+	}
+	if e.RecordedBy != nil {
+		return nil, FieldError(RecordedByField, "a signed payload may not carry recorded_by: the server sets it")
 	}
 	return b, nil
 }

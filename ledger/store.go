@@ -109,6 +109,13 @@ type Token struct {
 	Roles     []string   `json:"roles,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// Repositories, Lanes and Backends restrict the evidence the token may
+	// record (empty: any; see Covers); ExpiresAt is when it stops
+	// authenticating (nil: never).
+	Repositories []string   `json:"repositories,omitempty"`
+	Lanes        []string   `json:"lanes,omitempty"`
+	Backends     []Backend  `json:"backends,omitempty"`
+	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
 }
 
 // AuditReport is the result of a full audit of the log.
@@ -178,10 +185,13 @@ type Keys interface {
 // TokenStore keeps API tokens. Implementations are safe for concurrent use.
 type TokenStore interface {
 	CreateToken(ctx context.Context, name string, scope Scope, roles []string) (secret string, t Token, err error)
+	// CreateScopedToken creates a token with the evidence scope and expiry
+	// of spec (CreateToken is it with no restriction and no expiry).
+	CreateScopedToken(ctx context.Context, spec TokenSpec) (secret string, t Token, err error)
 	Tokens(ctx context.Context) ([]Token, error)
 	RevokeToken(ctx context.Context, idOrName string) error
 	// Authenticate returns the live token whose secret is given, or a
-	// CodeUnauthorized error.
+	// CodeUnauthorized error ("unknown token", "token expired", revoked).
 	Authenticate(ctx context.Context, secret string) (Token, error)
 }
 

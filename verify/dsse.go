@@ -271,11 +271,23 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 	if err != nil {
 		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
 	}
-	_, stored, err := ledger.PrepareEvidence(body)
+	_, signed, err := ledger.PrepareEvidence(body)
 	if err != nil {
 		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
 	}
-	if !bytes.Equal(stored, e.Body) {
+	// The server adds recorded_by (who posted the envelope) after
+	// verifying; everything else must be the envelope's record.
+	rec := e.Evidence
+	rec.RecordedBy = nil
+	b, err := ledger.CanonicalBody(&rec)
+	if err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
+	}
+	_, stored, err := ledger.PrepareEvidence(b)
+	if err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
+	}
+	if !bytes.Equal(stored, signed) {
 		return fmt.Errorf("entry %s (index %d): the record differs from its verified envelope", e.ID, e.Index)
 	}
 	return nil

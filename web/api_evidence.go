@@ -180,7 +180,8 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dsseOnly := mediaType(r) == ledger.ContentTypeDSSE
-	recs, err := s.signedRecords(r, raws, dsseOnly, func(i int) string {
+	tok, _ := TokenFrom(r.Context())
+	recs, err := s.signedRecords(r, raws, dsseOnly, tok, recorderFor(r), func(i int) string {
 		if single {
 			return ""
 		}

@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 )
@@ -29,7 +30,7 @@ func TestLogReadRoutes(t *testing.T) {
 		{"/api/v1/heads?as_of=-1", 400, "as_of"},
 		{"/api/v1/heads?limit=1001", 400, "limit"},
 		{"/api/v1/log/leaves/x", 400, "index"},
-		{"/api/v1/log/leaves/3", 404, ""},
+		{fmt.Sprintf("/api/v1/log/leaves/%d", e.base+3), 404, ""},
 		{"/api/v1/log/proof/inclusion", 400, "index"},
 		{"/api/v1/log/proof/inclusion?index=0&size=0", 400, "size"},
 		{"/api/v1/log/proof/inclusion?index=5", 400, "size"},
@@ -41,24 +42,24 @@ func TestLogReadRoutes(t *testing.T) {
 			t.Errorf("GET %s: %d field %q (%s), want %d field %q", tc.path, code, ae.Field, body, tc.status, tc.field)
 		}
 	}
-	code, body := e.do(t, "GET", "/api/v1/log/entries?kind=evidence&as_of=2&limit=1", "", nil)
+	code, body := e.do(t, "GET", fmt.Sprintf("/api/v1/log/entries?kind=evidence&as_of=%d&limit=1", e.base+2), "", nil)
 	var page struct {
 		Entries []EntryJSON `json:"entries"`
 		Next    string      `json:"next_cursor"`
 	}
-	if err := json.Unmarshal(body, &page); err != nil || code != 200 || len(page.Entries) != 1 || page.Entries[0].Entry.Index != 1 || page.Next == "" || page.Entries[0].Leaf == "" {
+	if err := json.Unmarshal(body, &page); err != nil || code != 200 || len(page.Entries) != 1 || page.Entries[0].Entry.Index != e.base+1 || page.Next == "" || page.Entries[0].Leaf == "" {
 		t.Fatalf("entries as of 2: %d %s", code, body)
 	}
-	code, body = e.do(t, "GET", "/api/v1/evidence?as_of=1", "", nil)
+	code, body = e.do(t, "GET", fmt.Sprintf("/api/v1/evidence?as_of=%d", e.base+1), "", nil)
 	var ev struct {
 		Evidence []EvidenceJSON `json:"evidence"`
 	}
-	if err := json.Unmarshal(body, &ev); err != nil || code != 200 || len(ev.Evidence) != 1 || ev.Evidence[0].Index != 0 {
+	if err := json.Unmarshal(body, &ev); err != nil || code != 200 || len(ev.Evidence) != 1 || ev.Evidence[0].Index != e.base {
 		t.Fatalf("evidence as of 1: %d %s", code, body)
 	}
-	code, body = e.do(t, "GET", "/api/v1/log/leaves/2", "", nil)
+	code, body = e.do(t, "GET", fmt.Sprintf("/api/v1/log/leaves/%d", e.base+2), "", nil)
 	var leaf EntryJSON
-	if err := json.Unmarshal(body, &leaf); err != nil || code != 200 || leaf.Entry.Index != 2 || leaf.Leaf == "" {
+	if err := json.Unmarshal(body, &leaf); err != nil || code != 200 || leaf.Entry.Index != e.base+2 || leaf.Leaf == "" {
 		t.Fatalf("leaf 2: %d %s", code, body)
 	}
 }

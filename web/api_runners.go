@@ -183,7 +183,11 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 // plain evidence that carries a signer is refused (only the server sets
 // it). With the DSSE content type every element must be an envelope.
 // prefix(i) gives the field prefix of element i.
-func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly bool, prefix func(int) string) ([]ledger.Record, error) {
+//
+// Every record is checked against tok's scope and stamped with recorded_by
+// (stampEvidence): rec names the request's token, plus, for an envelope,
+// the runner key that signed it. rec nil (no token) stamps nothing.
+func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly bool, tok ledger.Token, rec *ledger.Recorder, prefix func(int) string) ([]ledger.Record, error) {
 	recs := make([]ledger.Record, len(raws))
 	var reg *ledger.RunnerRegistry
 	for i, raw := range raws {
@@ -206,6 +210,9 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			if err := gates.RefuseServerMarkers(body, prefix(i)); err != nil {
 				return nil, err
 			}
+			if body, err = stampEvidence(tok, runnerRecorder(rec, body), body, prefix(i)); err != nil {
+				return nil, err
+			}
 			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: body}
 		case dsseOnly:
 			return nil, ledger.FieldError(prefix(i)+"payloadType", "Content-Type %s: every element must be a DSSE envelope", ledger.ContentTypeDSSE)
@@ -215,7 +222,11 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			if err := gates.RefuseServerMarkers(raw, prefix(i)); err != nil {
 				return nil, err
 			}
-			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
+			stamped, err := stampEvidence(tok, recorderBytes(rec), raw, prefix(i))
+			if err != nil {
+				return nil, err
+			}
+			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: stamped}
 		}
 	}
 	return recs, nil
@@ -246,4 +257,29 @@ func withPrefix(err error, p string) error {
 func mediaType(r *http.Request) string {
 	mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
 	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+// recorderBytes is rec's JSON, nil when rec is nil.
+func recorderBytes(rec *ledger.Recorder) []byte {
+	if rec == nil {
+		return nil
+	}
+	b, _ := json.Marshal(rec)
+	return b
+}
+
+// runnerRecorder is rec's JSON with the runner that signed body (a
+// verified envelope's record, whose signer the server set) added.
+func runnerRecorder(rec *ledger.Recorder, body []byte) []byte {
+	if rec == nil {
+		return nil
+	}
+	var probe struct {
+		Signer *ledger.Signer `json:"signer"`
+	}
+	c := *rec
+	if json.Unmarshal(body, &probe) == nil && probe.Signer != nil {
+		c.Runner = &ledger.RecorderRunner{Name: probe.Signer.Runner, KeyID: probe.Signer.KeyID}
+	}
+	return recorderBytes(&c)
 }

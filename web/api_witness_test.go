@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestTLogProofRoute(t *testing.T) {
 	}
 	v, _ := note.NewVerifier(e.store.VerifierKey())
 	for i, id := range ids {
-		for _, q := range []string{"", "&size=3"} {
+		for _, q := range []string{"", fmt.Sprintf("&size=%d", e.base+3)} {
 			code, b := e.do(t, "GET", "/api/v1/evidence/"+id+"/proof?format=tlog-proof"+q, "", nil)
 			if q != "" && i >= 3 {
 				if code != 400 {
@@ -51,10 +52,10 @@ func TestTLogProofRoute(t *testing.T) {
 				t.Fatalf("entry %d%s: %d %s", i, q, code, b)
 			}
 			r, err := tlogproof.Verify(b, nil, v, nil)
-			if err != nil || r.Index != uint64(i) {
+			if err != nil || r.Index != e.base+uint64(i) {
 				t.Fatalf("entry %d%s: %+v, %v", i, q, r, err)
 			}
-			if want := uint64(5); q == "" && r.Size != want || q != "" && r.Size != 3 {
+			if want := e.base + 5; q == "" && r.Size != want || q != "" && r.Size != e.base+3 {
 				t.Fatalf("entry %d%s: size %d", i, q, r.Size)
 			}
 		}

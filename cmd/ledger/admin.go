@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
@@ -131,18 +132,38 @@ func newMigrateCmd(a *app) *cobra.Command {
 func newTokenCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Create, list and revoke API tokens (stored only as hashes)"}
 	var scope, name string
-	var roles []string
+	var roles, repos, lanes, backends []string
+	var expires time.Duration
 	create := &cobra.Command{
 		Use:   "create",
-		Short: "Create a token; the secret is printed once",
-		Args:  cobra.NoArgs,
+		Short: "Create a token (a token leaf); the secret is printed once",
+		Long: `Create a token. Its creation is a leaf of the log (with the SHA-256 of the
+secret, never the secret), so ` + "`ledger audit`" + ` detects an edited tokens table.
+
+--repository, --lane and --backend (each repeatable or a comma-separated list)
+restrict the evidence the token may record: POST /api/v1/evidence refuses a
+record outside them with 403 naming the field. A --lane without /vN covers every
+version of the lane. --expires is a duration from now (720h = 30 days); without
+it the token never expires (revoke it with ` + "`ledger token revoke`" + `).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if expires < 0 {
+				return errExit(2, "token create: --expires must be a positive duration such as 720h, got %s", expires)
+			}
 			st, err := a.openStore(cmd.Context())
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
 			defer st.Close()
-			secret, t, err := st.CreateToken(cmd.Context(), name, ledger.Scope(scope), roles)
+			spec := ledger.TokenSpec{Name: name, Scope: ledger.Scope(scope), Roles: roles, Repositories: repos, Lanes: lanes}
+			for _, b := range backends {
+				spec.Backends = append(spec.Backends, ledger.Backend(b))
+			}
+			if expires > 0 {
+				at := time.Now().UTC().Add(expires)
+				spec.ExpiresAt = &at
+			}
+			secret, t, err := st.CreateScopedToken(cmd.Context(), spec)
 			if err != nil {
 				return errExit(2, "token create: %v", err)
 			}
@@ -150,13 +171,21 @@ func newTokenCmd(a *app) *cobra.Command {
 				return a.printJSON(map[string]any{"token": t, "secret": secret})
 			}
 			fmt.Fprintln(a.stdout, secret)
-			fmt.Fprintf(a.stderr, "created token %s (%s, scope %s); the secret above is shown only once\n", t.Name, t.ID, t.Scope)
+			exp := "never expires"
+			if t.ExpiresAt != nil {
+				exp = "expires " + t.ExpiresAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(a.stderr, "created token %s (%s, scope %s, evidence %s, %s); the secret above is shown only once\n", t.Name, t.ID, t.Scope, t.ScopeText(), exp)
 			return nil
 		},
 	}
 	create.Flags().StringVar(&scope, "scope", "record", "read, record or admin")
 	create.Flags().StringVar(&name, "name", "", "unique token name (required)")
 	create.Flags().StringSliceVar(&roles, "role", nil, "role for manual gates (repeatable)")
+	create.Flags().StringSliceVar(&repos, "repository", nil, "repository the token may record evidence for (repeatable; default any)")
+	create.Flags().StringSliceVar(&lanes, "lane", nil, "lane (name or name/vN) the token may record evidence for (repeatable; default any)")
+	create.Flags().StringSliceVar(&backends, "backend", nil, "backend the token may record evidence for (repeatable; default any)")
+	create.Flags().DurationVar(&expires, "expires", 0, "lifetime from now, e.g. 720h (default: never expires)")
 	create.MarkFlagRequired("name")
 	list := &cobra.Command{
 		Use: "list", Short: "List tokens (never their secrets)", Args: cobra.NoArgs,
@@ -174,19 +203,22 @@ func newTokenCmd(a *app) *cobra.Command {
 				return a.printJSON(ts)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSCOPE\tROLES\tCREATED\tREVOKED")
+			fmt.Fprintln(tw, "ID\tNAME\tSCOPE\tROLES\tEVIDENCE\tCREATED\tEXPIRES\tREVOKED")
 			for _, t := range ts {
-				rev := "-"
+				rev, exp := "-", "-"
 				if t.RevokedAt != nil {
 					rev = t.RevokedAt.Format("2006-01-02T15:04:05Z")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, strings.Join(t.Roles, ","), t.CreatedAt.Format("2006-01-02T15:04:05Z"), rev)
+				if t.ExpiresAt != nil {
+					exp = t.ExpiresAt.Format("2006-01-02T15:04:05Z")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Scope, strings.Join(t.Roles, ","), t.ScopeText(), t.CreatedAt.Format("2006-01-02T15:04:05Z"), exp, rev)
 			}
 			return tw.Flush()
 		},
 	}
 	revoke := &cobra.Command{
-		Use: "revoke ID|NAME", Short: "Revoke a token", Args: cobra.ExactArgs(1),
+		Use: "revoke ID|NAME", Short: "Revoke a token (a token-revocation leaf)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.openStore(cmd.Context())
 			if err != nil {

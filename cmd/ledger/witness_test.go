@@ -136,8 +136,10 @@ func TestWitnessedServeProofAndAuditAgainst(t *testing.T) {
 	srv, base := startServer(t, db, "--witness-policy", policy)
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 
+	// The token's leaf is entry 0 (tokens are leaves): two records make
+	// size 3.
 	var ids []string
-	for i := range 3 {
+	for i := range 2 {
 		ids = append(ids, postEvidence(t, base, token, int64(i)))
 	}
 	waitWitnessed(t, base, 3, true)
@@ -168,14 +170,14 @@ func TestWitnessedServeProofAndAuditAgainst(t *testing.T) {
 		t.Fatalf("proof get: %s", se)
 	}
 	out, se, code := runBin(t, "", "proof", "verify", proofFile, "--key", pub, "--witness-policy", policy)
-	if code != 0 || !strings.Contains(out, "entry 0 ") || !strings.Contains(out, "met: true") {
+	if code != 0 || !strings.Contains(out, "entry 1 ") || !strings.Contains(out, "met: true") {
 		t.Fatalf("proof verify: %d %s %s", code, out, se)
 	}
 	pb, _ := os.ReadFile(proofFile)
 	if err := checkWithSumdbTlog(pb, vkey); err != nil {
 		t.Fatalf("x/mod/sumdb/tlog rejects the proof: %v", err)
 	}
-	tampered := bytes.Replace(pb, []byte("index 0\n"), []byte("index 1\n"), 1)
+	tampered := bytes.Replace(pb, []byte("index 1\n"), []byte("index 2\n"), 1)
 	os.WriteFile(proofFile+".bad", tampered, 0o644)
 	if out, _, code := runBin(t, "", "proof", "verify", proofFile+".bad", "--key", pub); code != 1 || !strings.Contains(out, "FAILED") {
 		t.Fatalf("tampered proof: %d %s", code, out)

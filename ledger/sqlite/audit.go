@@ -38,6 +38,9 @@ type auditProj struct {
 	idBytes   [16]byte
 	artifacts int64
 	artSum    artSum
+
+	tok *ledger.TokenLeaf           // a token leaf's body (tokens.go)
+	rev *ledger.TokenRevocationLeaf // a token-revocation leaf's body
 }
 
 type auditRow = ledger.AuditRow[auditProj]
@@ -57,6 +60,10 @@ type auditSrc struct {
 	artifacts, wantHead int64  // counted from the leaves
 	wantArt             artSum // the artifact rows the leaves imply
 	idPairs             []idPair
+
+	wantTok    map[string]*wantToken // the tokens rows the token leaves imply (tokens.go)
+	tokIdx     int64
+	tokProblem string
 }
 
 type artResult struct {
@@ -233,6 +240,9 @@ func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 		if p.hasEvidenceColumns() || p.hRepo.Valid {
 			return "non-evidence leaf has projection columns or an index row"
 		}
+		if k := ledger.Kind(r.Kind); k == ledger.KindToken || k == ledger.KindTokenRevocation {
+			return tokenLeafOf(r)
+		}
 	}
 	return ""
 }
@@ -243,6 +253,9 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	a.wantArt.add(r.Proj.artSum)
 	if ledger.Kind(r.Kind) == ledger.KindHead {
 		a.wantHead++
+	}
+	if r.Proj.tok != nil || r.Proj.rev != nil {
+		a.addToken(r)
 	}
 	a.idPairs = append(a.idPairs, idPair{id: r.Proj.idBytes, idx: r.Index})
 }
@@ -270,6 +283,10 @@ func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, e
 	case nArt != a.artifacts:
 		f.Problem = fmt.Sprintf("evidence_artifacts holds %d rows for the %d artifacts the evidence leaves name (rows were added or deleted)", nArt, a.artifacts)
 		return f, nil
+	}
+	if idx, problem, err := a.auditTokens(ctx); err != nil || problem != "" {
+		f.Index, f.Problem = idx, problem
+		return f, err
 	}
 	res := a.waitArt()
 	if res.err != nil {

@@ -211,6 +211,8 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 	case p.Head != nil:
 		h := p.Head
 		st.head.add(e.Index, h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
+	case p.Kind == ledger.KindToken || p.Kind == ledger.KindTokenRevocation:
+		st.addTokenLeaf(e.Index, p.Kind, p.Body)
 	}
 }
 
@@ -381,6 +383,8 @@ type stmts struct {
 	newOrds   []int64
 	newHashes [][]byte
 	reqOrds   int // len(newOrds) when the current request began
+	// tokOps are the tokens-table writes of buffered token leaves (tokens.go).
+	tokOps []tokenOp
 }
 
 func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.art, st.head, st.rid} }
@@ -405,13 +409,14 @@ func (st *stmts) flush(ctx context.Context, tx *sql.Tx) error {
 			return err
 		}
 	}
-	return nil
+	return st.flushTokens(ctx, tx)
 }
 
 func (st *stmts) reset() {
 	for _, b := range st.bufs() {
 		b.reset()
 	}
+	st.tokOps = st.tokOps[:0]
 }
 
 // dropRequest forgets the nodes of a request rolled back to its savepoint.

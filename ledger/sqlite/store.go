@@ -156,7 +156,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Store{Log: l, d: d}, nil
+	s := &Store{Log: l, d: d}
+	if !opts.ReadOnly {
+		if err := s.logUnloggedTokens(ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
+	return s, nil
 }
 
 func withDefaults(opts Options) Options {

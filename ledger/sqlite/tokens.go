@@ -8,51 +8,87 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"regexp"
-	"strings"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
-var tokenNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// The tokens table is the projection of the token and token-revocation
+// leaves (ledger.KindToken, ledger.KindTokenRevocation): the batch writes
+// its rows in the transaction that appends the leaves (addTokenLeaf,
+// flushTokens), and the audit checks every row against them
+// (auditTokens). A token made before schema 7 has no leaf until a
+// writable Open logs it (logUnloggedTokens; migration 7 marks those rows
+// with leaf_idx -1).
 
-// CreateToken implements ledger.Store. The secret ("lgr_" + 64 hex) is
-// returned once; only its SHA-256 is stored.
+const tokenCols = "id, name, scope, created_at, revoked_at, roles, repositories, lanes, backends, expires_at"
+
+// CreateToken implements ledger.TokenStore: CreateScopedToken with no
+// evidence restriction and no expiry.
 func (s *Store) CreateToken(ctx context.Context, name string, scope ledger.Scope, roles []string) (string, ledger.Token, error) {
-	var t ledger.Token
-	if !tokenNameRe.MatchString(name) {
-		return "", t, ledger.FieldError("name", "token name must be 1-64 of [A-Za-z0-9._-], got %q", name)
+	return s.CreateScopedToken(ctx, ledger.TokenSpec{Name: name, Scope: scope, Roles: roles})
+}
+
+// CreateScopedToken implements ledger.TokenStore. The secret ("lgr_" + 64
+// hex) is returned once; the token is appended as a token leaf carrying
+// the SHA-256 of the secret (never the secret), and its tokens row is
+// written in the same transaction. Errors: CodeInvalid naming the spec's
+// field, CodeConflict when the name is taken.
+func (s *Store) CreateScopedToken(ctx context.Context, spec ledger.TokenSpec) (string, ledger.Token, error) {
+	now := s.d.opts.Now().UTC()
+	if err := spec.Validate(now); err != nil {
+		return "", ledger.Token{}, err
 	}
-	switch scope {
-	case ledger.ScopeRead, ledger.ScopeRecord, ledger.ScopeAdmin:
-	default:
-		return "", t, ledger.FieldError("scope", "must be read, record or admin, got %q", scope)
+	var n int
+	if err := s.d.w.QueryRowContext(ctx, "SELECT COUNT(*) FROM tokens WHERE name = ?", spec.Name).Scan(&n); err != nil {
+		return "", ledger.Token{}, dbErr("create token", err)
 	}
-	for _, r := range roles {
-		if !tokenNameRe.MatchString(r) {
-			return "", t, ledger.FieldError("roles", "role must be 1-64 of [A-Za-z0-9._-], got %q", r)
-		}
+	if n > 0 {
+		return "", ledger.Token{}, ledger.Errorf(ledger.CodeConflict, "a token named %q already exists", spec.Name)
 	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", t, err
+		return "", ledger.Token{}, err
 	}
 	secret := "lgr_" + hex.EncodeToString(b[:])
 	var idb [6]byte
 	rand.Read(idb[:])
-	now := s.d.opts.Now().UTC()
-	t = ledger.Token{ID: "tok_" + hex.EncodeToString(idb[:]), Name: name, Scope: scope, Roles: roles, CreatedAt: now}
-	h := sha256.Sum256([]byte(secret))
-	rj, _ := json.Marshal(nonNil(roles))
-	_, err := s.d.w.ExecContext(ctx, "INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles) VALUES (?,?,?,?,?,?)", t.ID, name, string(scope), h[:], now.UnixNano(), string(rj))
-	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE") {
-			return "", t, ledger.Errorf(ledger.CodeConflict, "a token named %q already exists", name)
-		}
-		return "", t, dbErr("create token", err)
+	leaf := ledger.TokenLeaf{
+		TokenID: "tok_" + hex.EncodeToString(idb[:]), Name: spec.Name, Scope: spec.Scope,
+		Roles: nonNil(spec.Roles), Repositories: nonNil(spec.Repositories), Lanes: nonNil(spec.Lanes), Backends: spec.Backends,
+		ExpiresAt: spec.ExpiresAt, SecretSHA256: ledger.SecretSHA256(secret), CreatedAt: now,
 	}
-	return secret, t, nil
+	if leaf.Backends == nil {
+		leaf.Backends = []ledger.Backend{}
+	}
+	body, err := json.Marshal(leaf)
+	if err != nil {
+		return "", ledger.Token{}, err
+	}
+	if _, err := s.Append(ctx, []ledger.Record{{Kind: ledger.KindToken, Body: body}}, ""); err != nil {
+		return "", ledger.Token{}, fmt.Errorf("create token: %w", err)
+	}
+	return secret, tokenOf(leaf), nil
+}
+
+func tokenOf(l ledger.TokenLeaf) ledger.Token {
+	t := ledger.Token{ID: l.TokenID, Name: l.Name, Scope: l.Scope, Roles: l.Roles, CreatedAt: l.CreatedAt,
+		Repositories: l.Repositories, Lanes: l.Lanes, Backends: l.Backends, ExpiresAt: l.ExpiresAt}
+	if len(t.Roles) == 0 {
+		t.Roles = nil
+	}
+	if len(t.Repositories) == 0 {
+		t.Repositories = nil
+	}
+	if len(t.Lanes) == 0 {
+		t.Lanes = nil
+	}
+	if len(t.Backends) == 0 {
+		t.Backends = nil
+	}
+	return t
 }
 
 func nonNil(s []string) []string {
@@ -64,10 +100,10 @@ func nonNil(s []string) []string {
 
 func scanToken(sc scanner) (ledger.Token, error) {
 	var t ledger.Token
-	var scope, roles string
+	var scope, roles, repos, lanes, backends string
 	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&t.ID, &t.Name, &scope, &created, &revoked, &roles); err != nil {
+	var revoked, expires sql.NullInt64
+	if err := sc.Scan(&t.ID, &t.Name, &scope, &created, &revoked, &roles, &repos, &lanes, &backends, &expires); err != nil {
 		return t, err
 	}
 	t.Scope = ledger.Scope(scope)
@@ -76,16 +112,32 @@ func scanToken(sc scanner) (ledger.Token, error) {
 		r := time.Unix(0, revoked.Int64).UTC()
 		t.RevokedAt = &r
 	}
+	if expires.Valid {
+		e := time.Unix(0, expires.Int64).UTC()
+		t.ExpiresAt = &e
+	}
 	_ = json.Unmarshal([]byte(roles), &t.Roles)
+	_ = json.Unmarshal([]byte(repos), &t.Repositories)
+	_ = json.Unmarshal([]byte(lanes), &t.Lanes)
+	_ = json.Unmarshal([]byte(backends), &t.Backends)
 	if len(t.Roles) == 0 {
 		t.Roles = nil
+	}
+	if len(t.Repositories) == 0 {
+		t.Repositories = nil
+	}
+	if len(t.Lanes) == 0 {
+		t.Lanes = nil
+	}
+	if len(t.Backends) == 0 {
+		t.Backends = nil
 	}
 	return t, nil
 }
 
-// Tokens implements ledger.Store.
+// Tokens implements ledger.TokenStore.
 func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
-	rows, err := s.d.r.QueryContext(ctx, "SELECT id, name, scope, created_at, revoked_at, roles FROM tokens ORDER BY created_at")
+	rows, err := s.d.r.QueryContext(ctx, "SELECT "+tokenCols+" FROM tokens ORDER BY created_at")
 	if err != nil {
 		return nil, dbErr("list tokens", err)
 	}
@@ -101,23 +153,31 @@ func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
 	return out, dbErr("list tokens", rows.Err())
 }
 
-// RevokeToken implements ledger.Store. Revoking twice is an error
-// (CodeNotFound: no live token of that id or name).
+// RevokeToken implements ledger.TokenStore: it appends a token-revocation
+// leaf, and the row's revoked_at is written with it. Revoking twice is an
+// error (CodeNotFound: no live token of that id or name).
 func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
-	res, err := s.d.w.ExecContext(ctx, "UPDATE tokens SET revoked_at = ? WHERE (id = ? OR name = ?) AND revoked_at IS NULL", s.d.opts.Now().UTC().UnixNano(), idOrName, idOrName)
+	var id, name string
+	err := s.d.w.QueryRowContext(ctx, "SELECT id, name FROM tokens WHERE (id = ? OR name = ?) AND revoked_at IS NULL", idOrName, idOrName).Scan(&id, &name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ledger.NotFound("no live token with id or name %q", idOrName)
+	}
 	if err != nil {
 		return dbErr("revoke token", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ledger.NotFound("no live token with id or name %q", idOrName)
+	body, _ := json.Marshal(ledger.TokenRevocationLeaf{TokenID: id, Name: name, RevokedAt: s.d.opts.Now().UTC()})
+	if _, err := s.Append(ctx, []ledger.Record{{Kind: ledger.KindTokenRevocation, Body: body}}, ""); err != nil {
+		return fmt.Errorf("revoke token: %w", err)
 	}
 	return nil
 }
 
-// Authenticate implements ledger.Store.
+// Authenticate implements ledger.TokenStore. Errors are CodeUnauthorized:
+// "unknown token", "token expired", "token … was revoked"; none names the
+// secret.
 func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, error) {
 	h := sha256.Sum256([]byte(secret))
-	t, err := scanToken(s.d.r.QueryRowContext(ctx, "SELECT id, name, scope, created_at, revoked_at, roles FROM tokens WHERE secret_hash = ?", h[:]))
+	t, err := scanToken(s.d.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM tokens WHERE secret_hash = ?", h[:]))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
@@ -127,5 +187,292 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, 
 	if t.RevokedAt != nil {
 		return t, ledger.Errorf(ledger.CodeUnauthorized, "token %q was revoked", t.Name)
 	}
+	if t.Expired(s.d.opts.Now()) {
+		return t, ledger.Errorf(ledger.CodeUnauthorized, "token expired: %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
+	}
 	return t, nil
+}
+
+// tokenOp is one tokens-table write a token leaf implies.
+type tokenOp struct {
+	idx uint64
+	tok *ledger.TokenLeaf
+	rev *ledger.TokenRevocationLeaf
+}
+
+// addTokenLeaf buffers the tokens-table write of a token or
+// token-revocation leaf at idx (body canonical, as prepared).
+func (st *stmts) addTokenLeaf(idx uint64, k ledger.Kind, body []byte) {
+	op := tokenOp{idx: idx}
+	switch k {
+	case ledger.KindToken:
+		op.tok = new(ledger.TokenLeaf)
+		if json.Unmarshal(body, op.tok) != nil {
+			return
+		}
+	case ledger.KindTokenRevocation:
+		op.rev = new(ledger.TokenRevocationLeaf)
+		if json.Unmarshal(body, op.rev) != nil {
+			return
+		}
+	default:
+		return
+	}
+	st.tokOps = append(st.tokOps, op)
+}
+
+// flushTokens writes the buffered tokens-table rows in tx. A token leaf
+// inserts its row, or, for a token logged after the fact (Adopted), sets
+// leaf_idx on the row it came from; a revocation sets revoked_at and
+// revoked_idx on a row not yet revoked by a leaf.
+func (st *stmts) flushTokens(ctx context.Context, tx *sql.Tx) error {
+	for _, op := range st.tokOps {
+		var err error
+		switch {
+		case op.tok != nil && op.tok.Adopted:
+			_, err = tx.ExecContext(ctx, "UPDATE tokens SET leaf_idx = ? WHERE id = ? AND leaf_idx = -1", op.idx, op.tok.TokenID)
+		case op.tok != nil:
+			l := op.tok
+			h, _ := hex.DecodeString(l.SecretSHA256)
+			_, err = tx.ExecContext(ctx, "INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles, repositories, lanes, backends, expires_at, leaf_idx) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+				l.TokenID, l.Name, string(l.Scope), h, l.CreatedAt.UnixNano(), jsonList(l.Roles), jsonList(l.Repositories), jsonList(l.Lanes), jsonList(backendStrings(l.Backends)), unixOrNil(l.ExpiresAt), op.idx)
+		default:
+			_, err = tx.ExecContext(ctx, "UPDATE tokens SET revoked_at = ?, revoked_idx = ? WHERE id = ? AND revoked_idx IS NULL", op.rev.RevokedAt.UnixNano(), op.idx, op.rev.TokenID)
+		}
+		if err != nil {
+			return fmt.Errorf("tokens projection: %w", err)
+		}
+	}
+	st.tokOps = st.tokOps[:0]
+	return nil
+}
+
+func jsonList(s []string) string {
+	b, _ := json.Marshal(nonNil(s))
+	return string(b)
+}
+
+func backendStrings(bs []ledger.Backend) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = string(b)
+	}
+	return out
+}
+
+func unixOrNil(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+// logUnloggedTokens appends a token leaf (Adopted) for every tokens row
+// that migration 7 marked as made before it (leaf_idx -1), and a
+// revocation leaf for those already revoked, so that those tokens are
+// covered by the audit like the others. It runs when a writable store
+// opens (it needs the signing key). A row without a leaf and without that
+// mark is never adopted: the audit reports it as inserted.
+func (s *Store) logUnloggedTokens(ctx context.Context) error {
+	rows, err := s.d.w.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, revoked_idx FROM tokens WHERE leaf_idx = -1 ORDER BY created_at, id")
+	if err != nil {
+		return dbErr("log tokens", err)
+	}
+	var recs []ledger.Record
+	for rows.Next() {
+		var t ledger.Token
+		var hash []byte
+		var revIdx sql.NullInt64
+		if t, err = scanToken(multiScanner{rows, []any{&hash, &revIdx}}); err != nil {
+			rows.Close()
+			return dbErr("log tokens", err)
+		}
+		l := ledger.TokenLeaf{TokenID: t.ID, Name: t.Name, Scope: t.Scope, Roles: nonNil(t.Roles), Repositories: nonNil(t.Repositories),
+			Lanes: nonNil(t.Lanes), Backends: t.Backends, ExpiresAt: t.ExpiresAt, SecretSHA256: hex.EncodeToString(hash), CreatedAt: t.CreatedAt, Adopted: true}
+		if l.Backends == nil {
+			l.Backends = []ledger.Backend{}
+		}
+		b, _ := json.Marshal(l)
+		recs = append(recs, ledger.Record{Kind: ledger.KindToken, Body: b})
+		if t.RevokedAt != nil && !revIdx.Valid {
+			b, _ := json.Marshal(ledger.TokenRevocationLeaf{TokenID: t.ID, Name: t.Name, RevokedAt: *t.RevokedAt})
+			recs = append(recs, ledger.Record{Kind: ledger.KindTokenRevocation, Body: b})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return dbErr("log tokens", err)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if _, err := s.Append(ctx, recs, ""); err != nil {
+		return fmt.Errorf("log tokens made before schema 7: %w", err)
+	}
+	s.d.log.Info("logged tokens made before schema 7", "leaves", len(recs))
+	return nil
+}
+
+// multiScanner scans a tokens row followed by extra columns.
+type multiScanner struct {
+	r     *sql.Rows
+	extra []any
+}
+
+func (m multiScanner) Scan(dst ...any) error { return m.r.Scan(slices.Concat(dst, m.extra)...) }
+
+// wantToken is the tokens row the token leaves imply.
+type wantToken struct {
+	leaf   ledger.TokenLeaf
+	idx    uint64
+	rev    *time.Time
+	revIdx uint64
+}
+
+// tokenLeafOf decodes the body of a token or token-revocation leaf row for
+// the audit (CheckLeaf; safe on distinct rows). It returns a problem when
+// the body does not decode.
+func tokenLeafOf(r *auditRow) string {
+	var l ledger.Leaf
+	if err := json.Unmarshal(r.Raw, &l); err != nil {
+		return "token leaf does not parse"
+	}
+	p := &r.Proj
+	switch ledger.Kind(r.Kind) {
+	case ledger.KindToken:
+		p.tok = new(ledger.TokenLeaf)
+		if json.Unmarshal(l.Body, p.tok) != nil {
+			return "token leaf body does not parse"
+		}
+	case ledger.KindTokenRevocation:
+		p.rev = new(ledger.TokenRevocationLeaf)
+		if json.Unmarshal(l.Body, p.rev) != nil {
+			return "token-revocation leaf body does not parse"
+		}
+	}
+	return ""
+}
+
+// addToken folds a passed token or revocation leaf (in index order) into
+// the rows the tokens table must hold. The first revocation of a token is
+// the one its row records.
+func (a *auditSrc) addToken(r *auditRow) {
+	if a.wantTok == nil {
+		a.wantTok = map[string]*wantToken{}
+	}
+	p := &r.Proj
+	switch {
+	case p.tok != nil:
+		if _, dup := a.wantTok[p.tok.TokenID]; !dup {
+			a.wantTok[p.tok.TokenID] = &wantToken{leaf: *p.tok, idx: r.Index}
+		}
+	case p.rev != nil:
+		if w := a.wantTok[p.rev.TokenID]; w != nil && w.rev == nil {
+			at := p.rev.RevokedAt.UTC()
+			w.rev, w.revIdx = &at, r.Index
+		} else if w == nil && a.tokProblem == "" {
+			a.tokIdx, a.tokProblem = int64(r.Index), fmt.Sprintf("token-revocation leaf %d revokes token %s, which no earlier token leaf created", r.Index, p.rev.TokenID)
+		}
+	}
+}
+
+// auditTokens checks the tokens table against the token leaves: every
+// row must be the projection of its token leaf (name, scope, roles,
+// evidence scope, expiry, secret hash, creation time, leaf index) and of
+// its first revocation leaf, and every token leaf must have its row. It
+// returns the leaf index concerned (-1 when none) and the problem ("" when
+// none). A row made before schema 7 and not yet logged (leaf_idx -1) is
+// reported as such.
+func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
+	if a.tokProblem != "" {
+		return a.tokIdx, a.tokProblem, nil
+	}
+	rows, err := a.tx.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, leaf_idx, revoked_idx FROM tokens ORDER BY id")
+	if err != nil {
+		return -1, "", err
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var hash []byte
+		var leafIdx, revIdx sql.NullInt64
+		t, err := scanToken(multiScanner{rows, []any{&hash, &leafIdx, &revIdx}})
+		if err != nil {
+			return -1, "", err
+		}
+		w := a.wantTok[t.ID]
+		switch {
+		case leafIdx.Valid && leafIdx.Int64 == -1:
+			return -1, fmt.Sprintf("token %s (%q) was made before schema 7 and is not logged yet: open the database once with a writable ledger holding its signing key (ledger serve) to log it", t.ID, t.Name), nil
+		case w == nil:
+			return -1, fmt.Sprintf("tokens table row %s (%q) has no token leaf (a row was inserted)", t.ID, t.Name), nil
+		}
+		seen[t.ID] = true
+		at := int64(w.idx)
+		if f := tokenRowDiff(t, hash, leafIdx, revIdx, w); f != "" {
+			return at, fmt.Sprintf("tokens table row %s (%q) does not match its token leaf %d: %s differs (the row was edited)", t.ID, t.Name, w.idx, f), nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return -1, "", err
+	}
+	ids := make([]string, 0, len(a.wantTok))
+	for id := range a.wantTok {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if !seen[id] {
+			w := a.wantTok[id]
+			return int64(w.idx), fmt.Sprintf("token leaf %d creates token %s (%q) but the tokens table has no row for it (a row was deleted)", w.idx, id, w.leaf.Name), nil
+		}
+	}
+	return -1, "", nil
+}
+
+// tokenRowDiff names the first column of a tokens row that differs from
+// what its leaves imply ("" when none).
+func tokenRowDiff(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64, w *wantToken) string {
+	l := w.leaf
+	revIdxOK := !revIdx.Valid
+	if w.rev != nil {
+		revIdxOK = revIdx.Valid && uint64(revIdx.Int64) == w.revIdx
+	}
+	for _, c := range []struct {
+		col string
+		eq  bool
+	}{
+		{"name", t.Name == l.Name},
+		{"scope", t.Scope == l.Scope},
+		{"roles", slices.Equal(t.Roles, nilIfEmpty(l.Roles))},
+		{"repositories", slices.Equal(t.Repositories, nilIfEmpty(l.Repositories))},
+		{"lanes", slices.Equal(t.Lanes, nilIfEmpty(l.Lanes))},
+		{"backends", slices.Equal(backendStrings(t.Backends), backendStrings(l.Backends))},
+		{"expires_at", sameTime(t.ExpiresAt, l.ExpiresAt)},
+		{"secret_hash", hex.EncodeToString(hash) == l.SecretSHA256},
+		{"created_at", t.CreatedAt.Equal(l.CreatedAt)},
+		{"leaf_idx", leafIdx.Valid && uint64(leafIdx.Int64) == w.idx},
+		{"revoked_at", sameTime(t.RevokedAt, w.rev)},
+		{"revoked_idx", revIdxOK},
+	} {
+		if !c.eq {
+			return c.col
+		}
+	}
+	return ""
+}
+
+// sameTime reports whether a and b are both nil or the same instant.
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(*b)
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
