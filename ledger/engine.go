@@ -122,6 +122,11 @@ type LogOptions struct {
 	Linger time.Duration
 	// ReadOnly starts no sequencer: Append fails.
 	ReadOnly bool
+	// OnCheckpoint, when set, is called by the sequencer with each new
+	// checkpoint after its batch committed and before any of the batch's
+	// appends is answered (the signed-state journal, see SignedState). An
+	// error fails those appends (they are committed; the error says so).
+	OnCheckpoint func(Checkpoint) error
 }
 
 // Log is the log engine over a Driver: the sequencer with group commit

@@ -25,12 +25,15 @@ const (
 	// KindSupersede retracts one evidence or head record for one release's
 	// pins (an infrastructure fault, say): attributed and reasoned.
 	KindSupersede Kind = "supersede"
+	// KindLog records an act on the log itself: a restore accepted with
+	// `ledger restore --accept-rollback` (see LogEvent).
+	KindLog Kind = "log"
 )
 
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindLog:
 		return true
 	}
 	return false
