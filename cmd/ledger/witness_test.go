@@ -261,7 +261,9 @@ func TestWitnessedServeProofAndAuditAgainst(t *testing.T) {
 		} `json:"entry"`
 	}
 	getJSON(t, base2+"/api/v1/log/leaves/3", &leaf3)
-	if leaf3.Entry.Kind != "log" || !strings.Contains(string(leaf3.Entry.Body), `"from_size":8`) || !strings.Contains(string(leaf3.Entry.Body), `"by":"operator"`) {
+	var ev LogEvent
+	json.Unmarshal(leaf3.Entry.Body, &ev)
+	if leaf3.Entry.Kind != "log" || ev.Event != "restore" || ev.FromSize != 8 || ev.ToSize != 3 || ev.By != "operator" || ev.Reason != "disk lost" {
 		t.Fatalf("the restore leaf: %+v %s", leaf3, leaf3.Entry.Body)
 	}
 	st = waitWitnessed(t, base2, 8, false)
