@@ -62,3 +62,12 @@ func (s notifyingStore) Append(ctx context.Context, recs []ledger.Record, idemKe
 	}
 	return res, err
 }
+
+// Checkpoints forwards the checkpoint history of the wrapped store.
+func (s notifyingStore) Checkpoints(ctx context.Context, f ledger.CheckpointFilter) ([]ledger.Checkpoint, string, error) {
+	cl, ok := s.Store.(ledger.CheckpointLister)
+	if !ok {
+		return nil, "", ledger.Errorf(ledger.CodeInternal, "the store keeps no checkpoint history")
+	}
+	return cl.Checkpoints(ctx, f)
+}
