@@ -71,3 +71,13 @@ func (s notifyingStore) Checkpoints(ctx context.Context, f ledger.CheckpointFilt
 	}
 	return cl.Checkpoints(ctx, f)
 }
+
+// LastWitnessed implements ledger.WitnessedLog from the Witnesser's
+// status.
+func (s notifyingStore) LastWitnessed() (uint64, ledger.Hash, bool) {
+	lw := s.w.Status().LastWitnessed
+	if lw == nil {
+		return 0, ledger.Hash{}, false
+	}
+	return lw.Size, lw.Root, true
+}

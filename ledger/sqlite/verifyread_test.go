@@ -105,10 +105,11 @@ func BenchmarkReadPath(b *testing.B) {
 	}
 	defer s.Close()
 	v := ledger.NewVerifiedStore(s, s.Log, nil)
-	for _, r := range []struct {
+	readers := []struct {
 		name string
 		rd   ledger.Reader
-	}{{"plain", s}, {"checked", v}} {
+	}{{"plain", s}, {"checked", v}}
+	for _, r := range readers {
 		b.Run("entry-at/"+r.name, func(b *testing.B) {
 			i := uint64(0)
 			for b.Loop() {
@@ -118,6 +119,8 @@ func BenchmarkReadPath(b *testing.B) {
 				i++
 			}
 		})
+	}
+	for _, r := range readers {
 		b.Run("evidence-page-50/"+r.name, func(b *testing.B) {
 			for b.Loop() {
 				es, _, err := r.rd.Evidence(ctx, ledger.EvidenceFilter{Limit: 50})
