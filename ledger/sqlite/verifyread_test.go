@@ -131,3 +131,40 @@ func BenchmarkReadPath(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendSignedState appends one record per iteration (one
+// checkpoint each) without and with the signed-state journal
+// (OnCheckpoint: a line appended and fsynced per checkpoint); compare
+// the two as a ratio.
+func BenchmarkAppendSignedState(b *testing.B) {
+	ctx := context.Background()
+	for _, journal := range []bool{false, true} {
+		name := "no-journal"
+		if journal {
+			name = "journal"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			opts := Options{Path: filepath.Join(dir, "ledger.db")}
+			if journal {
+				st, err := ledger.OpenSignedState(filepath.Join(dir, ledger.SignedStateFile))
+				if err != nil {
+					b.Fatal(err)
+				}
+				opts.OnCheckpoint = st.Record
+			}
+			s, err := Open(ctx, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			i := 0
+			for b.Loop() {
+				if _, err := s.Append(ctx, []ledger.Record{evRecord(b, sampleEvidence(i))}, ""); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
