@@ -54,7 +54,7 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 			return latest, err
 		}
 		if err := l.checkNote(latest); err != nil {
-			return latest, &StartError{Msg: fmt.Sprintf("the latest checkpoint (size %d) %v: the signing key was replaced or lost, or this database is another log's; the log's key is the one that signed its checkpoints (a new key comes only from `ledger key rotate`)", n, err)}
+			return latest, &StartError{Msg: fmt.Sprintf("the latest checkpoint (size %d) %v: the signing key was replaced or lost, or this database is another log's; the log's key is the one that signed its checkpoints (a log keeps its key for life)", n, err)}
 		}
 	}
 	from := uint64(0)

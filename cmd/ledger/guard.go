@@ -47,7 +47,7 @@ func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acc
 			return nil, nil, err
 		}
 		if n > 0 {
-			return nil, nil, fmt.Errorf("refusing to open: %s is missing but the database holds a log of %d signed leaves: restore the log's key from its backup (a new key would sign over the old log as another log; a new key comes only from `ledger key rotate`, which needs the old one)", filepath.Join(keyDir, keys.KeyFile), n)
+			return nil, nil, fmt.Errorf("refusing to open: %s is missing but the database holds a log of %d signed leaves: restore the log's key from its backup (a new key would sign over the old log as another log; a log keeps its key for life: key rotation is not implemented)", filepath.Join(keyDir, keys.KeyFile), n)
 		}
 	}
 	key, err := keys.Load(keyDir, true)
