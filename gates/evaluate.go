@@ -55,12 +55,19 @@ type Readiness struct {
 	// Approved is true when one is current.
 	Approvals []ApprovalState `json:"approvals,omitempty"`
 	Approved  bool            `json:"approved,omitempty"`
+	// Witnessing, when the release requires a witnessed checkpoint
+	// (Release.RequireWitnessed) and none is at hand, says why; Ready is
+	// then false.
+	Witnessing string `json:"witnessing,omitempty"`
 }
 
 // Blockers returns "gate (state): reason" for every gate that is neither
 // passed nor waived.
 func (r *Readiness) Blockers() []string {
 	var out []string
+	if r.Witnessing != "" {
+		out = append(out, "checkpoint (unwitnessed): "+r.Witnessing)
+	}
 	for _, g := range r.Gates {
 		if g.State != StatePassed && g.State != StateWaived {
 			out = append(out, fmt.Sprintf("%s (%s): %s", g.ID, g.State, g.Reason))
@@ -155,7 +162,14 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 	if err := rel.validate(); err != nil {
 		return nil, err
 	}
-	cp, err := store.CheckpointAt(ctx, opts.AsOfSize)
+	asOf, wroot, unwitnessed := witnessedSize(store, rel, opts.AsOfSize)
+	cp, err := store.CheckpointAt(ctx, asOf)
+	if wroot != nil && (err != nil || cp.Root != *wroot) {
+		// The witnessed checkpoint is not this log's (a restore accepted
+		// after it was cosigned): evaluate the latest, not ready.
+		unwitnessed = fmt.Sprintf("the release requires a witnessed checkpoint and the last witnessed one (size %d) is not in this log's history", asOf)
+		cp, err = store.CheckpointAt(ctx, opts.AsOfSize)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +211,36 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 		}
 		rd.Gates = append(rd.Gates, res)
 	}
+	if unwitnessed != "" {
+		rd.Ready, rd.Witnessing = false, unwitnessed
+	}
 	rd.Approvals, rd.Approved = ev.approvalStates(rd.Decision())
 	return rd, nil
+}
+
+// witnessedSize returns the size to evaluate rel at: asOf, except that a
+// release requiring a witnessed checkpoint is evaluated at the newest one
+// that met the quorum (asOf 0), or at asOf when that is covered by it.
+// root, when not nil, is the witnessed root the checkpoint of size must
+// have; reason, when not "", is why no witnessed checkpoint is at hand.
+func witnessedSize(store ledger.Reader, rel *Release, asOf uint64) (size uint64, root *ledger.Hash, reason string) {
+	if !rel.RequireWitnessed {
+		return asOf, nil, ""
+	}
+	wl, ok := store.(ledger.WitnessedLog)
+	if !ok {
+		return asOf, nil, "the release requires a witnessed checkpoint and this ledger runs no witnesses (serve --witness-policy)"
+	}
+	ws, wr, ok := wl.LastWitnessed()
+	switch {
+	case !ok || ws == 0:
+		return asOf, nil, "the release requires a witnessed checkpoint and no checkpoint has met the witness quorum yet"
+	case asOf == 0:
+		return ws, &wr, ""
+	case asOf > ws:
+		return asOf, nil, fmt.Sprintf("the release requires a witnessed checkpoint and size %d is beyond the last witnessed one (%d)", asOf, ws)
+	}
+	return asOf, nil, ""
 }
 
 // evalParallelism is how many gates are evaluated at once; each holds at

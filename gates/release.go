@@ -41,7 +41,12 @@ type Release struct {
 	// ApprovalRole, when set, is the role a token must hold to record the
 	// final release approval (besides admin scope).
 	ApprovalRole string `yaml:"approval_role,omitempty" json:"approval_role,omitempty"`
-	Gates        []Gate `yaml:"gates" json:"gates"`
+	// RequireWitnessed makes the verdict be computed at the newest
+	// checkpoint that met the witness quorum (ledger.WitnessedLog): with
+	// none, or on a store that runs no witnesses, the release is not ready
+	// and Readiness.Witnessing says why.
+	RequireWitnessed bool   `yaml:"require_witnessed,omitempty" json:"require_witnessed,omitempty"`
+	Gates            []Gate `yaml:"gates" json:"gates"`
 
 	// DefinedAt and DefinedBy are set by Apply (not read from YAML); they
 	// make every (re)definition a distinct log record.

@@ -122,6 +122,11 @@ type LogOptions struct {
 	Linger time.Duration
 	// ReadOnly starts no sequencer: Append fails.
 	ReadOnly bool
+	// OnCheckpoint, when set, is called by the sequencer with each new
+	// checkpoint after its batch committed and before any of the batch's
+	// appends is answered (the signed-state journal, see SignedState). An
+	// error fails those appends (they are committed; the error says so).
+	OnCheckpoint func(Checkpoint) error
 }
 
 // Log is the log engine over a Driver: the sequencer with group commit
@@ -131,9 +136,10 @@ type LogOptions struct {
 // audit (Audit). It implements LogWriter, LogReader's checkpoint and proof
 // methods, and Keys. Safe for concurrent use.
 type Log struct {
-	d      Driver
-	opts   LogOptions
-	origin string
+	d        Driver
+	opts     LogOptions
+	origin   string
+	verifier note.Verifier // of opts.VerifierKey
 
 	reqs      chan *appendReq
 	done      chan struct{} // closed by Close
@@ -186,7 +192,7 @@ func NewLog(d Driver, opts LogOptions) (*Log, error) {
 	if opts.Linger == 0 {
 		opts.Linger = 500 * time.Microsecond
 	}
-	l := &Log{d: d, opts: opts, origin: opts.Signer.Name(), done: make(chan struct{}), exited: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
+	l := &Log{d: d, opts: opts, origin: opts.Signer.Name(), verifier: v, done: make(chan struct{}), exited: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
 	if !opts.ReadOnly {
 		l.wg.Add(1)
 		go l.sequencer()

@@ -26,12 +26,15 @@ const (
 	// pins (an infrastructure fault, say): attributed and reasoned.
 	KindSupersede Kind = "supersede"
 	KindPolicy    Kind = "policy" // a registered trust policy (PolicyRecord)
+	// KindLog records an act on the log itself: a restore accepted with
+	// `ledger restore --accept-rollback` (see LogEvent).
+	KindLog Kind = "log"
 )
 
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation, KindLog:
 		return true
 	}
 	return false

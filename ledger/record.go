@@ -127,7 +127,7 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindRunnerKey:
 		_, b, err := PrepareRunnerKey(body)
 		return b, err
-	case KindRelease, KindWaiver, KindApproval, KindSupersede:
+	case KindRelease, KindWaiver, KindApproval, KindSupersede, KindLog:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {
 			return nil, FieldError("", "%s body must be a JSON object", k)

@@ -383,6 +383,12 @@ func (run *batchRun) finish(ctx context.Context) {
 		return
 	}
 	latest := l.tree.latest
+	if l.opts.OnCheckpoint != nil && size != run.before.size() {
+		if err := l.opts.OnCheckpoint(latest); err != nil {
+			run.fail(internal("committed, but the signed state was not recorded", err))
+			return
+		}
+	}
 	for i, r := range run.reqs {
 		if run.results[i].err == nil && run.results[i].size == 0 {
 			run.results[i].size = size

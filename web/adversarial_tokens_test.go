@@ -316,6 +316,7 @@ var routeScope = map[string]string{
 	"GET /api/v1/log/proof/inclusion":            "read",
 	"GET /api/v1/log/proof/consistency":          "read",
 	"GET /api/v1/log/witnesses":                  "read",
+	"GET /api/v1/log/checkpoints":                "read",
 	"GET /api/v1/heads":                          "read",
 	"POST /api/v1/heads/verify":                  "record",
 	"GET /api/v1/releases":                       "read",

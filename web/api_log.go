@@ -169,3 +169,30 @@ func queryAsOf(r *http.Request) (uint64, error) {
 	}
 	return n, nil
 }
+
+// handleCheckpoints answers one page of the signed checkpoint history,
+// newest first, each with the cosignatures the server holds for it:
+// {"checkpoints": [...], "next_cursor": "..."} ("" after the last page).
+func (s *Server) handleCheckpoints(w http.ResponseWriter, r *http.Request) {
+	cl, ok := s.store.(ledger.CheckpointLister)
+	if !ok {
+		s.writeError(w, r, ledger.Errorf(ledger.CodeInternal, "the store keeps no checkpoint history"))
+		return
+	}
+	f := ledger.CheckpointFilter{Cursor: r.URL.Query().Get("cursor")}
+	var err error
+	if f.Limit, err = queryLimit(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cps, next, err := cl.Checkpoints(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]any, len(cps))
+	for i, cp := range cps {
+		out[i] = s.withCosignatures(cp)
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"checkpoints": out, "next_cursor": next})
+}

@@ -32,6 +32,10 @@ type APIError struct {
 // errorBody returns the status and body for err. Internal errors are logged
 // by the caller and shown as "internal error".
 func errorBody(err error) (int, APIError) {
+	var te *ledger.TamperError
+	if errors.As(err, &te) {
+		return http.StatusInternalServerError, APIError{Code: ledger.CodeInternal, Message: te.Error()}
+	}
 	var le *ledger.Error
 	if errors.As(err, &le) {
 		st, ok := statusOf[le.Code]

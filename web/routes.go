@@ -39,6 +39,7 @@ func (s *Server) routes() chi.Router {
 		api.With(read).Get("/evidence/{id}/proof", s.handleEvidenceProof)
 
 		api.With(read).Get("/log/checkpoint", s.handleCheckpoint)
+		api.With(read).Get("/log/checkpoints", s.handleCheckpoints)
 		api.With(read).Get("/log/key", s.handleKey)
 		api.With(read).Get("/log/entries", s.handleListEntries)
 		api.With(read).Get("/log/entries/{id}", s.handleEntry)

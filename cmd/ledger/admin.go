@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,28 +17,89 @@ import (
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
+	"golang.org/x/mod/sumdb/note"
 )
 
-// runAudit audits the database at path (keys in keyDir) without changing it.
-func runAudit(ctx context.Context, path, keyDir string) (ledger.AuditReport, error) {
+// runAudit audits the database at path without changing it, with the
+// verifier key file pubPath alone: PRAGMA integrity_check first (a
+// damaged file is reported as such), then the key against the key that
+// signed the checkpoints, the whole log (ledger.RunAudit), and, when
+// statePath names a signed-state journal, every checkpoint size it
+// recorded (ledger.AuditSignedState). noState is true when statePath was
+// given but no journal is there.
+func runAudit(ctx context.Context, path, pubPath, statePath string) (rep ledger.AuditReport, noState bool, err error) {
 	if _, err := os.Stat(path); err != nil {
-		return ledger.AuditReport{}, fmt.Errorf("database %s: %w", path, err)
+		return rep, false, fmt.Errorf("database %s: %w", path, err)
 	}
-	key, err := keys.Load(keyDir, false)
-	if err != nil {
-		return ledger.AuditReport{}, err
+	failed := func(format string, args ...any) ledger.AuditReport {
+		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1, Problem: fmt.Sprintf(format, args...)}
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: key, ReadOnly: true})
+	if err := sqlite.CheckFile(ctx, path, true); err != nil {
+		if errors.Is(err, sqlite.ErrCorrupt) {
+			return failed("%v (PRAGMA integrity_check): the file is damaged, not only the log in it; restore the newest backup", err), false, nil
+		}
+		return rep, false, err
+	}
+	st, vkey, err := openPublic(ctx, path, pubPath, nil)
 	if err != nil {
-		return ledger.AuditReport{}, err
+		return rep, false, err
 	}
 	defer st.Close()
-	return st.Audit(ctx)
+	if p, err := keyProblem(ctx, st, vkey, pubPath); err != nil {
+		return rep, false, err
+	} else if p != "" {
+		return failed("%s", p), false, nil
+	}
+	if rep, err = st.Audit(ctx); err != nil || !rep.OK || statePath == "" {
+		return rep, false, err
+	}
+	ents, err := ledger.ReadSignedState(statePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rep, true, nil
+	}
+	if err != nil {
+		return rep, false, err
+	}
+	p, at, err := ledger.AuditSignedState(ctx, st, rep.Leaves, ents)
+	if err != nil {
+		return rep, false, err
+	}
+	if p != "" {
+		rep.OK, rep.Problem, rep.FirstBadIndex = false, p, int64(min(at, rep.Leaves))
+	}
+	return rep, false, nil
+}
+
+// keyProblem says why the verifier key vkey (read from pubPath) is not
+// the key that signed the log's latest checkpoint, or "" when it is.
+func keyProblem(ctx context.Context, st *sqlite.Store, vkey, pubPath string) (string, error) {
+	cp, err := st.CheckpointAt(ctx, 0)
+	if ledger.ErrorCode(err) == ledger.CodeNotFound || (err == nil && cp.Size == 0) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return fmt.Sprintf("--key %s: %v", pubPath, err), nil
+	}
+	_, err = note.Open([]byte(cp.Note), note.VerifierList(v))
+	if err == nil {
+		return "", nil
+	}
+	signers := "an unknown key"
+	var ue *note.UnverifiedNoteError
+	if errors.As(err, &ue) && len(ue.Note.UnverifiedSigs) > 0 {
+		s := ue.Note.UnverifiedSigs[0]
+		signers = fmt.Sprintf("%s+%08x", s.Name, s.Hash)
+	}
+	return fmt.Sprintf("the key in %s (%s+%08x) did not sign the log's checkpoints (the latest, size %d, is signed by %s): the public key was replaced, or this is another log", pubPath, v.Name(), v.KeyHash(), cp.Size, signers), nil
 }
 
 func newAuditCmd(a *app) *cobra.Command {
 	var against []string
-	var key string
+	var key, state string
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Recompute every leaf hash and the Merkle tree from the database and check every signed checkpoint",
@@ -59,9 +122,16 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 			if a.Server != "" {
 				return errExit(2, "audit reads the database itself: run it where the database is, with --db (not --server)")
 			}
-			rep, err := runAudit(cmd.Context(), a.DB, a.dataDir())
+			statePath := state
+			if statePath == "" {
+				statePath = filepath.Join(a.dataDir(), ledger.SignedStateFile)
+			}
+			rep, noState, err := runAudit(cmd.Context(), a.DB, a.keyPath(key), statePath)
 			if err != nil {
 				return errExit(2, "audit: %v", err)
+			}
+			if noState && rep.OK {
+				fmt.Fprintf(a.stderr, "note: no signed-state journal at %s: checkpoints deleted with their leaves (a cut tail) and deleted checkpoint rows are found only with it, or by `ledger audit --against` a saved checkpoint\n", statePath)
 			}
 			if a.JSON {
 				a.printJSON(rep)
@@ -80,7 +150,8 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&against, "against", nil, "a saved signed checkpoint (file or http(s) URL: a note, checkpoint JSON or tlog-proof) the log must extend; repeatable")
-	cmd.Flags().StringVar(&key, "key", "", "the log's public verifier key file for --against (default: ledger.pub in the data directory)")
+	cmd.Flags().StringVar(&key, "key", "", "the log's public verifier key file (default: ledger.pub in the data directory); the audit needs no private key")
+	cmd.Flags().StringVar(&state, "state", "", "the signed-state journal whose every checkpoint size the database must hold (default: signed-state in the data directory)")
 	return cmd
 }
 
@@ -309,7 +380,7 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 					return errExit(2, "backup: copy key: %v", err)
 				}
 			}
-			rep, err := runAudit(cmd.Context(), dest, keyDir)
+			rep, _, err := runAudit(cmd.Context(), dest, filepath.Join(keyDir, keys.PubFile), "")
 			if err != nil {
 				return errExit(2, "backup: audit copy: %v", err)
 			}

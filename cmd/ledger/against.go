@@ -14,7 +14,6 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 )
 
 // maxSavedCheckpoint caps a saved checkpoint file or download.
@@ -124,7 +123,7 @@ func runAuditAgainst(ctx context.Context, a *app, sources []string, keyFlag stri
 		if _, err := os.Stat(a.DB); err != nil {
 			return errExit(2, "audit: database %s: %v", a.DB, err)
 		}
-		st, err := openReadOnly(ctx, a)
+		st, _, err := openPublic(ctx, a.DB, a.keyPath(keyFlag), a.log)
 		if err != nil {
 			return errExit(2, "audit: %v", err)
 		}
@@ -156,11 +155,4 @@ func runAuditAgainst(ctx context.Context, a *app, sources []string, keyFlag stri
 		return &exitError{code: 1}
 	}
 	return nil
-}
-
-// openReadOnly opens the local database read-only. The store still loads
-// the signing key from the data directory (the store's rule, not
-// AuditAgainst's, which reads only the public key).
-func openReadOnly(ctx context.Context, a *app) (*sqlite.Store, error) {
-	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, KeyDir: a.dataDir(), ReadOnly: true, Logger: a.log})
 }

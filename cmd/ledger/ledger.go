@@ -155,7 +155,7 @@ func (l *localLedger) Readiness(ctx context.Context, version string) (*gates.Sig
 	if err != nil {
 		return nil, err
 	}
-	rd, err := gates.Evaluate(ctx, l.Store, rel, gates.EvalOptions{})
+	rd, err := gates.Evaluate(ctx, l.checked(), rel, gates.EvalOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,14 @@ func (l *localLedger) Approve(ctx context.Context, version, note string) (gates.
 	if err != nil {
 		return gates.Approval{}, ledger.Entry{}, nil, err
 	}
-	return gates.RecordApproval(ctx, l.Store, version, note, who, time.Now())
+	return gates.RecordApproval(ctx, l.checked(), version, note, who, time.Now())
+}
+
+// checked is the store with every leaf it reads checked (ledger.VerifiedStore),
+// as the server reads it: verdicts and approvals are never computed over
+// edited leaves.
+func (l *localLedger) checked() *ledger.VerifiedStore {
+	return ledger.NewVerifiedStore(l.Store, l.Store.Log, nil)
 }
 
 // appendedJSON is the --json shape of an append, for a local or a remote

@@ -13,7 +13,6 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
-	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
@@ -96,6 +95,7 @@ func newRootCmd() *cobra.Command {
 		newReleaseCmd(a),
 		newAuditCmd(a),
 		newBackupCmd(a),
+		newRestoreCmd(a),
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),
@@ -127,11 +127,8 @@ func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
 		}
 		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", a.DB)
 	}
-	key, err := keys.Load(a.dataDir(), true)
-	if err != nil {
-		return nil, err
-	}
-	return sqlite.Open(ctx, sqlite.Options{Path: a.DB, Key: key, Logger: a.log})
+	st, _, err := openChecked(ctx, a.DB, a.dataDir(), a.log, false)
+	return st, err
 }
 
 // printJSON writes v as indented JSON to stdout.

@@ -12,8 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/evidence-ledger/ledger/ledger/keys"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
@@ -100,16 +99,15 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if keyDir == "" {
 		keyDir = filepath.Dir(c.DB)
 	}
-	key, err := keys.Load(keyDir, true)
-	if err != nil {
-		return err
-	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: c.DB, Key: key, Logger: c.Log})
+	st, _, err := openChecked(ctx, c.DB, keyDir, c.Log, false)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	wit, served, stopWitnesser, err := startWitnesser(ctx, st, c.WitnessPolicy, c.WitnessState, c.KeyDir, c.Log)
+	// Every leaf the API and the dashboard serve (and the gates read) is
+	// checked against its leaf hash and the signed tree first.
+	checked := ledger.NewVerifiedStore(st, st.Log, c.Log)
+	wit, served, stopWitnesser, err := startWitnesser(ctx, checked, c.WitnessPolicy, c.WitnessState, c.KeyDir, c.Log)
 	if err != nil {
 		return err
 	}

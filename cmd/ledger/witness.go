@@ -62,3 +62,22 @@ func (s notifyingStore) Append(ctx context.Context, recs []ledger.Record, idemKe
 	}
 	return res, err
 }
+
+// Checkpoints forwards the checkpoint history of the wrapped store.
+func (s notifyingStore) Checkpoints(ctx context.Context, f ledger.CheckpointFilter) ([]ledger.Checkpoint, string, error) {
+	cl, ok := s.Store.(ledger.CheckpointLister)
+	if !ok {
+		return nil, "", ledger.Errorf(ledger.CodeInternal, "the store keeps no checkpoint history")
+	}
+	return cl.Checkpoints(ctx, f)
+}
+
+// LastWitnessed implements ledger.WitnessedLog from the Witnesser's
+// status.
+func (s notifyingStore) LastWitnessed() (uint64, ledger.Hash, bool) {
+	lw := s.w.Status().LastWitnessed
+	if lw == nil {
+		return 0, ledger.Hash{}, false
+	}
+	return lw.Size, lw.Root, true
+}

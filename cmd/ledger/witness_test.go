@@ -232,25 +232,66 @@ func TestWitnessedServeProofAndAuditAgainst(t *testing.T) {
 		t.Fatalf("wrong key: %d %s", code, out)
 	}
 
-	// Restore the backup (size 3) and append: the witness refuses the
-	// fork, and audit --against names where the histories part.
+	// Restore the backup (size 3) in place and append: the server refuses
+	// to start, naming both sizes and the command; once the restore is
+	// accepted (a leaf records it), the witness refuses the fork, and
+	// audit --against names where the histories part.
 	srv.Process.Kill()
 	srv.Wait()
-	restored := filepath.Join(backup, "ledger.db")
+	restoreInPlace(t, filepath.Join(backup, "ledger.db"), db)
+	if _, se, code := runBin(t, string(crashEvidence(100)), "--db", db, "record", "-"); code == 0 || !strings.Contains(se, "(size 3) is behind the last checkpoint this log signed (size 8") || !strings.Contains(se, "ledger restore --accept-rollback") {
+		t.Fatalf("append on the restored copy was not refused: %d %s", code, se)
+	}
+	if out, se, code := runBin(t, "", "--db", db, "serve", "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(se, "behind the last checkpoint") {
+		t.Fatalf("serve on the restored copy: %d %s %s", code, out, se)
+	}
+	out, se, code = runBin(t, "", "--db", db, "restore", "--accept-rollback", "--by", "operator", "--reason", "disk lost")
+	if code != 0 || !strings.Contains(out, "restore accepted: the log had signed size 8") || !strings.Contains(out, "leaf 3") {
+		t.Fatalf("restore --accept-rollback: %d %s %s", code, out, se)
+	}
 	for i := 100; i < 104; i++ {
-		if _, se, code := runBin(t, string(crashEvidence(int64(i))), "--db", restored, "record", "-"); code != 0 {
-			t.Fatalf("record on the restored copy: %s", se)
+		if _, se, code := runBin(t, string(crashEvidence(int64(i))), "--db", db, "record", "-"); code != 0 {
+			t.Fatalf("record on the accepted copy: %s", se)
 		}
 	}
-	srv2, base2 := startServer(t, restored, "--witness-policy", policy)
+	srv2, base2 := startServer(t, db, "--witness-policy", policy)
 	defer func() { srv2.Process.Kill(); srv2.Wait() }()
-	st = waitWitnessed(t, base2, 7, false)
+	var leaf3 struct {
+		Entry struct {
+			Kind string          `json:"kind"`
+			Body json.RawMessage `json:"body"`
+		} `json:"entry"`
+	}
+	getJSON(t, base2+"/api/v1/log/leaves/3", &leaf3)
+	var ev LogEvent
+	json.Unmarshal(leaf3.Entry.Body, &ev)
+	if leaf3.Entry.Kind != "log" || ev.Event != "restore" || ev.FromSize != 8 || ev.ToSize != 3 || ev.By != "operator" || ev.Reason != "disk lost" {
+		t.Fatalf("the restore leaf: %+v %s", leaf3, leaf3.Entry.Body)
+	}
+	st = waitWitnessed(t, base2, 8, false)
 	if !st.Witnesses[0].Refused {
 		t.Fatalf("the witness did not refuse the fork: %+v", st)
 	}
 	out, _, code = runBin(t, "", "--server", base2, "audit", "--against", saved3, "--against", saved6, "--key", pub)
 	if code != 1 || !strings.Contains(out, "FAILED "+saved6+": fork") || !strings.Contains(out, "part after size 3 and at or before size 6") {
 		t.Fatalf("audit --against after restore-then-append: %d %s", code, out)
+	}
+}
+
+// restoreInPlace puts the stopped database's backup copy src in place of
+// db, as the README's restore procedure says (the -wal and -shm files
+// removed first).
+func restoreInPlace(t *testing.T, src, db string) {
+	t.Helper()
+	for _, sfx := range []string{"-wal", "-shm"} {
+		os.Remove(db + sfx)
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(db, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

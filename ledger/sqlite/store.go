@@ -52,6 +52,9 @@ type Options struct {
 	// ReadOnly opens without starting the writer or migrating (used by audit
 	// of a database that must not change). Appends fail.
 	ReadOnly bool
+	// OnCheckpoint is ledger.LogOptions.OnCheckpoint (the signed-state
+	// journal).
+	OnCheckpoint func(ledger.Checkpoint) error
 }
 
 // Store is the SQLite ledger.Store: the log engine (ledger.Log, whose
@@ -151,7 +154,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	l, err := ledger.NewLog(d, ledger.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly})
+	l, err := ledger.NewLog(d, ledger.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly, OnCheckpoint: opts.OnCheckpoint})
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)

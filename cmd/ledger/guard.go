@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// openChecked opens the database at path to sign over it (the server and
+// every local command that may append), refusing bad state first:
+//   - a file PRAGMA quick_check finds damaged;
+//   - a missing ledger.key when the database already holds signed leaves
+//     (a key is generated only for a new log);
+//   - a key that did not sign the latest checkpoint, a database behind or
+//     disagreeing with the signed-state journal, a tail that fails its
+//     check (ledger.Log.CheckStart).
+//
+// The store records every new checkpoint in the journal (keyDir's
+// signed-state) before answering the append that made it. With
+// acceptRollback, a database behind or disagreeing with the journal is
+// opened anyway and returned with the *ledger.StartError (only `ledger
+// restore --accept-rollback` asks for it).
+func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acceptRollback bool) (*sqlite.Store, *ledger.SignedState, error) {
+	dbExists := false
+	if _, err := os.Stat(path); err == nil {
+		dbExists = true
+		if err := sqlite.CheckFile(ctx, path, false); err != nil {
+			if errors.Is(err, sqlite.ErrCorrupt) {
+				return nil, nil, fmt.Errorf("refusing to open: %v; restore the newest backup (`ledger audit` says more)", err)
+			}
+			return nil, nil, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(keyDir, keys.KeyFile)); errors.Is(err, fs.ErrNotExist) && dbExists {
+		n, err := signedSizeNoKey(ctx, path, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n > 0 {
+			return nil, nil, fmt.Errorf("refusing to open: %s is missing but the database holds a log of %d signed leaves: restore the log's key from its backup (a new key would sign over the old log as another log; a log keeps its key for life: key rotation is not implemented)", filepath.Join(keyDir, keys.KeyFile), n)
+		}
+	}
+	key, err := keys.Load(keyDir, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	state, err := ledger.OpenSignedState(filepath.Join(keyDir, ledger.SignedStateFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: key, Logger: log, OnCheckpoint: state.Record})
+	if err != nil {
+		return nil, nil, err
+	}
+	latest, err := st.CheckStart(ctx, st, state)
+	var se *ledger.StartError
+	if err != nil {
+		if acceptRollback && errors.As(err, &se) && se.Rollback {
+			return st, state, err
+		}
+		st.Close()
+		if errors.As(err, &se) {
+			return nil, nil, fmt.Errorf("refusing to serve or sign: %w", err)
+		}
+		return nil, nil, err
+	}
+	if latest.Size == 0 {
+		return st, state, nil
+	}
+	if err := state.Record(latest); err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, state, nil
+}
+
+// signedSizeNoKey returns the size of the latest stored checkpoint of the
+// database at path, read with a throwaway key (the log's own is missing).
+func signedSizeNoKey(ctx context.Context, path string, log *slog.Logger) (uint64, error) {
+	skey, _, err := note.GenerateKey(rand.Reader, "ledger.probe")
+	if err != nil {
+		return 0, err
+	}
+	k, err := keys.Parse(skey)
+	if err != nil {
+		return 0, err
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: k, Logger: log, ReadOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	cp, err := st.Checkpoint(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return cp.Size, nil
+}
+
+// openPublic opens the database at path read-only with the verifier key
+// file pubPath alone (no private key).
+func openPublic(ctx context.Context, path, pubPath string, log *slog.Logger) (*sqlite.Store, string, error) {
+	vkey, err := readVerifierKey(pubPath)
+	if err != nil {
+		return nil, "", err
+	}
+	k, err := keys.Public(vkey)
+	if err != nil {
+		return nil, "", fmt.Errorf("--key %s: %w", pubPath, err)
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: k, Logger: log, ReadOnly: true})
+	if err != nil {
+		return nil, "", err
+	}
+	return st, vkey, nil
+}

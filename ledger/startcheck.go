@@ -1,0 +1,146 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"golang.org/x/mod/sumdb/note"
+)
+
+// StartError is why a log must not be served or signed over: a key that
+// does not sign its checkpoints, a database behind or disagreeing with the
+// signed-state journal (a restore or a rollback), or a tail that fails its
+// check. Its message names both sizes and the command that accepts a
+// restore explicitly.
+type StartError struct {
+	// Rollback is true for a database behind or disagreeing with the
+	// journal (what `ledger restore --accept-rollback` accepts).
+	Rollback bool
+	// NoJournal is true when the database holds signed leaves and there
+	// is no journal at all.
+	NoJournal bool
+	Msg       string
+}
+
+func (e *StartError) Error() string { return e.Msg }
+
+// EntryAtReader reads leaves by index (a Store's EntryAt).
+type EntryAtReader interface {
+	EntryAt(ctx context.Context, index uint64) (Entry, error)
+}
+
+// CheckStart checks the log before it is served or signed over:
+//   - the latest stored checkpoint verifies with the log's key (a missing
+//     or different key fails here) and its root is the stored tree's;
+//   - when state holds a last signed checkpoint (size S, root R), the
+//     database is not behind it and its checkpoint of size S has root R
+//     (a restore or rollback fails here, Rollback true); a journal
+//     missing beside a non-empty log fails too (Rollback and NoJournal);
+//   - every leaf of the tail since S (since 0 without a journal) matches
+//     its leaf hash, its own index, kind and id, and the tail's leaf
+//     hashes extend the stored tree at S to the latest signed root.
+//
+// state may be nil. It returns the latest checkpoint; problems are
+// *StartError, read failures other errors.
+func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedState) (Checkpoint, error) {
+	var latest Checkpoint
+	n, err := l.d.SignedSize(ctx)
+	if err != nil {
+		return latest, err
+	}
+	if n > 0 {
+		if latest, err = l.CheckpointAt(ctx, n); err != nil {
+			return latest, err
+		}
+		if err := l.checkNote(latest); err != nil {
+			return latest, &StartError{Msg: fmt.Sprintf("the latest checkpoint (size %d) %v: the signing key was replaced or lost, or this database is another log's; the log's key is the one that signed its checkpoints (a log keeps its key for life)", n, err)}
+		}
+	}
+	from := uint64(0)
+	if state != nil {
+		last, ok := state.Last()
+		if !ok && n > 0 {
+			return latest, &StartError{Rollback: true, NoJournal: true, Msg: fmt.Sprintf("the database holds a log of %d signed leaves but there is no signed-state journal at %s: the last size this log signed is unknown here (a copy restored or moved into a new directory, or a data directory from before the journal). Put the log's journal beside its key, or accept the database as it is with `ledger restore --accept-rollback`", n, state.Path())}
+		}
+		if ok {
+			if n < last.Size {
+				return latest, &StartError{Rollback: true, Msg: fmt.Sprintf("the database (size %d) is behind the last checkpoint this log signed (size %d, in %s): it was restored or rolled back, and signing over it would fork the log under the same key. Restore the newest copy, or accept this one explicitly with `ledger restore --accept-rollback` (it records the restore as a leaf and in the journal)", n, last.Size, state.Path())}
+			}
+			cp, err := l.CheckpointAt(ctx, last.Size)
+			if last.Size > 0 && (err != nil || cp.Root != last.Root) {
+				return latest, &StartError{Rollback: true, Msg: fmt.Sprintf("the database (size %d) disagrees with the last checkpoint this log signed (size %d, root %s, in %s): it is another history. Restore the newest copy, or accept this one explicitly with `ledger restore --accept-rollback`", n, last.Size, last.Root, state.Path())}
+			}
+			from = last.Size
+		}
+	}
+	if n == 0 {
+		return latest, nil
+	}
+	if err := l.checkTail(ctx, r, from, latest); err != nil {
+		return latest, err
+	}
+	return latest, nil
+}
+
+// checkNote verifies cp's note with the log's key and that its text is
+// cp's size and root.
+func (l *Log) checkNote(cp Checkpoint) error {
+	nt, err := note.Open([]byte(cp.Note), note.VerifierList(l.verifier))
+	if err != nil {
+		return fmt.Errorf("does not verify with the key %s", l.verifier.Name())
+	}
+	_, size, root, err := ParseCheckpointText(nt.Text)
+	if err != nil || size != cp.Size || root != cp.Root {
+		return fmt.Errorf("note does not match its stored size and root")
+	}
+	return nil
+}
+
+// checkTail recomputes the leaves [from, latest.Size) from their bytes and
+// appends them to the stored tree at from; the result must be latest's
+// root.
+func (l *Log) checkTail(ctx context.Context, r EntryAtReader, from uint64, latest Checkpoint) error {
+	rng, err := rangeAt(ctx, l.d, from)
+	if err != nil {
+		return fmt.Errorf("tail check: stored tree at %d: %w", from, err)
+	}
+	for i := from; i < latest.Size; i++ {
+		e, err := r.EntryAt(ctx, i)
+		if err != nil {
+			if ErrorCode(err) == CodeNotFound {
+				return &StartError{Msg: fmt.Sprintf("tail check: leaf %d of the signed size %d is missing: run `ledger audit`", i, latest.Size)}
+			}
+			return &StartError{Msg: fmt.Sprintf("tail check: leaf %d does not read back (%v): run `ledger audit`", i, err)}
+		}
+		if p := leafProblem(e); p != "" {
+			return &StartError{Msg: fmt.Sprintf("tail check: leaf %d %s: run `ledger audit`", i, p)}
+		}
+		if err := rng.Append(e.LeafHash[:], nil); err != nil {
+			return err
+		}
+	}
+	if rangeRoot(rng) != latest.Root {
+		return &StartError{Msg: fmt.Sprintf("tail check: the leaves %d..%d and the stored tree do not give the root signed at size %d: run `ledger audit`", from, latest.Size, latest.Size)}
+	}
+	return nil
+}
+
+// leafProblem checks an entry against its own bytes: the leaf hash of
+// Raw, and the index, kind, id and body the bytes carry. "" when it holds.
+func leafProblem(e Entry) string {
+	if LeafHash(e.Raw) != e.LeafHash {
+		return "does not match its leaf hash"
+	}
+	var lf Leaf
+	if err := json.Unmarshal(e.Raw, &lf); err != nil {
+		return "is not a leaf"
+	}
+	if lf.Index != e.Index || lf.Kind != e.Kind || lf.ID != e.ID || !lf.RecordedAt.Equal(e.RecordedAt) {
+		return "does not match the index, kind, id or time its bytes carry"
+	}
+	if EntryID(lf.Kind, lf.Body) != lf.ID {
+		return "does not match its content id"
+	}
+	return ""
+}

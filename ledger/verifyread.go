@@ -1,0 +1,193 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
+)
+
+// TamperError is a stored leaf that fails its check on the read path: its
+// bytes do not hash to its leaf hash, do not carry its index, kind or id,
+// or its leaf hash is not in the signed tree. The message names the index
+// only, never the stored bytes, so a web layer may show it as is.
+type TamperError struct {
+	Index uint64
+}
+
+func (e *TamperError) Error() string {
+	return fmt.Sprintf("leaf %d fails its integrity check against its leaf hash and the signed tree: the database was edited behind the log; run `ledger audit`", e.Index)
+}
+
+// VerifiedStore is a Store whose every served leaf (Entry, EntryAt,
+// Entries, Evidence, Heads) is checked before it is returned: its bytes
+// against its leaf hash and the index, kind and id they carry, and the
+// leaf hash against the latest signed checkpoint by an inclusion proof
+// computed from the stored tree (the checkpoint's signature verified once
+// per size). A failing leaf is a *TamperError, logged as tampering with
+// its index; nothing of the page is returned. Safe for concurrent use.
+type VerifiedStore struct {
+	Store
+	l   *Log
+	log *slog.Logger
+
+	mu sync.Mutex
+	cp Checkpoint // the latest checkpoint whose note verified
+}
+
+// NewVerifiedStore wraps st, whose engine is l (a sqlite.Store's Log).
+func NewVerifiedStore(st Store, l *Log, log *slog.Logger) *VerifiedStore {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &VerifiedStore{Store: st, l: l, log: log}
+}
+
+// signedRoot returns a verified checkpoint of size > index.
+func (v *VerifiedStore) signedRoot(ctx context.Context, index uint64) (Checkpoint, error) {
+	v.mu.Lock()
+	cp := v.cp
+	v.mu.Unlock()
+	if cp.Size > index {
+		return cp, nil
+	}
+	cp, err := v.l.CheckpointAt(ctx, 0)
+	if err != nil {
+		return cp, err
+	}
+	if cp.Size <= index {
+		return cp, &TamperError{Index: index}
+	}
+	if err := v.l.checkNote(cp); err != nil {
+		v.log.Error("tampering: the latest checkpoint does not verify", "size", cp.Size)
+		return cp, Errorf(CodeInternal, "the latest checkpoint (size %d) %v: run `ledger audit`", cp.Size, err)
+	}
+	v.mu.Lock()
+	if cp.Size > v.cp.Size {
+		v.cp = cp
+	}
+	v.mu.Unlock()
+	return cp, nil
+}
+
+// check verifies es (any order) and returns the first failure.
+func (v *VerifiedStore) check(ctx context.Context, es []*Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	var top uint64
+	for _, e := range es {
+		if p := leafProblem(*e); p != "" {
+			return v.tampered(e.Index, p)
+		}
+		top = max(top, e.Index)
+	}
+	cp, err := v.signedRoot(ctx, top)
+	if err != nil {
+		var te *TamperError
+		if errors.As(err, &te) {
+			return v.tampered(top, "is beyond the latest signed checkpoint")
+		}
+		return err
+	}
+	idx := make([]uint64, len(es))
+	for i, e := range es {
+		idx[i] = e.Index
+	}
+	ps, err := inclusionMany(ctx, v.l.d, idx, cp.Size, cp.Root)
+	if err != nil {
+		return internal("read-path inclusion proof", err)
+	}
+	for i, e := range es {
+		p := ps[i]
+		hs := make([][]byte, len(p.Hashes))
+		for j := range p.Hashes {
+			hs[j] = p.Hashes[j][:]
+		}
+		if p.LeafHash != e.LeafHash || proof.VerifyInclusion(rfc6962.DefaultHasher, e.Index, cp.Size, e.LeafHash[:], hs, cp.Root[:]) != nil {
+			return v.tampered(e.Index, "is not in the signed tree")
+		}
+	}
+	return nil
+}
+
+func (v *VerifiedStore) tampered(index uint64, problem string) error {
+	v.log.Error("tampering: a stored leaf fails its integrity check; not served", "index", index, "problem", problem)
+	return &TamperError{Index: index}
+}
+
+// Entry implements LogReader, checked.
+func (v *VerifiedStore) Entry(ctx context.Context, id string) (Entry, error) {
+	e, err := v.Store.Entry(ctx, id)
+	if err != nil {
+		return e, err
+	}
+	return e, v.check(ctx, []*Entry{&e})
+}
+
+// EntryAt implements LogReader, checked.
+func (v *VerifiedStore) EntryAt(ctx context.Context, index uint64) (Entry, error) {
+	e, err := v.Store.EntryAt(ctx, index)
+	if err != nil {
+		return e, err
+	}
+	return e, v.check(ctx, []*Entry{&e})
+}
+
+// Entries implements Queries, checked.
+func (v *VerifiedStore) Entries(ctx context.Context, f EntryFilter) ([]Entry, string, error) {
+	es, next, err := v.Store.Entries(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	ps := make([]*Entry, len(es))
+	for i := range es {
+		ps[i] = &es[i]
+	}
+	if err := v.check(ctx, ps); err != nil {
+		return nil, "", err
+	}
+	return es, next, nil
+}
+
+// Evidence implements Queries, checked; an entry whose body does not
+// match the filter's lane, backend or status (an edited projection) is
+// tampering too.
+func (v *VerifiedStore) Evidence(ctx context.Context, f EvidenceFilter) ([]EvidenceEntry, string, error) {
+	es, next, err := v.Store.Evidence(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	ps := make([]*Entry, len(es))
+	for i := range es {
+		ps[i] = &es[i].Entry
+		ev := es[i].Evidence
+		if (f.Lane != "" && ev.Lane != f.Lane) || (f.Backend != "" && ev.Backend != f.Backend) || (f.Status != "" && ev.Status != f.Status) {
+			return nil, "", v.tampered(es[i].Index, "does not match the query's projection columns")
+		}
+	}
+	if err := v.check(ctx, ps); err != nil {
+		return nil, "", err
+	}
+	return es, next, nil
+}
+
+// Heads implements Queries, checked.
+func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, string, error) {
+	es, next, err := v.Store.Heads(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	ps := make([]*Entry, len(es))
+	for i := range es {
+		ps[i] = &es[i].Entry
+	}
+	if err := v.check(ctx, ps); err != nil {
+		return nil, "", err
+	}
+	return es, next, nil
+}
