@@ -67,7 +67,7 @@ func TestVerifyHeadAPI(t *testing.T) {
 		t.Fatalf("verification: %s", body)
 	}
 	code, body = e.do(t, "GET", "/api/v1/heads?repository=example/app", "", nil)
-	if code != 200 || !strings.Contains(string(body), res.ID) || !strings.Contains(string(body), `"verdict": "unsigned"`) {
+	if code != 200 || !strings.Contains(string(body), res.ID) || !strings.Contains(string(body), `"verdict":"unsigned"`) {
 		t.Fatalf("list: %d %s", code, body)
 	}
 	if code, _ := e.do(t, "POST", "/api/v1/heads/verify", e.read, map[string]any{"repo_path": repo}); code != 403 {

@@ -131,12 +131,12 @@ func (s *Server) releaseForms(w http.ResponseWriter, r *http.Request, version st
 }
 
 // formToken authenticates the token typed into a form and checks its scope.
-func (s *Server) formToken(r *http.Request, need ledger.Scope) (ledger.Token, error) {
+func (s *Server) formToken(w http.ResponseWriter, r *http.Request, need ledger.Scope) (ledger.Token, error) {
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	if secret == "" {
 		return ledger.Token{}, ledger.Errorf(ledger.CodeUnauthorized, "enter an API token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need)
 	}
-	t, err := s.store.Authenticate(r.Context(), secret)
+	t, err := s.authCheck(w, r, secret)
 	if err != nil {
 		return t, err
 	}
@@ -174,7 +174,7 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 		err := s.checkCSRF(r, actionPath(version, form))
 		var tok ledger.Token
 		if err == nil {
-			tok, err = s.formToken(r, formScope[form])
+			tok, err = s.formToken(w, r, formScope[form])
 		}
 		if err == nil {
 			by := gates.Actor{Name: tok.Name, Roles: tok.Roles}

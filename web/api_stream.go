@@ -1,0 +1,113 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// defaultListLimit is the stores' page size when a list request names no
+// limit (ledger.EvidenceFilter).
+const defaultListLimit = 50
+
+// listMemory is the most record bytes one list answer asks the store for
+// at once: chunks hold listMemory/MaxBody records (at least 1, at most 64),
+// since a record is never larger than the request body that carried it.
+const listMemory = 16 << 20
+
+// listChunk is the number of records a list answer fetches per store call.
+func (s *Server) listChunk() int {
+	return min(64, max(1, int(listMemory/s.cfg.MaxBody)))
+}
+
+// pageFetch reads one chunk of a listing: at most limit items below cursor,
+// with the store's cursor of the rest ("" at the end).
+type pageFetch[T any] func(ctx context.Context, cursor string, limit int) ([]T, string, error)
+
+// streamPage answers one page of a listing as the JSON object
+// {"<name>": [...], "next_cursor": "..."}, written as it is read: items are
+// fetched listChunk at a time and each is encoded (encoding/json, the
+// shapes of the rest of the API) and written before the next chunk is
+// read. The page ends after limit items, at the end of the listing, or
+// after the first item that brings the page to Config.PageBytes; in the two
+// early cases next_cursor continues below the last item written, so paging
+// on reads every item once. Server memory per answer is bounded by one
+// chunk of records plus one encoded record, whatever limit asks for.
+//
+// Errors of the first fetch are answered through the error table; an error
+// after the answer began aborts the connection (http.ErrAbortHandler) so a
+// client never takes a cut page for a whole one. At most
+// Config.MaxListings answers stream at once; others wait for a slot.
+func streamPage[T any](s *Server, w http.ResponseWriter, r *http.Request, name, cursor string, limit int, fetch pageFetch[T], index func(T) uint64, encode func(T) any) {
+	select {
+	case s.listings <- struct{}{}:
+		defer func() { <-s.listings }()
+	case <-r.Context().Done():
+		return
+	}
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	chunk := s.listChunk()
+	items, next, err := fetch(r.Context(), cursor, min(chunk, limit))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	enc := jsontext.NewEncoder(bw)
+	fail := func(err error) {
+		s.log.Error("list answer cut", "method", r.Method, "path", r.URL.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if err := enc.WriteToken(jsontext.BeginObject); err != nil {
+		fail(err)
+	}
+	if err := enc.WriteToken(jsontext.String(name)); err != nil {
+		fail(err)
+	}
+	if err := enc.WriteToken(jsontext.BeginArray); err != nil {
+		fail(err)
+	}
+	written, bytes, cont := 0, 0, ""
+	for {
+		for i, it := range items {
+			b, err := json.Marshal(encode(it))
+			if err != nil {
+				fail(err)
+			}
+			if err := enc.WriteValue(jsontext.Value(b)); err != nil {
+				fail(err)
+			}
+			written++
+			bytes += len(b)
+			more := i < len(items)-1 || next != ""
+			if more && (written >= limit || bytes >= s.cfg.PageBytes) {
+				cont = ledger.PageCursor(index(it))
+				goto done
+			}
+		}
+		if next == "" {
+			break
+		}
+		if items, next, err = fetch(r.Context(), next, min(chunk, limit-written)); err != nil {
+			fail(err)
+		}
+	}
+done:
+	for _, t := range []jsontext.Token{jsontext.EndArray, jsontext.String("next_cursor"), jsontext.String(cont), jsontext.EndObject} {
+		if err := enc.WriteToken(t); err != nil {
+			fail(err)
+		}
+	}
+	bw.WriteByte('\n')
+	if err := bw.Flush(); err != nil {
+		fail(err)
+	}
+}
