@@ -146,6 +146,22 @@ func (s *Server) formToken(w http.ResponseWriter, r *http.Request, need ledger.S
 	return t, nil
 }
 
+// checkFormText refuses a form whose values are not valid UTF-8 or carry
+// control characters (tab and line breaks allowed in the reason and note),
+// the checks the API's JSON decoding and record validation apply, so a
+// form records nothing the API would refuse. Lengths are checked where the
+// record is built (gates.MaxNote). Messages name the field, never a value.
+func checkFormText(f url.Values) error {
+	for _, k := range []string{"gate", "reason", "expires", "note", "entry", "csrf", "token"} {
+		for _, v := range f[k] {
+			if err := ledger.CheckText(k, v, maxFormBody, false, k == "reason" || k == "note"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // parseExpiry reads the waiver expiry: a date (the waiver lapses at the end
 // of that day, UTC) or an RFC 3339 time.
 func parseExpiry(v string) (time.Time, error) {
@@ -171,7 +187,10 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			return
 		}
 		v := formValues{Form: form, Gate: r.PostForm.Get("gate"), Reason: r.PostForm.Get("reason"), Expires: r.PostForm.Get("expires"), Note: r.PostForm.Get("note"), Entry: r.PostForm.Get("entry")}
-		err := s.checkCSRF(r, actionPath(version, form))
+		err := checkFormText(r.PostForm)
+		if err == nil {
+			err = s.checkCSRF(r, actionPath(version, form))
+		}
 		var tok ledger.Token
 		if err == nil {
 			tok, err = s.formToken(w, r, formScope[form])
