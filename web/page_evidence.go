@@ -137,15 +137,15 @@ type evidencePage struct {
 	// LeafSize is the leaf's byte length; Leaf is empty when it is over
 	// pageLeafBytes (the page links the raw leaf instead, and the browser
 	// check fetches it).
-	LeafSize int
-	RawLeaf  string
-	Proof          *ledger.InclusionProof
-	Checkpoint     ledger.Checkpoint
-	ProofErr       string
-	Leaf           string
-	CLI            string
-	Trajectory     *trajectoryData
-	VerifierKey    string
+	LeafSize    int
+	RawLeaf     string
+	Proof       *ledger.InclusionProof
+	Checkpoint  ledger.Checkpoint
+	ProofErr    string
+	Leaf        string
+	CLI         string
+	Trajectory  *trajectoryData
+	VerifierKey string
 }
 
 // Caps on what one evidence page shows, so a page stays small whatever
