@@ -30,7 +30,8 @@ type pageFetch[T any] func(ctx context.Context, cursor string, limit int) ([]T, 
 
 // streamPage answers one page of a listing as the JSON object
 // {"<name>": [...], "next_cursor": "..."}, written as it is read: items are
-// fetched listChunk at a time and each is encoded (encoding/json, the
+// fetched at most listChunk at a time (fewer when the budget left holds
+// fewer of the largest record seen) and each is encoded (encoding/json, the
 // shapes of the rest of the API) and written before the next chunk is
 // read. The page ends after limit items, at the end of the listing, or
 // after the first item that brings the page to Config.PageBytes; in the two
@@ -53,7 +54,9 @@ func streamPage[T any](s *Server, w http.ResponseWriter, r *http.Request, name, 
 		limit = defaultListLimit
 	}
 	chunk := s.listChunk()
-	items, next, err := fetch(r.Context(), cursor, min(chunk, limit))
+	// The first fetch takes one record; later ones as many as the rest of
+	// the budget holds at the largest record seen so far, up to chunk.
+	items, next, err := fetch(r.Context(), cursor, 1)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -75,7 +78,7 @@ func streamPage[T any](s *Server, w http.ResponseWriter, r *http.Request, name, 
 	if err := enc.WriteToken(jsontext.BeginArray); err != nil {
 		fail(err)
 	}
-	written, bytes, cont := 0, 0, ""
+	written, bytes, largest, cont := 0, 0, 1, ""
 	for {
 		for i, it := range items {
 			b, err := json.Marshal(encode(it))
@@ -87,6 +90,7 @@ func streamPage[T any](s *Server, w http.ResponseWriter, r *http.Request, name, 
 			}
 			written++
 			bytes += len(b)
+			largest = max(largest, len(b))
 			more := i < len(items)-1 || next != ""
 			if more && (written >= limit || bytes >= s.cfg.PageBytes) {
 				cont = ledger.PageCursor(index(it))
@@ -96,7 +100,8 @@ func streamPage[T any](s *Server, w http.ResponseWriter, r *http.Request, name, 
 		if next == "" {
 			break
 		}
-		if items, next, err = fetch(r.Context(), next, min(chunk, limit-written)); err != nil {
+		k := min(chunk, limit-written, max(1, (s.cfg.PageBytes-bytes)/largest+1))
+		if items, next, err = fetch(r.Context(), next, k); err != nil {
 			fail(err)
 		}
 	}

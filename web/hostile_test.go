@@ -48,6 +48,11 @@ func (s *syncBuffer) String() string {
 const hostileMaxBody = 256 << 10
 
 func newHostileEnv(t *testing.T, cfg Config) *hostileEnv {
+	return newHostileEnvTimeout(t, cfg, 300*time.Millisecond)
+}
+
+// newHostileEnvTimeout is newHostileEnv with the server's read timeout.
+func newHostileEnvTimeout(t *testing.T, cfg Config, readTimeout time.Duration) *hostileEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Options{Path: filepath.Join(t.TempDir(), "ledger.db")})
@@ -68,7 +73,7 @@ func newHostileEnv(t *testing.T, cfg Config) *hostileEnv {
 		t.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(s)
-	hs.Config.ReadTimeout = 300 * time.Millisecond
+	hs.Config.ReadTimeout = readTimeout
 	hs.Start()
 	t.Cleanup(hs.Close)
 	tok := func(name string, sc ledger.Scope) string {
