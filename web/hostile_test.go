@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -524,4 +526,74 @@ func TestReadAuthCoversMetricsAndHealth(t *testing.T) {
 	if code, _ := open.do(t, "GET", "/metrics", "", nil); code != 200 {
 		t.Errorf("/metrics without --read-auth: %d", code)
 	}
+}
+
+// FuzzBearerSecret: a token is taken only from the Bearer scheme, in any
+// case, and never carries the separating or trailing spaces.
+func FuzzBearerSecret(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer  abc ", "BEARER x", "Basic abc", "Bearer", "Bearer ", "Bearerabc", "\x00 x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		secret, ok := bearerSecret(h)
+		if !ok {
+			if secret != "" {
+				t.Fatalf("%q: refused but secret %q", h, secret)
+			}
+			return
+		}
+		scheme, _, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "bearer") || secret == "" || secret != strings.TrimSpace(secret) || !strings.Contains(h, secret) {
+			t.Fatalf("%q: took secret %q", h, secret)
+		}
+	})
+}
+
+// FuzzRequireJSON: a Content-Type is accepted only when its media type,
+// case-folded, is application/json or a +json type with no charset but
+// UTF-8; refusals are 415 errors.
+func FuzzRequireJSON(f *testing.F) {
+	for _, s := range []string{"application/json", "Application/JSON; charset=UTF-8", "application/vnd.x+json", "text/plain", "application/json; charset=latin1", "application/json;;", "", "\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ct string) {
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header["Content-Type"] = []string{ct}
+		err := requireJSON(r)
+		if ct == "" {
+			return
+		}
+		if err != nil {
+			if ledger.ErrorCode(err) != ledger.CodeUnsupported {
+				t.Fatalf("%q: %v is not a 415", ct, err)
+			}
+			return
+		}
+		mt := strings.ToLower(strings.TrimSpace(strings.SplitN(ct, ";", 2)[0]))
+		if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
+			t.Fatalf("%q accepted", ct)
+		}
+	})
+}
+
+// FuzzQueryUint: an accepted value is a decimal integer in min..maxIndex
+// that parses back to the same number; every refusal names the field.
+func FuzzQueryUint(f *testing.F) {
+	for _, s := range []string{"0", "1", "9223372036854775807", "9223372036854775808", "-1", "+1", "007", "1e3", ""} {
+		f.Add(s, uint64(1))
+	}
+	f.Fuzz(func(t *testing.T, v string, min uint64) {
+		n, err := queryUint(v, "size", min, true)
+		if err != nil {
+			var le *ledger.Error
+			if !errors.As(err, &le) || le.Code != ledger.CodeInvalid || le.Field != "size" {
+				t.Fatalf("%q: %v does not name the field", v, err)
+			}
+			return
+		}
+		back, perr := strconv.ParseUint(v, 10, 64)
+		if perr != nil || back != n || n < min || n > maxIndex {
+			t.Fatalf("%q accepted as %d (min %d)", v, n, min)
+		}
+	})
 }
