@@ -5,7 +5,7 @@ DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
-.PHONY: build run serve test test-short e2e bench soak fuzz vet device-bin clean
+.PHONY: build run serve test test-short e2e bench soak fuzz fuzz-short vet device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -41,6 +41,19 @@ soak:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrepareEvidence -fuzztime 30s ./ledger
 	$(GO) test -run '^$$' -fuzz FuzzPostEvidence -fuzztime 30s ./web
+
+# Every Fuzz* target of the repository for FUZZTIME each (CI runs this after
+# `make test`); targets are listed by `go test -list`, so a new fuzzer runs
+# without being named here.
+FUZZTIME ?= 5s
+fuzz-short:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { f[n++] = $$0; next } /^ok/ { for (i = 0; i < n; i++) print $$2, f[i]; n = 0 }' > "$$tmp/targets"; \
+	echo "fuzz-short: $$(wc -l < "$$tmp/targets") targets, $(FUZZTIME) each"; \
+	while read -r pkg fn; do \
+	  echo "fuzz $$pkg $$fn"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "$$pkg" > "$$tmp/out" 2>&1 || { cat "$$tmp/out"; exit 1; }; \
+	done < "$$tmp/targets"
 
 # A static linux/amd64 binary for the GPU device machine (no cgo).
 device-bin:

@@ -202,6 +202,11 @@ type Actor struct {
 // MaxWaiverDuration caps how far ahead a waiver may expire.
 const MaxWaiverDuration = 365 * 24 * time.Hour
 
+// MaxNote caps waiver and supersede reasons and sign-off and approval
+// notes, in bytes of UTF-8 (control characters other than tab and line
+// breaks are refused; see ledger.CheckText).
+const MaxNote = 4000
+
 // RecordWaiver appends a waiver of gate for the release's current pins.
 // The gate must exist, the reason must be non-empty and expires must lie in
 // the future (at most MaxWaiverDuration ahead of now). Errors: CodeInvalid,
@@ -215,8 +220,8 @@ func RecordWaiver(ctx context.Context, store Recorder, version, gate, reason str
 		return Waiver{}, ledger.Entry{}, ledger.FieldError("gate", "release %s has no gate %q", version, gate)
 	}
 	reason = strings.TrimSpace(reason)
-	if reason == "" || len(reason) > 4000 {
-		return Waiver{}, ledger.Entry{}, ledger.FieldError("reason", "required, at most 4000 characters")
+	if err := ledger.CheckText("reason", reason, MaxNote, true, true); err != nil {
+		return Waiver{}, ledger.Entry{}, err
 	}
 	if by.Name == "" {
 		return Waiver{}, ledger.Entry{}, ledger.FieldError("author", "required")
@@ -248,8 +253,8 @@ func RecordSignoff(ctx context.Context, store Recorder, version, gate, note stri
 	if !slices.Contains(by.Roles, g.Role) {
 		return Signoff{}, ledger.Entry{}, ledger.Errorf(ledger.CodeForbidden, "gate %s needs a sign-off by a token holding role %q; %q holds %v", gate, g.Role, by.Name, by.Roles)
 	}
-	if len(note) > 4000 {
-		return Signoff{}, ledger.Entry{}, ledger.FieldError("note", "at most 4000 characters")
+	if err := ledger.CheckText("note", note, MaxNote, false, true); err != nil {
+		return Signoff{}, ledger.Entry{}, err
 	}
 	s := Signoff{Version: version, Type: TypeSignoff, Gate: gate, Role: g.Role, Author: by.Name, Note: strings.TrimSpace(note), PinsDigest: rel.PinsDigest(), CreatedAt: now.UTC()}
 	body, _ := json.Marshal(s)
@@ -272,6 +277,9 @@ func RecordApproval(ctx context.Context, store Approver, version, note string, b
 	}
 	if by.Name == "" {
 		return Approval{}, ledger.Entry{}, nil, ledger.FieldError("author", "required")
+	}
+	if err := ledger.CheckText("note", note, MaxNote, false, true); err != nil {
+		return Approval{}, ledger.Entry{}, nil, err
 	}
 	rd, err := Evaluate(ctx, store, rel, EvalOptions{Now: now})
 	if err != nil {

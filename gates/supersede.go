@@ -55,8 +55,8 @@ func RecordSupersede(ctx context.Context, store Superseder, version, entry, reas
 		return Supersede{}, ledger.Entry{}, ledger.FieldError("author", "required")
 	}
 	reason = strings.TrimSpace(reason)
-	if reason == "" || len(reason) > 4000 {
-		return Supersede{}, ledger.Entry{}, ledger.FieldError("reason", "required, at most 4000 characters: why the record does not speak for these pins")
+	if err := ledger.CheckText("reason", reason, MaxNote, true, true); err != nil {
+		return Supersede{}, ledger.Entry{}, err
 	}
 	if entry == "" || len(entry) > 128 {
 		return Supersede{}, ledger.Entry{}, ledger.FieldError("entry", "required: the id of the evidence or head record to supersede")

@@ -20,6 +20,7 @@ const (
 	CodeUnsupported  Code = "unsupported"  // unsupported media or format: HTTP 415
 	CodeInternal     Code = "internal"     // HTTP 500, shown as "internal error"
 	CodePrecondition Code = "precondition" // a state requirement not met (e.g. approve an unready release): HTTP 409
+	CodeRateLimited  Code = "rate_limited" // too many failed authentications from one client address: HTTP 429
 )
 
 // Error is the one application error type. Field names the offending input

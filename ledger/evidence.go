@@ -8,7 +8,68 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
+
+// Caps on the free-text fields of records, in bytes of UTF-8. They are
+// the same for every way a record arrives (API, CLI, forms) and are listed
+// in the README's "Limits" section.
+const (
+	MaxIdentifier   = 512     // repository, device model and driver, attribute values
+	MaxShortText    = 256     // runner version and commit, case ids, attribute names
+	MaxFailingCases = 4096    // failing case ids per record
+	MaxDetailsBytes = 1 << 20 // canonical bytes of an evidence record's details
+	MaxDetailsDepth = 32      // nesting of objects and arrays inside details
+)
+
+// CheckText reports whether s is a valid identifier or free-text value of
+// at most max bytes: valid UTF-8, not empty when required, and free of NUL
+// and every other control character (Unicode category Cc, which includes
+// C0, DEL and C1). multiline allows tab, LF and CR, for reasons and notes.
+// The error names field.
+func CheckText(field, s string, max int, required, multiline bool) error {
+	if required && strings.TrimSpace(s) == "" {
+		return FieldError(field, "required, at most %d bytes", max)
+	}
+	if len(s) > max {
+		return FieldError(field, "at most %d bytes, got %d", max, len(s))
+	}
+	if !utf8.ValidString(s) {
+		return FieldError(field, "must be valid UTF-8")
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) && !(multiline && (c == '\t' || c == '\n' || c == '\r')) {
+			return FieldError(field, "must not contain control characters (found U+%04X)", c)
+		}
+	}
+	return nil
+}
+
+// checkDetails checks an evidence record's details: one JSON object of at
+// most MaxDetailsBytes whose values nest at most MaxDetailsDepth deep.
+func checkDetails(d []byte) error {
+	d = bytes.TrimSpace(d)
+	if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
+		return FieldError("details", "must be a JSON object")
+	}
+	if len(d) > MaxDetailsBytes {
+		return FieldError("details", "at most %d bytes, got %d: keep large outputs as artifacts and record their digests", MaxDetailsBytes, len(d))
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(d))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			break
+		}
+		if k := tok.Kind(); (k == '{' || k == '[') && dec.StackDepth() > MaxDetailsDepth {
+			return FieldError("details", "nests deeper than %d levels", MaxDetailsDepth)
+		}
+	}
+	return nil
+}
 
 // Status is the verdict of one lane run.
 type Status string
@@ -130,8 +191,8 @@ func LaneName(lane string) string {
 
 // Validate checks a Subject; prefix is prepended to field names in errors.
 func (s Subject) Validate(prefix string) error {
-	if strings.TrimSpace(s.Repository) == "" || len(s.Repository) > 512 {
-		return FieldError(prefix+"repository", "required, at most 512 characters")
+	if err := CheckText(prefix+"repository", s.Repository, MaxIdentifier, true, false); err != nil {
+		return err
 	}
 	if !ValidObjectID(s.Commit) {
 		return FieldError(prefix+"commit", "must be 40 or 64 lowercase hex digits, got %q", clip(s.Commit))
@@ -171,8 +232,24 @@ func (e *Evidence) Validate() error {
 	if !e.Backend.Valid() {
 		return FieldError("backend", "must be one of %s, got %q", BackendList(), clip(string(e.Backend)))
 	}
-	if len(e.Device.Model) > 512 || len(e.Device.Driver) > 512 || e.Device.Cores < 0 || len(e.Device.Attrs) > 64 {
-		return FieldError("device", "model/driver at most 512 characters, cores >= 0, at most 64 attrs")
+	if e.Device.Cores < 0 || len(e.Device.Attrs) > 64 {
+		return FieldError("device", "cores >= 0, at most 64 attrs")
+	}
+	for _, f := range []struct {
+		field, v string
+		max      int
+	}{{"device.model", e.Device.Model, MaxIdentifier}, {"device.driver", e.Device.Driver, MaxIdentifier}, {"runner.version", e.Runner.Version, MaxShortText}, {"runner.commit", e.Runner.Commit, MaxShortText}} {
+		if err := CheckText(f.field, f.v, f.max, false, false); err != nil {
+			return err
+		}
+	}
+	for k, v := range e.Device.Attrs {
+		if err := CheckText("device.attrs", k, MaxShortText, true, false); err != nil {
+			return err
+		}
+		if err := CheckText("device.attrs."+clip(k), v, MaxIdentifier, false, false); err != nil {
+			return err
+		}
 	}
 	if e.CasesExact < 0 {
 		return FieldError("cases_exact", "must be >= 0, got %d", e.CasesExact)
@@ -186,10 +263,13 @@ func (e *Evidence) Validate() error {
 	if len(e.FailingCases) > e.CasesTotal-e.CasesExact {
 		return FieldError("failing_cases", "%d failing case ids but only %d cases were not exact", len(e.FailingCases), e.CasesTotal-e.CasesExact)
 	}
+	if len(e.FailingCases) > MaxFailingCases {
+		return FieldError("failing_cases", "at most %d ids, got %d", MaxFailingCases, len(e.FailingCases))
+	}
 	seen := make(map[string]bool, len(e.FailingCases))
 	for i, id := range e.FailingCases {
-		if id == "" || len(id) > 256 {
-			return FieldError(fmt.Sprintf("failing_cases[%d]", i), "case id must be 1..256 characters")
+		if err := CheckText(fmt.Sprintf("failing_cases[%d]", i), id, MaxShortText, true, false); err != nil {
+			return err
 		}
 		if seen[id] {
 			return FieldError(fmt.Sprintf("failing_cases[%d]", i), "duplicate case id %q", clip(id))
@@ -226,9 +306,8 @@ func (e *Evidence) Validate() error {
 		return FieldError("finished_at", "is before started_at")
 	}
 	if len(e.Details) > 0 {
-		d := bytes.TrimSpace(e.Details)
-		if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
-			return FieldError("details", "must be a JSON object")
+		if err := checkDetails(e.Details); err != nil {
+			return err
 		}
 	}
 	if e.RecordedBy != nil {

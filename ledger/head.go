@@ -54,8 +54,11 @@ type HeadVerification struct {
 
 // Validate checks the record's required fields.
 func (h *HeadVerification) Validate() error {
-	if h.Repository == "" {
-		return FieldError("repository", "required")
+	if err := CheckText("repository", h.Repository, MaxIdentifier, true, false); err != nil {
+		return err
+	}
+	if err := CheckText("ref", h.Ref, MaxIdentifier, false, false); err != nil {
+		return err
 	}
 	if !ValidObjectID(h.Object) {
 		return FieldError("object", "must be 40 or 64 lowercase hex digits")

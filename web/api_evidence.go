@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -237,16 +238,14 @@ func (s *Server) handleListEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	list, next, err := s.store.Evidence(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]EvidenceJSON, len(list))
-	for i, e := range list {
-		out[i] = evidenceJSON(e, false)
-	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"evidence": out, "next_cursor": next})
+	streamPage(s, w, r, "evidence", f.Cursor, f.Limit,
+		func(ctx context.Context, cursor string, limit int) ([]ledger.EvidenceEntry, string, error) {
+			g := f
+			g.Cursor, g.Limit = cursor, limit
+			return s.store.Evidence(ctx, g)
+		},
+		func(e ledger.EvidenceEntry) uint64 { return e.Index },
+		func(e ledger.EvidenceEntry) any { return evidenceJSON(e, false) })
 }
 
 // evidenceByID loads one evidence entry, 404 when absent or not evidence.
@@ -280,13 +279,10 @@ func (s *Server) handleEvidenceProof(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var size uint64
-	if v := r.URL.Query().Get("size"); v != "" {
-		size, err = strconv.ParseUint(v, 10, 64)
-		if err != nil || size == 0 {
-			s.writeError(w, r, ledger.FieldError("size", "must be a positive integer tree size"))
-			return
-		}
+	size, err := queryUint(r.URL.Query().Get("size"), "size", 1, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	switch f := r.URL.Query().Get("format"); f {
 	case "", "json":

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -30,16 +31,16 @@ func (s *Server) handleListHeads(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	list, next, err := s.store.Heads(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]HeadJSON, len(list))
-	for i, h := range list {
-		out[i] = HeadJSON{ID: h.ID, Index: h.Index, RecordedAt: h.RecordedAt, LeafHash: h.LeafHash, Head: h.Head}
-	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"heads": out, "next_cursor": next})
+	streamPage(s, w, r, "heads", f.Cursor, f.Limit,
+		func(ctx context.Context, cursor string, limit int) ([]ledger.HeadEntry, string, error) {
+			g := f
+			g.Cursor, g.Limit = cursor, limit
+			return s.store.Heads(ctx, g)
+		},
+		func(h ledger.HeadEntry) uint64 { return h.Index },
+		func(h ledger.HeadEntry) any {
+			return HeadJSON{ID: h.ID, Index: h.Index, RecordedAt: h.RecordedAt, LeafHash: h.LeafHash, Head: h.Head}
+		})
 }
 
 // VerifyHeadRequest asks the server to verify a head and record the

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -11,14 +13,10 @@ import (
 // handleCheckpoint answers the latest signed checkpoint, or the one of
 // ?size=N.
 func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
-	var size uint64
-	if v := r.URL.Query().Get("size"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n == 0 {
-			s.writeError(w, r, ledger.FieldError("size", "must be a positive integer"))
-			return
-		}
-		size = n
+	size, err := queryUint(r.URL.Query().Get("size"), "size", 1, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	cp, err := s.store.CheckpointAt(r.Context(), size)
 	if err != nil {
@@ -35,17 +33,15 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from, err := strconv.ParseUint(q.Get("from"), 10, 64)
+	from, err := queryUint(q.Get("from"), "from", 0, true)
 	if err != nil {
-		s.writeError(w, r, ledger.FieldError("from", "required: a tree size (integer >= 0)"))
+		s.writeError(w, r, err)
 		return
 	}
-	var to uint64
-	if v := q.Get("to"); v != "" {
-		if to, err = strconv.ParseUint(v, 10, 64); err != nil || to == 0 {
-			s.writeError(w, r, ledger.FieldError("to", "must be a positive tree size"))
-			return
-		}
+	to, err := queryUint(q.Get("to"), "to", 1, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	p, err := s.store.ConsistencyProof(r.Context(), from, to)
 	if err != nil {
@@ -93,23 +89,21 @@ func (s *Server) handleListEntries(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	list, next, err := s.store.Entries(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]EntryJSON, len(list))
-	for i, e := range list {
-		out[i] = EntryJSON{Entry: e, Leaf: string(e.Raw)}
-	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"entries": out, "next_cursor": next})
+	streamPage(s, w, r, "entries", f.Cursor, f.Limit,
+		func(ctx context.Context, cursor string, limit int) ([]ledger.Entry, string, error) {
+			g := f
+			g.Cursor, g.Limit = cursor, limit
+			return s.store.Entries(ctx, g)
+		},
+		func(e ledger.Entry) uint64 { return e.Index },
+		func(e ledger.Entry) any { return EntryJSON{Entry: e, Leaf: string(e.Raw)} })
 }
 
 // handleLeaf answers the entry at a leaf index, shaped as handleEntry's.
 func (s *Server) handleLeaf(w http.ResponseWriter, r *http.Request) {
-	idx, err := strconv.ParseUint(chi.URLParam(r, "index"), 10, 64)
+	idx, err := queryUint(chi.URLParam(r, "index"), "index", 0, true)
 	if err != nil {
-		s.writeError(w, r, ledger.FieldError("index", "must be a leaf index (integer >= 0)"))
+		s.writeError(w, r, err)
 		return
 	}
 	e, err := s.store.EntryAt(r.Context(), idx)
@@ -124,17 +118,15 @@ func (s *Server) handleLeaf(w http.ResponseWriter, r *http.Request) {
 // of ?size= (default: the latest checkpoint's).
 func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	idx, err := strconv.ParseUint(q.Get("index"), 10, 64)
+	idx, err := queryUint(q.Get("index"), "index", 0, true)
 	if err != nil {
-		s.writeError(w, r, ledger.FieldError("index", "required: a leaf index (integer >= 0)"))
+		s.writeError(w, r, err)
 		return
 	}
-	var size uint64
-	if v := q.Get("size"); v != "" {
-		if size, err = strconv.ParseUint(v, 10, 64); err != nil || size == 0 {
-			s.writeError(w, r, ledger.FieldError("size", "must be a positive tree size"))
-			return
-		}
+	size, err := queryUint(q.Get("size"), "size", 1, false)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	p, err := s.store.InclusionProof(r.Context(), idx, size)
 	if err != nil {
@@ -159,13 +151,26 @@ func queryLimit(r *http.Request) (int, error) {
 
 // queryAsOf reads ?as_of= (a tree size; 0 when absent: the whole log).
 func queryAsOf(r *http.Request) (uint64, error) {
-	v := r.URL.Query().Get("as_of")
+	return queryUint(r.URL.Query().Get("as_of"), "as_of", 1, false)
+}
+
+// maxIndex is the largest leaf index or tree size a query may name: the
+// stores keep indexes as signed 64-bit integers.
+const maxIndex = math.MaxInt64
+
+// queryUint parses v, the value of query or path parameter field, as a
+// decimal integer in min..maxIndex. An absent value is 0 unless required.
+// Every failure is a CodeInvalid error naming field.
+func queryUint(v, field string, min uint64, required bool) (uint64, error) {
 	if v == "" {
+		if required {
+			return 0, ledger.FieldError(field, "required: an integer in %d..%d", min, uint64(maxIndex))
+		}
 		return 0, nil
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil || n == 0 {
-		return 0, ledger.FieldError("as_of", "must be a positive tree size")
+	if err != nil || n < min || n > maxIndex {
+		return 0, ledger.FieldError(field, "must be an integer in %d..%d", min, uint64(maxIndex))
 	}
 	return n, nil
 }

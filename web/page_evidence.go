@@ -127,15 +127,37 @@ type evidencePage struct {
 	// FailingNoRow are failing case ids the details' case table lacks.
 	FailingNoRow   []string
 	ControlSummary string
-	DetailsJSON    string
-	Proof          *ledger.InclusionProof
-	Checkpoint     ledger.Checkpoint
-	ProofErr       string
-	Leaf           string
-	CLI            string
-	Trajectory     *trajectoryData
-	VerifierKey    string
+	// CasesHidden counts case rows past pageCaseRows, not shown.
+	CasesHidden int
+	DetailsJSON string
+	// DetailsSize is the byte length of the indented details; DetailsJSON
+	// holds at most pageDetailsBytes of it.
+	DetailsSize      int
+	DetailsTruncated bool
+	// LeafSize is the leaf's byte length; Leaf is empty when it is over
+	// pageLeafBytes (the page links the raw leaf instead, and the browser
+	// check fetches it).
+	LeafSize    int
+	RawLeaf     string
+	Proof       *ledger.InclusionProof
+	Checkpoint  ledger.Checkpoint
+	ProofErr    string
+	Leaf        string
+	CLI         string
+	Trajectory  *trajectoryData
+	VerifierKey string
 }
+
+// Caps on what one evidence page shows, so a page stays small whatever
+// the record holds (the README's "Limits"): the details are shown indented
+// up to pageDetailsBytes, the case table up to pageCaseRows rows (failing
+// first), the leaf bytes inline up to pageLeafBytes; past them the page
+// says how much is left out and links the raw leaf.
+const (
+	pageDetailsBytes = 64 << 10
+	pageCaseRows     = 500
+	pageLeafBytes    = 256 << 10
+)
 
 // pageEvidence is GET /evidence/{id}: pins, device, runner build, cases
 // (failing first), control outcome, details and the inclusion proof
@@ -153,10 +175,22 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 		E:           e,
 		Artifacts:   sortedKV(ev.Subject.Artifacts),
 		DeviceAttrs: sortedKV(ev.Device.Attrs),
-		Leaf:        string(e.Raw),
 		VerifierKey: s.store.VerifierKey(),
+		LeafSize:    len(e.Raw),
+		RawLeaf:     "/api/v1/log/entries/" + url.PathEscape(e.ID),
+	}
+	if len(e.Raw) <= pageLeafBytes {
+		data.Leaf = string(e.Raw)
 	}
 	data.Cases, data.ControlSummary, data.DetailsJSON = parseDetails(ev.Details)
+	data.DetailsSize = len(data.DetailsJSON)
+	if len(data.DetailsJSON) > pageDetailsBytes {
+		data.DetailsJSON, data.DetailsTruncated = strings.ToValidUTF8(data.DetailsJSON[:pageDetailsBytes], ""), true
+	}
+	if len(data.Cases) > pageCaseRows {
+		data.CasesHidden = len(data.Cases) - pageCaseRows
+		data.Cases = data.Cases[:pageCaseRows]
+	}
 	inTable := make(map[string]bool, len(data.Cases))
 	for _, c := range data.Cases {
 		inTable[c.ID] = true

@@ -131,12 +131,12 @@ func (s *Server) releaseForms(w http.ResponseWriter, r *http.Request, version st
 }
 
 // formToken authenticates the token typed into a form and checks its scope.
-func (s *Server) formToken(r *http.Request, need ledger.Scope) (ledger.Token, error) {
+func (s *Server) formToken(w http.ResponseWriter, r *http.Request, need ledger.Scope) (ledger.Token, error) {
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	if secret == "" {
 		return ledger.Token{}, ledger.Errorf(ledger.CodeUnauthorized, "enter an API token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need)
 	}
-	t, err := s.store.Authenticate(r.Context(), secret)
+	t, err := s.authCheck(w, r, secret)
 	if err != nil {
 		return t, err
 	}
@@ -144,6 +144,22 @@ func (s *Server) formToken(r *http.Request, need ledger.Scope) (ledger.Token, er
 		return t, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this form needs %q", t.Name, t.Scope, need)
 	}
 	return t, nil
+}
+
+// checkFormText refuses a form whose values are not valid UTF-8 or carry
+// control characters (tab and line breaks allowed in the reason and note),
+// the checks the API's JSON decoding and record validation apply, so a
+// form records nothing the API would refuse. Lengths are checked where the
+// record is built (gates.MaxNote). Messages name the field, never a value.
+func checkFormText(f url.Values) error {
+	for _, k := range []string{"gate", "reason", "expires", "note", "entry", "csrf", "token"} {
+		for _, v := range f[k] {
+			if err := ledger.CheckText(k, v, maxFormBody, false, k == "reason" || k == "note"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // parseExpiry reads the waiver expiry: a date (the waiver lapses at the end
@@ -171,10 +187,13 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			return
 		}
 		v := formValues{Form: form, Gate: r.PostForm.Get("gate"), Reason: r.PostForm.Get("reason"), Expires: r.PostForm.Get("expires"), Note: r.PostForm.Get("note"), Entry: r.PostForm.Get("entry")}
-		err := s.checkCSRF(r, actionPath(version, form))
+		err := checkFormText(r.PostForm)
+		if err == nil {
+			err = s.checkCSRF(r, actionPath(version, form))
+		}
 		var tok ledger.Token
 		if err == nil {
-			tok, err = s.formToken(r, formScope[form])
+			tok, err = s.formToken(w, r, formScope[form])
 		}
 		if err == nil {
 			by := gates.Actor{Name: tok.Name, Roles: tok.Roles}

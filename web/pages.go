@@ -212,7 +212,7 @@ func (s *Server) pageAuth(next http.HandlerFunc) http.HandlerFunc {
 			next(w, r)
 			return
 		}
-		t, ok, err := s.authenticate(r)
+		t, ok, err := s.authenticate(w, r)
 		if err == nil && !ok {
 			err = ledger.Errorf(ledger.CodeUnauthorized, "this dashboard requires a read token (Authorization: Bearer)")
 		}

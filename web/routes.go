@@ -28,7 +28,7 @@ func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders)
 	r.Get("/healthz", s.handleHealth)
-	r.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	r.With(read).Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 
 	r.Route("/api/v1", func(api chi.Router) {
 		api.Get("/openapi.yaml", s.handleOpenAPI)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/evidence-ledger/ledger/witness"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-chi/httprate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -25,8 +28,22 @@ type Config struct {
 	Log   *slog.Logger
 	// MaxBody caps request bodies in bytes (default 4 MiB).
 	MaxBody int64
-	// ReadAuth makes reads (GET) require a token with scope read or higher.
+	// ReadAuth makes reads (GET) require a token with scope read or higher,
+	// /metrics included; /healthz then answers only ok or degraded.
 	ReadAuth bool
+	// AuthFailures caps failed authentications per client address per
+	// minute (default 30; negative: no cap). Past the cap, requests that
+	// carry credentials from that address are answered 429 without being
+	// checked, until the sliding one-minute window has room again.
+	AuthFailures int
+	// PageBytes is the byte budget of one page of a list answer (default
+	// 1 MiB): a page stops at the first record that reaches it, and hands
+	// out the cursor of the rest. A page always holds at least one record.
+	PageBytes int
+	// MaxListings caps the list answers (evidence, entries, heads) built at
+	// the same time (default 8); further ones wait for a slot or for their
+	// request's end.
+	MaxListings int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Witnesser, when set, supplies the witnesses' cosignatures served with
@@ -57,6 +74,10 @@ type Server struct {
 	// digest (*verify.Policy): a digest names immutable content.
 	policies sync.Map
 	refs     policyRefs
+	// authFails counts failed authentications per client address.
+	authFails *httprate.RateLimiter
+	// listings is the semaphore of list answers in progress.
+	listings chan struct{}
 }
 
 type metrics struct {
@@ -81,7 +102,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, reg: prometheus.NewRegistry()}
+	if cfg.AuthFailures == 0 {
+		cfg.AuthFailures = 30
+	}
+	if cfg.PageBytes <= 0 {
+		cfg.PageBytes = 1 << 20
+	}
+	if cfg.MaxListings <= 0 {
+		cfg.MaxListings = 8
+	}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, reg: prometheus.NewRegistry(), listings: make(chan struct{}, cfg.MaxListings)}
+	if cfg.AuthFailures > 0 {
+		s.authFails = httprate.NewRateLimiter(cfg.AuthFailures, time.Minute)
+	}
 	s.metrics = &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ledger_http_requests_total", Help: "HTTP requests by route pattern, method and status."}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ledger_http_request_duration_seconds", Help: "HTTP request latency by route pattern.", Buckets: prometheus.DefBuckets}, []string{"route"}),
@@ -129,18 +162,88 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	})
 }
 
+// accessInfo is what the inner handlers tell the access log: the id of
+// the token that authenticated the request. The token's secret never
+// reaches it.
+type accessInfo struct{ tokenID string }
+
+const accessKey ctxKey = 2
+
+// instrument counts and times every request by route pattern, and writes
+// the access log: one Info record per request through the server's logger
+// with method, route (the pattern, not the path: paths carry ids and query
+// strings), status, duration and the authenticated token's id.
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
+		info := &accessInfo{}
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), accessKey, info)))
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		if route == "" {
 			route = "unmatched"
 		}
+		d := time.Since(start)
 		s.metrics.requests.WithLabelValues(route, r.Method, http.StatusText(ww.Status())).Inc()
-		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		s.metrics.duration.WithLabelValues(route).Observe(d.Seconds())
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", ww.Status()),
+			slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.String("token", info.tokenID))
 	})
+}
+
+// noteToken records the authenticated token's id for the access log.
+func noteToken(r *http.Request, t ledger.Token) {
+	if info, ok := r.Context().Value(accessKey).(*accessInfo); ok {
+		info.tokenID = t.ID
+	}
+}
+
+// clientKey is the rate-limit key of r's client: its address from
+// RemoteAddr (the IPv6 /64 prefix), not a forwarded header a client can
+// set.
+func clientKey(r *http.Request) string {
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	return httprate.CanonicalizeIP(ip)
+}
+
+// authBlocked returns a CodeRateLimited error when r's client address has
+// used up its failed authentications of the window.
+func (s *Server) authBlocked(r *http.Request) error {
+	if s.authFails == nil {
+		return nil
+	}
+	if _, rate, err := s.authFails.Status(clientKey(r)); err == nil && rate >= float64(s.cfg.AuthFailures) {
+		return ledger.Errorf(ledger.CodeRateLimited, "too many failed authentications from this address: wait a minute and retry with a valid token")
+	}
+	return nil
+}
+
+// authFailed counts one failed authentication of r's client address.
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request) {
+	if s.authFails != nil {
+		s.authFails.OnLimit(w, r, clientKey(r))
+	}
+}
+
+// authCheck authenticates secret for r, counting failures against the
+// client address and refusing (429) once the address is over its cap.
+func (s *Server) authCheck(w http.ResponseWriter, r *http.Request, secret string) (ledger.Token, error) {
+	if err := s.authBlocked(r); err != nil {
+		return ledger.Token{}, err
+	}
+	t, err := s.store.Authenticate(r.Context(), secret)
+	if err != nil {
+		if c := ledger.ErrorCode(err); c == ledger.CodeUnauthorized || c == ledger.CodeForbidden {
+			s.authFailed(w, r)
+		}
+		return t, err
+	}
+	noteToken(r, t)
+	return t, nil
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -149,11 +252,27 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": "store not readable"})
 		return
 	}
+	if !s.healthFigures(w, r) {
+		s.writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+		return
+	}
 	out := map[string]any{"status": "ok", "log_size": cp.Size}
 	if wh := s.witnessHealth(); wh != nil {
 		out["witness"] = wh
 	}
 	s.writeJSON(w, http.StatusOK, out)
+}
+
+// healthFigures reports whether /healthz may show figures (log size,
+// witness state) to r: always without --read-auth, else only to a token
+// with scope read or higher. Anonymous callers under --read-auth get the
+// state alone.
+func (s *Server) healthFigures(w http.ResponseWriter, r *http.Request) bool {
+	if !s.cfg.ReadAuth {
+		return true
+	}
+	t, ok, err := s.authenticate(w, r)
+	return err == nil && ok && t.Scope.Allows(ledger.ScopeRead)
 }
 
 // writeJSON writes v with status, rendering into a buffer first.
@@ -192,6 +311,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if st == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
 	}
+	if st == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "60")
+	}
 	s.writeJSON(w, st, body)
 }
 
@@ -221,16 +343,47 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 	return ledger.DecodeStrict(b, v)
 }
 
+// requireJSON accepts a request without Content-Type, or one whose media
+// type is application/json or a +json suffix type. Media types are parsed
+// with mime.ParseMediaType and compared case-insensitively (RFC 9110
+// section 8.3.1); a charset parameter must be utf-8 (RFC 8259 section 8.1).
 func requireJSON(r *http.Request) error {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return nil
 	}
-	mt := strings.TrimSpace(strings.SplitN(ct, ";", 2)[0])
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return ledger.Errorf(ledger.CodeUnsupported, "Content-Type is not a media type (RFC 9110 section 8.3): send application/json")
+	}
 	if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
-		return ledger.Errorf(ledger.CodeUnsupported, "Content-Type %q is not supported here: send application/json", mt)
+		return ledger.Errorf(ledger.CodeUnsupported, "Content-Type %q is not supported here: send application/json", clipText(mt))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return ledger.Errorf(ledger.CodeUnsupported, "charset %q is not supported: JSON is UTF-8", clipText(cs))
 	}
 	return nil
+}
+
+// bearerSecret returns the token of an Authorization header value of the
+// Bearer scheme. The scheme name is case-insensitive (RFC 9110 section
+// 11.1, RFC 6750 section 2.1); one or more spaces separate it from the
+// token.
+func bearerSecret(h string) (string, bool) {
+	scheme, rest, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	secret := strings.TrimSpace(rest)
+	return secret, secret != ""
+}
+
+// clipText shortens s for an error message.
+func clipText(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 type ctxKey int
@@ -244,16 +397,21 @@ func TokenFrom(ctx context.Context) (ledger.Token, bool) {
 }
 
 // authenticate resolves the bearer token of r (ok=false when none given).
-func (s *Server) authenticate(r *http.Request) (ledger.Token, bool, error) {
+// Failures count against the client address (see Config.AuthFailures).
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (ledger.Token, bool, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return ledger.Token{}, false, nil
 	}
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || strings.TrimSpace(secret) == "" {
+	secret, ok := bearerSecret(h)
+	if !ok {
+		if err := s.authBlocked(r); err != nil {
+			return ledger.Token{}, false, err
+		}
+		s.authFailed(w, r)
 		return ledger.Token{}, false, ledger.Errorf(ledger.CodeUnauthorized, "Authorization header must be \"Bearer <token>\"")
 	}
-	t, err := s.store.Authenticate(r.Context(), strings.TrimSpace(secret))
+	t, err := s.authCheck(w, r, secret)
 	if err != nil {
 		return t, false, err
 	}
@@ -265,7 +423,7 @@ func (s *Server) authenticate(r *http.Request) (ledger.Token, bool, error) {
 func (s *Server) require(need ledger.Scope) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t, ok, err := s.authenticate(r)
+			t, ok, err := s.authenticate(w, r)
 			if err != nil {
 				s.writeError(w, r, err)
 				return

@@ -102,7 +102,16 @@
 
   async function verify() {
     var leafEl = document.getElementById('leaf-bytes');
-    var leaf = new TextEncoder().encode(leafEl.textContent);
+    var leafText = leafEl.textContent;
+    if (leafEl.dataset.src) {
+      // A leaf too large to inline: fetch the exact bytes from the API.
+      var res = await fetch(leafEl.dataset.src, { credentials: 'same-origin' });
+      if (!res.ok) {
+        throw new Error('could not fetch the leaf bytes (HTTP ' + res.status + ')');
+      }
+      leafText = (await res.json()).leaf;
+    }
+    var leaf = new TextEncoder().encode(leafText);
     var leafHash = await sha256([new Uint8Array([0]), leaf]);
     if (toHex(leafHash) !== data.dataset.leafHash) {
       throw new Error('the leaf bytes do not hash to the leaf hash');
