@@ -303,8 +303,8 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error
 	return out, nil
 }
 
-// internal wraps err as a CodeInternal *Error, unless it already is an
-// *Error or a context error.
+// internal wraps err as a CodeInternal *Error (CodeStorageFull on a full
+// disk), unless it already is an *Error or a context error.
 func internal(op string, err error) error {
 	if err == nil {
 		return nil
@@ -312,6 +312,9 @@ func internal(op string, err error) error {
 	var le *Error
 	if errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if IsStorageFull(err) {
+		return StorageFull(op, err)
 	}
 	return &Error{Code: CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }

@@ -20,6 +20,7 @@ var statusOf = map[ledger.Code]int{
 	ledger.CodeUnsupported:  http.StatusUnsupportedMediaType,
 	ledger.CodePrecondition: http.StatusConflict,
 	ledger.CodeInternal:     http.StatusInternalServerError,
+	ledger.CodeStorageFull:  http.StatusInsufficientStorage,
 }
 
 // APIError is the JSON body of every API error.

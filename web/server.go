@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -43,6 +44,59 @@ type Server struct {
 	metrics *metrics
 	router  chi.Router
 	pages   *pages
+	storage storageHealth
+}
+
+// storageHealth is the degraded state /healthz reports after a write
+// failed on a full disk (CodeStorageFull). It clears by itself: /healthz
+// asks the store to probe its disk (StorageProber) at most once per
+// probeEvery while degraded, and a store without a probe clears after
+// degradedFor. Safe for concurrent use.
+type storageHealth struct {
+	mu        sync.Mutex
+	reason    string // empty: healthy
+	since     time.Time
+	lastProbe time.Time
+}
+
+// StorageProber is implemented by stores that can check, without
+// touching the log, that their disk takes writes again (sqlite.Store).
+type StorageProber interface {
+	ProbeStorage(ctx context.Context) error
+}
+
+const (
+	probeEvery  = time.Second
+	degradedFor = time.Minute
+)
+
+func (h *storageHealth) degrade(reason string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reason == "" {
+		h.since = now
+	}
+	h.reason = reason
+}
+
+// state returns the current reason ("" when healthy), probing p first
+// when degraded and a probe is due.
+func (h *storageHealth) state(ctx context.Context, p StorageProber, now time.Time) (reason string, since time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reason == "" {
+		return "", time.Time{}
+	}
+	switch {
+	case p != nil && now.Sub(h.lastProbe) >= probeEvery:
+		h.lastProbe = now
+		if p.ProbeStorage(ctx) == nil {
+			h.reason = ""
+		}
+	case p == nil && now.Sub(h.since) >= degradedFor:
+		h.reason = ""
+	}
+	return h.reason, h.since
 }
 
 type metrics struct {
@@ -139,6 +193,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if wh := s.witnessHealth(); wh != nil {
 		out["witness"] = wh
 	}
+	prober, _ := s.store.(StorageProber)
+	if reason, since := s.storage.state(r.Context(), prober, s.cfg.Now()); reason != "" {
+		out["status"], out["reason"], out["since"] = "degraded", reason, since.UTC().Format(time.RFC3339)
+		s.writeJSON(w, http.StatusServiceUnavailable, out)
+		return
+	}
 	s.writeJSON(w, http.StatusOK, out)
 }
 
@@ -172,6 +232,9 @@ func (s *Server) writeJSONCompact(w http.ResponseWriter, status int, v any) {
 // table; internal errors are logged with detail.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	st, body := errorBody(err)
+	if body.Code == ledger.CodeStorageFull {
+		s.storage.degrade(body.Message, s.cfg.Now())
+	}
 	if st >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

@@ -98,3 +98,27 @@ func TestSharedDatabaseNoFalseAlarm(t *testing.T) {
 	}
 	t.Logf("%d rounds, %d leaves", rounds, rep.Leaves)
 }
+
+// The database, its -wal and -shm files are created 0600, like the key.
+func TestFilesPrivate(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ledger.db")
+	s, err := Open(ctx, Options{Path: path, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(1))}, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ledger.db", "ledger.db-wal", "ledger.db-shm", "ledger.key"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m&0o077 != 0 {
+			t.Errorf("%s has mode %o, want no access for group and others", f, m)
+		}
+	}
+}

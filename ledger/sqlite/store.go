@@ -140,6 +140,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 	} else if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("open store: create directory: %w", err)
+	} else if err := createPrivate(opts.Path); err != nil {
+		return nil, err
 	}
 	d, err := openDriver(ctx, opts)
 	if err != nil {
@@ -157,6 +159,21 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	return &Store{Log: l, d: d}, nil
+}
+
+// createPrivate creates the database file, when missing, with mode 0600:
+// SQLite creates the -wal and -shm files with the database file's mode
+// (os_unix.c, findCreateFileMode), so none of the three is readable by
+// other users, like the signing key. An existing file keeps its mode.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open store: create database file: %w", err)
+	}
+	return f.Close()
 }
 
 func withDefaults(opts Options) Options {
@@ -335,10 +352,59 @@ func (s *Store) Backup(ctx context.Context, dest string) error {
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size = %d", pageSize)); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, "VACUUM INTO ?", dest); err != nil {
+	// The copy is written beside dest under a temporary name and renamed
+	// into place whole: a failure (a full disk) leaves nothing behind
+	// that would block the retry.
+	// CreateTemp makes the file 0600; VACUUM INTO accepts an empty file.
+	f, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".partial-*")
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	defer func() {
+		os.Remove(tmp)
+		os.Remove(tmp + "-journal")
+	}()
+	if _, err := conn.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		return fmt.Errorf("backup: %w", dbErr("vacuum into", err))
+	}
+	if err := syncFile(tmp); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	// A hard link never replaces an existing dest; the deferred Remove
+	// then drops the temporary name.
+	if err := os.Link(tmp, dest); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	return nil
+}
+
+// ProbeStorage checks that the database's file system takes writes: it
+// writes, syncs and removes a 256 KiB file beside the database, leaving
+// the log untouched. A full disk is a CodeStorageFull error. Safe for
+// concurrent use (web's /healthz calls it while degraded).
+func (s *Store) ProbeStorage(ctx context.Context) error {
+	f, err := os.CreateTemp(filepath.Dir(s.d.opts.Path), ".ledger-probe-*")
+	if err != nil {
+		return dbErr("storage probe", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 256<<10)); err != nil {
+		return dbErr("storage probe", err)
+	}
+	return dbErr("storage probe", f.Sync())
+}
+
+// syncFile flushes a written file to stable storage.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // DB returns the writer database handle, for tools (migrate, backup) that
@@ -392,6 +458,9 @@ func dbErr(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if ledger.IsStorageFull(err) {
+		return ledger.StorageFull(op, err)
 	}
 	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }
