@@ -236,8 +236,8 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	if len(recs) > MaxRecordsPerAppend {
 		return nil, FieldError("", "at most %d records per append, got %d: split them over several requests", MaxRecordsPerAppend, len(recs))
 	}
-	if len(idemKey) > 256 {
-		return nil, FieldError("Idempotency-Key", "at most 256 characters")
+	if len(idemKey) > MaxIdempotencyKey {
+		return nil, FieldError("Idempotency-Key", "at most %d bytes", MaxIdempotencyKey)
 	}
 	req := &appendReq{ctx: ctx, idemKey: idemKey, resp: make(chan appendResp, 1)}
 	var err error
@@ -265,6 +265,11 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	}
 	return l.answer(ctx, resp)
 }
+
+// MaxIdempotencyKey is the longest idempotency key Append takes, in bytes:
+// a caller's key of up to 256 bytes with the scope a server prefixes
+// (web scopes keys to the token that made them).
+const MaxIdempotencyKey = 512
 
 // requestHash identifies a request for its idempotency key: SHA-256 over
 // its records' content ids in order.

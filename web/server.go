@@ -282,6 +282,27 @@ func requireJSON(r *http.Request) error {
 	return nil
 }
 
+// idempotencyKey returns the request's Idempotency-Key scoped to the
+// token that sent it ("" when none is given): another token reusing the
+// same key gets its own answer, never the first token's. Errors name
+// the header (at most 256 bytes, no control characters).
+func idempotencyKey(r *http.Request) (string, error) {
+	k := r.Header.Get("Idempotency-Key")
+	if k == "" {
+		return "", nil
+	}
+	if len(k) > 256 {
+		return "", ledger.FieldError("Idempotency-Key", "at most 256 bytes")
+	}
+	for _, c := range k {
+		if c < 0x20 || c == 0x7f {
+			return "", ledger.FieldError("Idempotency-Key", "control characters are not allowed")
+		}
+	}
+	t, _ := TokenFrom(r.Context())
+	return "token:" + t.ID + "\n" + k, nil
+}
+
 type ctxKey int
 
 const tokenKey ctxKey = 1

@@ -26,6 +26,9 @@ type ServeConfig struct {
 	Addr     string // LEDGER_ADDR
 	MaxBody  int64  // LEDGER_MAX_BODY (bytes)
 	ReadAuth bool   // LEDGER_READ_AUTH
+	// IdempotencyTTL is how long an Idempotency-Key's answer is replayed
+	// (LEDGER_IDEMPOTENCY_TTL, a Go duration; default 24h).
+	IdempotencyTTL time.Duration
 	// WitnessPolicy is a c2sp.org/tlog-policy file of the witnesses that
 	// cosign checkpoints (LEDGER_WITNESS_POLICY); WitnessState their state
 	// file (default witness-state.json in KeyDir).
@@ -47,6 +50,14 @@ func defaultServeConfig() (c ServeConfig, envErr error) {
 			return c, fmt.Errorf("LEDGER_MAX_BODY=%q: want a number of bytes", v)
 		}
 		c.MaxBody = n
+	}
+	c.IdempotencyTTL = sqlite.DefaultIdempotencyTTL
+	if v := os.Getenv("LEDGER_IDEMPOTENCY_TTL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("LEDGER_IDEMPOTENCY_TTL=%q: want a duration such as 24h", v)
+		}
+		c.IdempotencyTTL = d
 	}
 	if v := os.Getenv("LEDGER_READ_AUTH"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -72,6 +83,9 @@ func (c ServeConfig) Validate() error {
 	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
 		return fmt.Errorf("--max-body %d: must be between 1 KiB and 1 GiB", c.MaxBody)
 	}
+	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
+		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
+	}
 	return nil
 }
 
@@ -92,7 +106,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: c.DB, Key: key, Logger: c.Log})
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: c.DB, Key: key, Logger: c.Log, IdempotencyTTL: c.IdempotencyTTL})
 	if err != nil {
 		return err
 	}
@@ -154,6 +168,7 @@ func newServeCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
 	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
+	cmd.Flags().DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")

@@ -49,6 +49,14 @@ type Options struct {
 	// ids.go). Larger values mean fewer merges and longer scans when an
 	// entry is looked up by id.
 	RecentIDs int
+	// IdempotencyTTL is how long an idempotency key's answer is replayed
+	// (default DefaultIdempotencyTTL); an older key is forgotten and may be
+	// used again.
+	IdempotencyTTL time.Duration
+	// IdempotencyMax bounds the idempotency table (default
+	// DefaultIdempotencyMax rows): beyond it the oldest keys are forgotten
+	// before they expire.
+	IdempotencyMax int
 	// ReadOnly opens without starting the writer or migrating (used by audit
 	// of a database that must not change). Appends fail.
 	ReadOnly bool
@@ -85,6 +93,11 @@ type driver struct {
 	done      chan struct{}
 	wg        sync.WaitGroup
 
+	// idemPuts and idemPruned pace the idempotency table's pruning
+	// (writer goroutine only; see batch.PutIdempotency).
+	idemPuts   int
+	idemPruned time.Time
+
 	// lookupHook, when set (tests), replaces the callers' id lookup.
 	lookupHook func(recs []ledger.Prepared) callerLookup
 }
@@ -115,6 +128,14 @@ func dsn(path string, readonly bool) string {
 	}
 	return "file:" + path + "?" + q.Encode()
 }
+
+// Idempotency key defaults and the pruning pace (PutIdempotency).
+const (
+	DefaultIdempotencyTTL = 24 * time.Hour
+	DefaultIdempotencyMax = 100_000
+	idemPruneEvery        = 1000
+	idemPruneAge          = time.Minute
+)
 
 // pageSize is the page size, in bytes, of databases this package creates
 // and of the copies Backup writes. An existing database keeps the page
@@ -182,6 +203,12 @@ func withDefaults(opts Options) Options {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.IdempotencyTTL <= 0 {
+		opts.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if opts.IdempotencyMax <= 0 {
+		opts.IdempotencyMax = DefaultIdempotencyMax
 	}
 	if opts.RecentIDs <= 0 {
 		opts.RecentIDs = DefaultRecentIDs
