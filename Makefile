@@ -5,11 +5,12 @@ DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
-.PHONY: build run serve test test-short e2e bench soak fuzz vet device-bin clean
+.PHONY: build run serve test test-short e2e bench soak load load-short fuzz vet device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
 	$(GO) build -trimpath -o $(dir $(BIN))ledger-ref-adapter ./cmd/ledger-ref-adapter
+	$(GO) build -trimpath -o $(dir $(BIN))ledger-load ./cmd/ledger-load
 
 # The main job on the embedded SQLite default (see scripts/run.sh).
 run: build
@@ -35,8 +36,20 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
+# Crash soak: 200 rounds of SIGKILL and SIGTERM restarts under appends,
+# and the shared-database race (CI runs 20 rounds of each through make test).
 soak:
-	LEDGER_CRASH_ROUNDS=200 $(GO) test -run TestCrashDurability -count 1 -v ./cmd/ledger
+	LEDGER_CRASH_ROUNDS=200 $(GO) test -run 'TestCrashDurability|TestDiskFull' -count 1 -timeout 60m -v ./cmd/ledger
+	LEDGER_RACE_ROUNDS=400 $(GO) test -run TestSharedDatabaseNoFalseAlarm -count 1 -timeout 30m -v ./ledger/sqlite
+
+# Load: 64 writers + 64 readers against a real server (scripts/load.sh),
+# 20 s writers alone then 60 s mixed; LOAD_CHECK=1 fails on a missed target.
+load: build
+	LEDGER_BIN=$(BIN) LEDGER_LOAD_BIN=$(dir $(BIN))ledger-load ./scripts/load.sh
+
+# The short load run CI does: any error answer fails it.
+load-short: build
+	LEDGER_BIN=$(BIN) LEDGER_LOAD_BIN=$(dir $(BIN))ledger-load LOAD_WRITERS=8 LOAD_READERS=8 LOAD_ALONE=3s LOAD_DURATION=5s ./scripts/load.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrepareEvidence -fuzztime 30s ./ledger
