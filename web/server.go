@@ -37,14 +37,15 @@ type Config struct {
 // Server is the HTTP server's state. Its methods are safe for concurrent
 // use.
 type Server struct {
-	cfg     Config
-	store   ledger.Store
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	metrics *metrics
-	router  chi.Router
-	pages   *pages
-	storage storageHealth
+	cfg       Config
+	store     ledger.Store
+	log       *slog.Logger
+	reg       *prometheus.Registry
+	metrics   *metrics
+	router    chi.Router
+	pages     *pages
+	storage   storageHealth
+	readiness readinessCache
 }
 
 // storageHealth is the degraded state /healthz reports after a write
