@@ -39,6 +39,13 @@ type Driver interface {
 	BeginBatch(ctx context.Context) (Batch, error)
 }
 
+// AnswerNodeReader is implemented by drivers that read the nodes of
+// append answers' inclusion proofs apart from other readers (their own
+// connections), so appends do not queue behind page reads for them.
+type AnswerNodeReader interface {
+	AnswerNodes() NodeReader
+}
+
 // Batch is one atomic write of the log: leaves, tree nodes, projections,
 // idempotency answers and a checkpoint, all committed together or not at
 // all. Reads through a Batch see its own writes once flushed. The engine
@@ -298,7 +305,11 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error
 	for i, e := range resp.entries {
 		idx[i] = e.Index
 	}
-	proofs, err := inclusionMany(ctx, l.d, idx, resp.size, cp.Root)
+	var nr NodeReader = l.d
+	if a, ok := l.d.(AnswerNodeReader); ok {
+		nr = a.AnswerNodes()
+	}
+	proofs, err := inclusionMany(ctx, nr, idx, resp.size, cp.Root)
 	if err != nil {
 		return nil, internal("inclusion proof", err)
 	}

@@ -74,10 +74,12 @@ type Store struct {
 // with cached statements, a checkpointer connection, and the content-id
 // machinery (ids.go, idfilter.go).
 type driver struct {
-	w    *sql.DB
-	r    *stmtDB // read-only pool with cached statements
-	opts Options
-	log  *slog.Logger
+	w *sql.DB
+	r *stmtDB // read-only pool with cached statements
+	// proofs is the append answers' own read pool (see AnswerNodes).
+	proofs *stmtDB
+	opts   Options
+	log    *slog.Logger
 
 	stmts     *stmts       // the writer's prepared statements (writer goroutine only)
 	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded by Start)
@@ -240,6 +242,19 @@ func openDriver(ctx context.Context, opts Options) (*driver, error) {
 	// Keep every reader connection (and its prepared statements) alive.
 	d.r.SetMaxIdleConns(max(4, 2*runtime.NumCPU()))
 	d.r.SetConnMaxLifetime(0)
+	// Append answers build their inclusion proofs on connections of their
+	// own (sharing the read pool's node cache): a writer's answer does not
+	// queue behind page readers for a read connection, nor pages behind
+	// the writers' proofs.
+	pdb, err := sql.Open("sqlite", dsn(opts.Path, true))
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.proofs = &stmtDB{DB: pdb, stmts: map[string]*sql.Stmt{}, nodes: d.r.nodes}
+	d.proofs.SetMaxOpenConns(2)
+	d.proofs.SetMaxIdleConns(2)
+	d.proofs.SetConnMaxLifetime(0)
 	if err := d.schema(ctx); err != nil {
 		d.close()
 		return nil, err
@@ -461,6 +476,9 @@ func (d *driver) close() error {
 	var errs []error
 	if d.r != nil {
 		errs = append(errs, d.r.Close())
+	}
+	if d.proofs != nil {
+		errs = append(errs, d.proofs.Close())
 	}
 	if d.ck != nil {
 		errs = append(errs, d.ck.Close())
