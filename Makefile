@@ -21,8 +21,12 @@ serve: build
 	$(BIN) --db $(DB) serve --addr $(ADDR)
 
 # The test command CI runs (.ci/run): every package, with the race detector.
+# The full log goes to var/test.log; the summary lists failures and, loudly,
+# every skipped test with its reason.
 test:
-	CGO_ENABLED=1 $(GO) test -race -timeout 45m ./...
+	@mkdir -p var
+	@echo "go test -race ./... (full log: var/test.log)"
+	@CGO_ENABLED=1 $(GO) test -race -timeout 45m -v ./... >var/test.log 2>&1; rc=$$?; ./scripts/test-summary.sh var/test.log; exit $$rc
 
 test-short:
 	$(GO) test -short ./...
