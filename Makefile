@@ -5,11 +5,12 @@ DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
-.PHONY: build run serve test test-short e2e bench soak fuzz fuzz-short vet device-bin clean
+.PHONY: build run serve test test-short e2e bench soak load load-short fuzz fuzz-short vet device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
 	$(GO) build -trimpath -o $(dir $(BIN))ledger-ref-adapter ./cmd/ledger-ref-adapter
+	$(GO) build -trimpath -o $(dir $(BIN))ledger-load ./cmd/ledger-load
 
 # The main job on the embedded SQLite default (see scripts/run.sh).
 run: build
@@ -20,8 +21,12 @@ serve: build
 	$(BIN) --db $(DB) serve --addr $(ADDR)
 
 # The test command CI runs (.ci/run): every package, with the race detector.
+# The full log goes to var/test.log; the summary lists failures and, loudly,
+# every skipped test with its reason.
 test:
-	CGO_ENABLED=1 $(GO) test -race -timeout 45m ./...
+	@mkdir -p var
+	@echo "go test -race ./... (full log: var/test.log)"
+	@CGO_ENABLED=1 $(GO) test -race -timeout 45m -v ./... >var/test.log 2>&1; rc=$$?; ./scripts/test-summary.sh var/test.log; exit $$rc
 
 test-short:
 	$(GO) test -short ./...
@@ -35,8 +40,20 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
+# Crash soak: 200 rounds of SIGKILL and SIGTERM restarts under appends,
+# and the shared-database race (CI runs 20 rounds of each through make test).
 soak:
-	LEDGER_CRASH_ROUNDS=200 $(GO) test -run TestCrashDurability -count 1 -v ./cmd/ledger
+	LEDGER_CRASH_ROUNDS=200 $(GO) test -run 'TestCrashDurability|TestDiskFull' -count 1 -timeout 60m -v ./cmd/ledger
+	LEDGER_RACE_ROUNDS=400 $(GO) test -run TestSharedDatabaseNoFalseAlarm -count 1 -timeout 30m -v ./ledger/sqlite
+
+# Load: 64 writers + 64 readers against a real server (scripts/load.sh),
+# 20 s writers alone then 60 s mixed; LOAD_CHECK=1 fails on a missed target.
+load: build
+	LEDGER_BIN=$(BIN) LEDGER_LOAD_BIN=$(dir $(BIN))ledger-load ./scripts/load.sh
+
+# The short load run CI does: any error answer fails it.
+load-short: build
+	LEDGER_BIN=$(BIN) LEDGER_LOAD_BIN=$(dir $(BIN))ledger-load LOAD_WRITERS=8 LOAD_READERS=8 LOAD_ALONE=3s LOAD_DURATION=5s ./scripts/load.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrepareEvidence -fuzztime 30s ./ledger

@@ -39,6 +39,13 @@ type Driver interface {
 	BeginBatch(ctx context.Context) (Batch, error)
 }
 
+// AnswerNodeReader is implemented by drivers that read the nodes of
+// append answers' inclusion proofs apart from other readers (their own
+// connections), so appends do not queue behind page reads for them.
+type AnswerNodeReader interface {
+	AnswerNodes() NodeReader
+}
+
 // Batch is one atomic write of the log: leaves, tree nodes, projections,
 // idempotency answers and a checkpoint, all committed together or not at
 // all. Reads through a Batch see its own writes once flushed. The engine
@@ -242,8 +249,8 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	if len(recs) > MaxRecordsPerAppend {
 		return nil, FieldError("", "at most %d records per append, got %d: split them over several requests", MaxRecordsPerAppend, len(recs))
 	}
-	if len(idemKey) > 256 {
-		return nil, FieldError("Idempotency-Key", "at most 256 characters")
+	if len(idemKey) > MaxIdempotencyKey {
+		return nil, FieldError("Idempotency-Key", "at most %d bytes", MaxIdempotencyKey)
 	}
 	req := &appendReq{ctx: ctx, idemKey: idemKey, resp: make(chan appendResp, 1)}
 	var err error
@@ -277,6 +284,11 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	return l.answer(ctx, resp)
 }
 
+// MaxIdempotencyKey is the longest idempotency key Append takes, in bytes:
+// a caller's key of up to 256 bytes with the scope a server prefixes
+// (web scopes keys to the token that made them).
+const MaxIdempotencyKey = 512
+
 // requestHash identifies a request for its idempotency key: SHA-256 over
 // its records' content ids in order.
 func requestHash(recs []Prepared) []byte {
@@ -304,7 +316,11 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error
 	for i, e := range resp.entries {
 		idx[i] = e.Index
 	}
-	proofs, err := inclusionMany(ctx, l.d, idx, resp.size, cp.Root)
+	var nr NodeReader = l.d
+	if a, ok := l.d.(AnswerNodeReader); ok {
+		nr = a.AnswerNodes()
+	}
+	proofs, err := inclusionMany(ctx, nr, idx, resp.size, cp.Root)
 	if err != nil {
 		return nil, internal("inclusion proof", err)
 	}
@@ -314,8 +330,8 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error
 	return out, nil
 }
 
-// internal wraps err as a CodeInternal *Error, unless it already is an
-// *Error or a context error.
+// internal wraps err as a CodeInternal *Error (CodeStorageFull on a full
+// disk), unless it already is an *Error or a context error.
 func internal(op string, err error) error {
 	if err == nil {
 		return nil
@@ -323,6 +339,9 @@ func internal(op string, err error) error {
 	var le *Error
 	if errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if IsStorageFull(err) {
+		return StorageFull(op, err)
 	}
 	return &Error{Code: CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }

@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 )
 
 // Code classifies an application error. The web package maps each code to
@@ -21,7 +23,30 @@ const (
 	CodeInternal     Code = "internal"     // HTTP 500, shown as "internal error"
 	CodePrecondition Code = "precondition" // a state requirement not met (e.g. approve an unready release): HTTP 409
 	CodeRateLimited  Code = "rate_limited" // too many failed authentications from one client address: HTTP 429
+	CodeStorageFull  Code = "storage_full" // the disk holding the database is full: HTTP 507
 )
+
+// IsStorageFull reports whether err is (or wraps) a full disk: ENOSPC, or
+// SQLite's SQLITE_FULL, whose fixed message is "database or disk is full"
+// (https://sqlite.org/rescode.html#full). An *Error of CodeStorageFull is
+// one too.
+func IsStorageFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeStorageFull {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "database or disk is full")
+}
+
+// StorageFull returns the CodeStorageFull *Error for a write (op) that
+// failed on a full disk; its message names the cause and that nothing of
+// the write was kept, never a path or the database's text.
+func StorageFull(op string, err error) *Error {
+	return &Error{Code: CodeStorageFull, Message: "the disk holding the database is full (" + op + " failed): nothing of this write was recorded; free space on the server and retry", Err: err}
+}
 
 // Error is the one application error type. Field names the offending input
 // field (JSON path such as "subject.commit" or "[3].lane") where there is one.

@@ -225,7 +225,7 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 	}
 	if r.idemKey != "" {
 		if h, ok := run.keys[r.idemKey]; ok && !bytes.Equal(h, r.reqHash) {
-			run.results[i].err = Errorf(CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)
+			run.results[i].err = &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
 			return nil, nil
 		}
 	}
@@ -317,7 +317,7 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 func (run *batchRun) replay(ctx context.Context, r *appendReq, ans IdempotentAnswer) (appendResp, error) {
 	var res appendResp
 	if !bytes.Equal(ans.RequestHash, r.reqHash) {
-		return res, Errorf(CodeConflict, "Idempotency-Key %q was already used with a different request", r.idemKey)
+		return res, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
 	}
 	for _, id := range ans.IDs {
 		e, err := run.b.EntryByID(ctx, id)

@@ -192,7 +192,12 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.store.Append(r.Context(), recs, r.Header.Get("Idempotency-Key"))
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.Append(r.Context(), recs, idem)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

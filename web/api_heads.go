@@ -172,7 +172,12 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.store.Append(r.Context(), []ledger.Record{{Kind: ledger.KindHead, Body: body}}, r.Header.Get("Idempotency-Key"))
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.store.Append(r.Context(), []ledger.Record{{Kind: ledger.KindHead, Body: body}}, idem)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

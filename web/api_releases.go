@@ -110,7 +110,7 @@ func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	rd, err := gates.Evaluate(r.Context(), s.store, rel, gates.EvalOptions{Now: s.cfg.Now()})
+	rd, err := s.evaluate(r.Context(), rel)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

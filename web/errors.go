@@ -21,6 +21,7 @@ var statusOf = map[ledger.Code]int{
 	ledger.CodePrecondition: http.StatusConflict,
 	ledger.CodeInternal:     http.StatusInternalServerError,
 	ledger.CodeRateLimited:  http.StatusTooManyRequests,
+	ledger.CodeStorageFull:  http.StatusInsufficientStorage,
 }
 
 // APIError is the JSON body of every API error.

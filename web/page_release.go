@@ -23,7 +23,7 @@ func (s *Server) releaseSummaries(ctx context.Context) ([]ReleaseSummary, error)
 	out := make([]ReleaseSummary, 0, len(rels))
 	for _, rel := range rels {
 		sum := ReleaseSummary{Version: rel.Version, Title: rel.Title}
-		rd, err := gates.Evaluate(ctx, s.store, rel, gates.EvalOptions{Now: s.cfg.Now()})
+		rd, err := s.evaluate(ctx, rel)
 		if err != nil {
 			st, body := errorBody(err)
 			if st >= 500 {
@@ -105,7 +105,7 @@ func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage,
 	if err != nil {
 		return nil, err
 	}
-	rd, err := gates.Evaluate(ctx, s.store, rel, gates.EvalOptions{Now: s.cfg.Now()})
+	rd, err := s.evaluate(ctx, rel)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,61 @@ type Server struct {
 	// authFails counts failed authentications per client address.
 	authFails *httprate.RateLimiter
 	// listings is the semaphore of list answers in progress.
-	listings chan struct{}
+	listings  chan struct{}
+	storage   storageHealth
+	readiness readinessCache
+}
+
+// storageHealth is the degraded state /healthz reports after a write
+// failed on a full disk (CodeStorageFull). It clears by itself: /healthz
+// asks the store to probe its disk (StorageProber) at most once per
+// probeEvery while degraded, and a store without a probe clears after
+// degradedFor. Safe for concurrent use.
+type storageHealth struct {
+	mu        sync.Mutex
+	reason    string // empty: healthy
+	since     time.Time
+	lastProbe time.Time
+}
+
+// StorageProber is implemented by stores that can check, without
+// touching the log, that their disk takes writes again (sqlite.Store).
+type StorageProber interface {
+	ProbeStorage(ctx context.Context) error
+}
+
+const (
+	probeEvery  = time.Second
+	degradedFor = time.Minute
+)
+
+func (h *storageHealth) degrade(reason string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reason == "" {
+		h.since = now
+	}
+	h.reason = reason
+}
+
+// state returns the current reason ("" when healthy), probing p first
+// when degraded and a probe is due.
+func (h *storageHealth) state(ctx context.Context, p StorageProber, now time.Time) (reason string, since time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reason == "" {
+		return "", time.Time{}
+	}
+	switch {
+	case p != nil && now.Sub(h.lastProbe) >= probeEvery:
+		h.lastProbe = now
+		if p.ProbeStorage(ctx) == nil {
+			h.reason = ""
+		}
+	case p == nil && now.Sub(h.since) >= degradedFor:
+		h.reason = ""
+	}
+	return h.reason, h.since
 }
 
 type metrics struct {
@@ -260,6 +314,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if wh := s.witnessHealth(); wh != nil {
 		out["witness"] = wh
 	}
+	prober, _ := s.store.(StorageProber)
+	if reason, since := s.storage.state(r.Context(), prober, s.cfg.Now()); reason != "" {
+		out["status"], out["reason"], out["since"] = "degraded", reason, since.UTC().Format(time.RFC3339)
+		s.writeJSON(w, http.StatusServiceUnavailable, out)
+		return
+	}
 	s.writeJSON(w, http.StatusOK, out)
 }
 
@@ -305,6 +365,9 @@ func (s *Server) writeJSONCompact(w http.ResponseWriter, status int, v any) {
 // table; internal errors are logged with detail.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	st, body := errorBody(err)
+	if body.Code == ledger.CodeStorageFull {
+		s.storage.degrade(body.Message, s.cfg.Now())
+	}
 	if st >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
@@ -384,6 +447,27 @@ func clipText(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// idempotencyKey returns the request's Idempotency-Key scoped to the
+// token that sent it ("" when none is given): another token reusing the
+// same key gets its own answer, never the first token's. Errors name
+// the header (at most 256 bytes, no control characters).
+func idempotencyKey(r *http.Request) (string, error) {
+	k := r.Header.Get("Idempotency-Key")
+	if k == "" {
+		return "", nil
+	}
+	if len(k) > 256 {
+		return "", ledger.FieldError("Idempotency-Key", "at most 256 bytes")
+	}
+	for _, c := range k {
+		if c < 0x20 || c == 0x7f {
+			return "", ledger.FieldError("Idempotency-Key", "control characters are not allowed")
+		}
+	}
+	t, _ := TokenFrom(r.Context())
+	return "token:" + t.ID + "\n" + k, nil
 }
 
 type ctxKey int

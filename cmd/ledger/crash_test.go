@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +34,9 @@ func crashEvidence(n int64) []byte {
 }
 
 // TestCrashDurability appends continuously through the API from several
-// clients while the server is killed with SIGKILL at random moments. After
-// each kill every acknowledged record must be present and the audit must
+// clients while the server is killed with SIGKILL at random moments, or
+// every third round stopped with SIGTERM (it must exit 0). After each
+// stop every acknowledged record must be present and the audit must
 // pass. LEDGER_CRASH_ROUNDS raises the number of rounds (default 20) for a
 // soak (make soak).
 func TestCrashDurability(t *testing.T) {
@@ -53,6 +55,7 @@ func TestCrashDurability(t *testing.T) {
 	acked := map[string]bool{}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(1, 2))
+	terms := 0
 	for r := 0; r < rounds; r++ {
 		srv, base := startServer(t, db)
 		stop := make(chan struct{})
@@ -90,8 +93,27 @@ func TestCrashDurability(t *testing.T) {
 			}()
 		}
 		time.Sleep(time.Duration(30+rng.IntN(250)) * time.Millisecond)
-		srv.Process.Kill() // SIGKILL
-		srv.Wait()
+		// Every third round is a graceful restart: SIGTERM must drain the
+		// appends in flight and exit 0; the others crash with SIGKILL.
+		graceful := r%3 == 2
+		if graceful {
+			srv.Process.Signal(syscall.SIGTERM)
+			done := make(chan error, 1)
+			go func() { done <- srv.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("round %d: SIGTERM: the server exited with %v, want 0", r, err)
+				}
+			case <-time.After(30 * time.Second):
+				srv.Process.Kill()
+				t.Fatalf("round %d: the server did not exit within 30 s of SIGTERM", r)
+			}
+			terms++
+		} else {
+			srv.Process.Kill() // SIGKILL
+			srv.Wait()
+		}
 		close(stop)
 		wg.Wait()
 
@@ -116,5 +138,5 @@ func TestCrashDurability(t *testing.T) {
 	if len(acked) < rounds {
 		t.Fatalf("only %d appends acknowledged in %d rounds: the test did not exercise the server", len(acked), rounds)
 	}
-	t.Logf("%d rounds, %d acknowledged appends, all present, audit clean", rounds, len(acked))
+	t.Logf("%d rounds (%d SIGTERM, %d SIGKILL), %d acknowledged appends, 0 lost, audit clean", rounds, terms, rounds-terms, len(acked))
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
@@ -30,7 +31,7 @@ import (
 // acceptRollback, a database behind or disagreeing with the journal is
 // opened anyway and returned with the *ledger.StartError (only `ledger
 // restore --accept-rollback` asks for it).
-func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acceptRollback bool) (*sqlite.Store, *ledger.SignedState, error) {
+func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*sqlite.Store, *ledger.SignedState, error) {
 	dbExists := false
 	if _, err := os.Stat(path); err == nil {
 		dbExists = true
@@ -58,7 +59,7 @@ func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acc
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: key, Logger: log, OnCheckpoint: state.Record})
+	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: key, Logger: log, OnCheckpoint: state.Record, IdempotencyTTL: idemTTL})
 	if err != nil {
 		return nil, nil, err
 	}

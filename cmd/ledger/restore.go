@@ -37,7 +37,7 @@ type LogEvent struct {
 // the journal. It appends nothing when the database agrees with the
 // journal.
 func runRestore(ctx context.Context, a *app, by, reason string) (string, error) {
-	st, state, err := openChecked(ctx, a.DB, a.dataDir(), a.log, true)
+	st, state, err := openChecked(ctx, a.DB, a.dataDir(), a.log, true, 0)
 	var se *ledger.StartError
 	if err == nil {
 		st.Close()

@@ -127,7 +127,7 @@ func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
 		}
 		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", a.DB)
 	}
-	st, _, err := openChecked(ctx, a.DB, a.dataDir(), a.log, false)
+	st, _, err := openChecked(ctx, a.DB, a.dataDir(), a.log, false, 0)
 	return st, err
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
@@ -25,6 +26,9 @@ type ServeConfig struct {
 	Addr     string // LEDGER_ADDR
 	MaxBody  int64  // LEDGER_MAX_BODY (bytes)
 	ReadAuth bool   // LEDGER_READ_AUTH
+	// IdempotencyTTL is how long an Idempotency-Key's answer is replayed
+	// (LEDGER_IDEMPOTENCY_TTL, a Go duration; default 24h).
+	IdempotencyTTL time.Duration
 	// WitnessPolicy is a c2sp.org/tlog-policy file of the witnesses that
 	// cosign checkpoints (LEDGER_WITNESS_POLICY); WitnessState their state
 	// file (default witness-state.json in KeyDir).
@@ -50,6 +54,14 @@ func defaultServeConfig() (c ServeConfig, envErr error) {
 			return c, fmt.Errorf("LEDGER_MAX_BODY=%q: want a number of bytes", v)
 		}
 		c.MaxBody = n
+	}
+	c.IdempotencyTTL = sqlite.DefaultIdempotencyTTL
+	if v := os.Getenv("LEDGER_IDEMPOTENCY_TTL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("LEDGER_IDEMPOTENCY_TTL=%q: want a duration such as 24h", v)
+		}
+		c.IdempotencyTTL = d
 	}
 	if v := os.Getenv("LEDGER_READ_AUTH"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -83,6 +95,9 @@ func (c ServeConfig) Validate() error {
 			return fmt.Errorf("--repo-root %q: not a directory", r)
 		}
 	}
+	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
+		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
+	}
 	return nil
 }
 
@@ -99,7 +114,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if keyDir == "" {
 		keyDir = filepath.Dir(c.DB)
 	}
-	st, _, err := openChecked(ctx, c.DB, keyDir, c.Log, false)
+	st, _, err := openChecked(ctx, c.DB, keyDir, c.Log, false, c.IdempotencyTTL)
 	if err != nil {
 		return err
 	}
@@ -164,6 +179,7 @@ func newServeCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
 	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
+	cmd.Flags().DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")

@@ -173,11 +173,13 @@ func (b *batch) EntryByID(ctx context.Context, id string) (ledger.Entry, error) 
 	return entryByID(ctx, b.tx, id)
 }
 
-// Idempotency implements ledger.Batch.
+// Idempotency implements ledger.Batch: keys older than
+// Options.IdempotencyTTL are not found.
 func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentAnswer, bool, error) {
 	var ans ledger.IdempotentAnswer
 	var idsJSON string
-	err := b.tx.StmtContext(ctx, b.st.idemGet).QueryRowContext(ctx, key).Scan(&ans.RequestHash, &idsJSON, &ans.Size)
+	cutoff := b.d.opts.Now().Add(-b.d.opts.IdempotencyTTL).UnixNano()
+	err := b.tx.StmtContext(ctx, b.st.idemGet).QueryRowContext(ctx, key, cutoff).Scan(&ans.RequestHash, &idsJSON, &ans.Size)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ans, false, nil
 	}
@@ -231,9 +233,25 @@ func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 // Flush implements ledger.Batch.
 func (b *batch) Flush(ctx context.Context) error { return b.st.flush(ctx, b.tx) }
 
-// PutIdempotency implements ledger.Batch.
+// PutIdempotency implements ledger.Batch. An expired row of the same key
+// is replaced; at most once per idemPruneEvery the batch also deletes the
+// expired keys and, beyond Options.IdempotencyMax rows, the oldest.
 func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.IdempotentAnswer, at time.Time) error {
 	idsJSON, _ := json.Marshal(ans.IDs)
+	d := b.d
+	cutoff := at.Add(-d.opts.IdempotencyTTL).UnixNano()
+	if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE key = ? AND created_at < ?", key, cutoff); err != nil {
+		return err
+	}
+	if d.idemPuts++; d.idemPuts >= idemPruneEvery || at.Sub(d.idemPruned) >= idemPruneAge {
+		d.idemPuts, d.idemPruned = 0, at
+		if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at < ?", cutoff); err != nil {
+			return err
+		}
+		if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at <= (SELECT created_at FROM idempotency ORDER BY created_at DESC LIMIT 1 OFFSET ?)", d.opts.IdempotencyMax); err != nil {
+			return err
+		}
+	}
 	_, err := b.tx.StmtContext(ctx, b.st.idem).ExecContext(ctx, key, ans.RequestHash, string(idsJSON), ans.Size, at.UnixNano())
 	if err != nil && !strings.Contains(err.Error(), "UNIQUE") {
 		return err
@@ -459,7 +477,7 @@ func (d *driver) prepareStmts(ctx context.Context) (*stmts, error) {
 		{&st.entry, entryAtQuery},
 		{&st.size, storedSizeQuery},
 		{&st.cp, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)"},
-		{&st.idemGet, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ?"},
+		{&st.idemGet, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ? AND created_at >= ?"},
 	} {
 		if *p.dst, err = db.PrepareContext(ctx, p.q); err != nil {
 			st.close()

@@ -16,6 +16,16 @@ func (d *driver) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte,
 	return fetchNodes(ctx, d.r, ids)
 }
 
+// AnswerNodes implements ledger.AnswerNodeReader: the append answers'
+// own read pool, so that their proofs do not wait behind page readers.
+func (d *driver) AnswerNodes() ledger.NodeReader { return answerNodes{d.proofs} }
+
+type answerNodes struct{ db *stmtDB }
+
+func (a answerNodes) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	return fetchNodes(ctx, a.db, ids)
+}
+
 // StoredCheckpoint implements ledger.Driver.
 func (d *driver) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
 	return checkpointAt(ctx, d.r, size)

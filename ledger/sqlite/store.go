@@ -49,6 +49,14 @@ type Options struct {
 	// ids.go). Larger values mean fewer merges and longer scans when an
 	// entry is looked up by id.
 	RecentIDs int
+	// IdempotencyTTL is how long an idempotency key's answer is replayed
+	// (default DefaultIdempotencyTTL); an older key is forgotten and may be
+	// used again.
+	IdempotencyTTL time.Duration
+	// IdempotencyMax bounds the idempotency table (default
+	// DefaultIdempotencyMax rows): beyond it the oldest keys are forgotten
+	// before they expire.
+	IdempotencyMax int
 	// ReadOnly opens without starting the writer or migrating (used by audit
 	// of a database that must not change). Appends fail.
 	ReadOnly bool
@@ -69,10 +77,12 @@ type Store struct {
 // with cached statements, a checkpointer connection, and the content-id
 // machinery (ids.go, idfilter.go).
 type driver struct {
-	w    *sql.DB
-	r    *stmtDB // read-only pool with cached statements
-	opts Options
-	log  *slog.Logger
+	w *sql.DB
+	r *stmtDB // read-only pool with cached statements
+	// proofs is the append answers' own read pool (see AnswerNodes).
+	proofs *stmtDB
+	opts   Options
+	log    *slog.Logger
 
 	stmts     *stmts       // the writer's prepared statements (writer goroutine only)
 	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded by Start)
@@ -87,6 +97,11 @@ type driver struct {
 	closeOnce sync.Once
 	done      chan struct{}
 	wg        sync.WaitGroup
+
+	// idemPuts and idemPruned pace the idempotency table's pruning
+	// (writer goroutine only; see batch.PutIdempotency).
+	idemPuts   int
+	idemPruned time.Time
 
 	// lookupHook, when set (tests), replaces the callers' id lookup.
 	lookupHook func(recs []ledger.Prepared) callerLookup
@@ -119,6 +134,14 @@ func dsn(path string, readonly bool) string {
 	return "file:" + path + "?" + q.Encode()
 }
 
+// Idempotency key defaults and the pruning pace (PutIdempotency).
+const (
+	DefaultIdempotencyTTL = 24 * time.Hour
+	DefaultIdempotencyMax = 100_000
+	idemPruneEvery        = 1000
+	idemPruneAge          = time.Minute
+)
+
 // pageSize is the page size, in bytes, of databases this package creates
 // and of the copies Backup writes. An existing database keeps the page
 // size it was created with (SQLite cannot change it in WAL mode).
@@ -143,6 +166,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 	} else if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("open store: create directory: %w", err)
+	} else if err := createPrivate(opts.Path); err != nil {
+		return nil, err
 	}
 	d, err := openDriver(ctx, opts)
 	if err != nil {
@@ -169,12 +194,33 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// createPrivate creates the database file, when missing, with mode 0600:
+// SQLite creates the -wal and -shm files with the database file's mode
+// (os_unix.c, findCreateFileMode), so none of the three is readable by
+// other users, like the signing key. An existing file keeps its mode.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open store: create database file: %w", err)
+	}
+	return f.Close()
+}
+
 func withDefaults(opts Options) Options {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.IdempotencyTTL <= 0 {
+		opts.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if opts.IdempotencyMax <= 0 {
+		opts.IdempotencyMax = DefaultIdempotencyMax
 	}
 	if opts.RecentIDs <= 0 {
 		opts.RecentIDs = DefaultRecentIDs
@@ -206,6 +252,19 @@ func openDriver(ctx context.Context, opts Options) (*driver, error) {
 	// Keep every reader connection (and its prepared statements) alive.
 	d.r.SetMaxIdleConns(max(4, 2*runtime.NumCPU()))
 	d.r.SetConnMaxLifetime(0)
+	// Append answers build their inclusion proofs on connections of their
+	// own (sharing the read pool's node cache): a writer's answer does not
+	// queue behind page readers for a read connection, nor pages behind
+	// the writers' proofs.
+	pdb, err := sql.Open("sqlite", dsn(opts.Path, true))
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	d.proofs = &stmtDB{DB: pdb, stmts: map[string]*sql.Stmt{}, nodes: d.r.nodes}
+	d.proofs.SetMaxOpenConns(2)
+	d.proofs.SetMaxIdleConns(2)
+	d.proofs.SetConnMaxLifetime(0)
 	if err := d.schema(ctx); err != nil {
 		d.close()
 		return nil, err
@@ -345,10 +404,59 @@ func (s *Store) Backup(ctx context.Context, dest string) error {
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size = %d", pageSize)); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, "VACUUM INTO ?", dest); err != nil {
+	// The copy is written beside dest under a temporary name and renamed
+	// into place whole: a failure (a full disk) leaves nothing behind
+	// that would block the retry.
+	// CreateTemp makes the file 0600; VACUUM INTO accepts an empty file.
+	f, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".partial-*")
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	defer func() {
+		os.Remove(tmp)
+		os.Remove(tmp + "-journal")
+	}()
+	if _, err := conn.ExecContext(ctx, "VACUUM INTO ?", tmp); err != nil {
+		return fmt.Errorf("backup: %w", dbErr("vacuum into", err))
+	}
+	if err := syncFile(tmp); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	// A hard link never replaces an existing dest; the deferred Remove
+	// then drops the temporary name.
+	if err := os.Link(tmp, dest); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	return nil
+}
+
+// ProbeStorage checks that the database's file system takes writes: it
+// writes, syncs and removes a 256 KiB file beside the database, leaving
+// the log untouched. A full disk is a CodeStorageFull error. Safe for
+// concurrent use (web's /healthz calls it while degraded).
+func (s *Store) ProbeStorage(ctx context.Context) error {
+	f, err := os.CreateTemp(filepath.Dir(s.d.opts.Path), ".ledger-probe-*")
+	if err != nil {
+		return dbErr("storage probe", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 256<<10)); err != nil {
+		return dbErr("storage probe", err)
+	}
+	return dbErr("storage probe", f.Sync())
+}
+
+// syncFile flushes a written file to stable storage.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // DB returns the writer database handle, for tools (migrate, backup) that
@@ -379,6 +487,9 @@ func (d *driver) close() error {
 	if d.r != nil {
 		errs = append(errs, d.r.Close())
 	}
+	if d.proofs != nil {
+		errs = append(errs, d.proofs.Close())
+	}
 	if d.ck != nil {
 		errs = append(errs, d.ck.Close())
 	}
@@ -402,6 +513,9 @@ func dbErr(op string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if ledger.IsStorageFull(err) {
+		return ledger.StorageFull(op, err)
 	}
 	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }

@@ -84,7 +84,7 @@ func testAppendLimits(t *testing.T, h Harness) {
 	}
 	_, err = s.Append(ctx, recs, "")
 	wantError(t, "too many records", err, ledger.CodeInvalid, "")
-	_, err = s.Append(ctx, []ledger.Record{evRec(t, 1)}, strings.Repeat("k", 257))
+	_, err = s.Append(ctx, []ledger.Record{evRec(t, 1)}, strings.Repeat("k", ledger.MaxIdempotencyKey+1))
 	wantError(t, "long idempotency key", err, ledger.CodeInvalid, "Idempotency-Key")
 	_, err = s.Append(ctx, []ledger.Record{{Kind: "nonsense", Body: []byte(`{}`)}}, "")
 	wantError(t, "unknown kind", err, ledger.CodeInvalid, "kind")

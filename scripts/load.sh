@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Load run (make load; a short one in .ci/run): a real `ledger serve` on a
+# fresh database on a random loopback port, release 0.9.0 defined, then
+# cmd/ledger-load: writers alone for LOAD_ALONE, writers and readers for
+# LOAD_DURATION. Prints the JSON report with the machine's load average
+# and the server's peak RSS beside it; exits 1 on any error answer, and
+# with LOAD_CHECK=1 also when a target of RELIABILITY.md is missed.
+set -euo pipefail
+BIN=${LEDGER_BIN:-./bin/ledger}
+LOADBIN=${LEDGER_LOAD_BIN:-./bin/ledger-load}
+WRITERS=${LOAD_WRITERS:-64}
+READERS=${LOAD_READERS:-64}
+DURATION=${LOAD_DURATION:-60s}
+ALONE=${LOAD_ALONE:-20s}
+WORK=$(mktemp -d)
+DB="$WORK/ledger.db"
+ADMIN=$("$BIN" --db "$DB" token create --name load-admin --scope admin --role release-manager 2>/dev/null)
+REC=$("$BIN" --db "$DB" token create --name load --scope record 2>/dev/null)
+"$BIN" --db "$DB" serve --addr 127.0.0.1:0 ${LOAD_SERVE_FLAGS:-} >"$WORK/serve.out" 2>"$WORK/serve.err" &
+PID=$!
+trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
+URL=""
+for _ in $(seq 1 200); do
+  URL=$(sed -n 's|^ledger: serving on \(http://[^/]*\)/$|\1|p' "$WORK/serve.out")
+  [ -n "$URL" ] && break
+  kill -0 $PID 2>/dev/null || { cat "$WORK/serve.err"; echo "LOAD FAIL: server did not start"; exit 1; }
+  sleep 0.05
+done
+"$BIN" --server "$URL" --token "$ADMIN" release apply examples/release-0.9.0.yaml >/dev/null
+echo "load: $(nproc) cores, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+set +e
+"$LOADBIN" --server "$URL" --token "$REC" --release 0.9.0 --writers "$WRITERS" --readers "$READERS" --duration "$DURATION" --alone "$ALONE" >"$WORK/report.json"
+rc=$?
+set -e
+cat "$WORK/report.json"
+echo "load: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load: server peak RSS: $(sed -n 's/^VmHWM:\s*//p' /proc/$PID/status)"
+[ $rc -eq 0 ] || { echo "LOAD FAIL: ledger-load exited $rc (errors above)"; exit 1; }
+if [ "${LOAD_CHECK:-0}" = 1 ]; then
+  python3 - "$WORK/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rt = r["routes"]
+miss = []
+if r["write_ratio"] < 0.7: miss.append("write ratio %.2f < 0.7" % r["write_ratio"])
+for k in ("GET /releases/{version}", "GET /", "GET /api/v1/releases/{version}/readiness"):
+    if rt.get(k, {}).get("p99_ms", 1e9) >= 1000: miss.append("%s p99 %s ms >= 1000" % (k, rt.get(k, {}).get("p99_ms")))
+if rt.get("GET /api/v1/evidence/{id}/proof", {}).get("p99_ms", 1e9) >= 200: miss.append("proof p99 >= 200 ms")
+print("LOAD TARGETS MISSED: " + "; ".join(miss) if miss else "load: all targets met")
+sys.exit(1 if miss else 0)
+PY
+fi
