@@ -27,7 +27,7 @@ const (
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindOriginal:
 		return true
 	}
 	return false

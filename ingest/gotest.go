@@ -1,0 +1,173 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// testEvent is one line of a go test -json stream, as cmd/test2json
+// documents it (go doc cmd/test2json): Action is start, run, pause, cont,
+// pass, bench, fail, output, skip, build-output or build-fail; Test is
+// empty for package-level events; FailedBuild names the package whose
+// build failed a test binary.
+type testEvent struct {
+	Time        time.Time
+	Action      string
+	Package     string
+	ImportPath  string
+	Test        string
+	Elapsed     float64
+	Output      string
+	FailedBuild string
+}
+
+// DecodeGoTest reads a go test -json (test2json) stream. Every test and
+// subtest that ran is a case with id "package > TestName/subtest" and the
+// outcome of its pass, fail or skip event; a test that started and never
+// ended is incomplete. A package that failed without a failing test (a
+// build failure, a panic outside a test, TestMain) adds the case
+// "package > (package)" as an error; a build failure reported only through
+// build-fail or FailedBuild adds "package > (build)". A stream whose last
+// line is cut off, or that ends before a package's final event, is
+// truncated. Lines that are not JSON objects (stderr mixed in with 2>&1)
+// are skipped and counted in a note; a broken JSON object before the last
+// line is a CodeInvalid error naming its line.
+func DecodeGoTest(body []byte) (*Run, error) {
+	type key struct{ pkg, test string }
+	type state struct {
+		outcome Outcome
+		elapsed float64
+		order   int
+	}
+	tests := map[key]*state{}
+	pkgs := map[string]string{} // package -> final action ("" while running)
+	var pkgOrder []string
+	builds := map[string]bool{}
+	r := &Run{}
+	seenPkg := func(p string) {
+		if _, ok := pkgs[p]; !ok {
+			pkgs[p] = ""
+			pkgOrder = append(pkgOrder, p)
+		}
+	}
+	lines := bytes.Split(body, []byte("\n"))
+	skipped, events := 0, 0
+	for i, line := range lines {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] != '{' {
+			skipped++
+			continue
+		}
+		var ev testEvent
+		if err := json.Unmarshal(line, &ev); err != nil || ev.Action == "" {
+			if i == len(lines)-1 {
+				r.Truncated = true
+				r.Notes = append(r.Notes, "the stream's last line is cut off")
+				break
+			}
+			return nil, ledger.FieldError(fmt.Sprintf("line %d", i+1), "not a test2json event (want a JSON object with Action)")
+		}
+		events++
+		if !ev.Time.IsZero() {
+			if r.Started.IsZero() || ev.Time.Before(r.Started) {
+				r.Started = ev.Time.UTC()
+			}
+			if ev.Time.After(r.Finished) {
+				r.Finished = ev.Time.UTC()
+			}
+		}
+		switch ev.Action {
+		case "build-fail":
+			builds[ev.ImportPath] = true
+			continue
+		case "build-output":
+			continue
+		}
+		if ev.Package == "" {
+			continue
+		}
+		seenPkg(ev.Package)
+		if ev.FailedBuild != "" {
+			builds[ev.Package] = true
+		}
+		if ev.Test == "" {
+			switch ev.Action {
+			case "pass", "fail", "skip":
+				pkgs[ev.Package] = ev.Action
+			}
+			continue
+		}
+		k := key{ev.Package, ev.Test}
+		st := tests[k]
+		if st == nil {
+			st = &state{outcome: Incomplete, order: len(tests)}
+			tests[k] = st
+		}
+		switch ev.Action {
+		case "pass":
+			st.outcome, st.elapsed = Passed, ev.Elapsed
+		case "fail":
+			st.outcome, st.elapsed = Failed, ev.Elapsed
+		case "skip":
+			st.outcome, st.elapsed = Skipped, ev.Elapsed
+		}
+	}
+	if events == 0 {
+		return nil, ledger.FieldError("", "no test2json events: want the output of go test -json")
+	}
+	if skipped > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d line(s) that are not test2json events were skipped", skipped))
+	}
+	ids := caseIDs{}
+	ordered := make([]key, len(tests))
+	for k, st := range tests {
+		ordered[st.order] = k
+	}
+	failedIn := map[string]bool{}
+	for _, k := range ordered {
+		st := tests[k]
+		r.Cases = append(r.Cases, Case{ID: ids.next(k.pkg, k.test), Outcome: st.outcome, Duration: st.elapsed})
+		if st.outcome == Failed || st.outcome == Incomplete {
+			failedIn[k.pkg] = true
+		}
+	}
+	for _, p := range pkgOrder {
+		switch final := pkgs[p]; {
+		case builds[p]:
+			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
+		case final == "":
+			r.Truncated = true
+			r.Notes = append(r.Notes, "package "+clip(p)+" has no final result: the stream ends before it finished")
+		case final == "fail" && !failedIn[p]:
+			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(package)"), Outcome: Errored})
+		}
+	}
+	var orphans []string // builds that failed with no package events
+	for p := range builds {
+		if _, ok := pkgs[p]; !ok && p != "" {
+			orphans = append(orphans, p)
+		}
+	}
+	sort.Strings(orphans)
+	for _, p := range orphans {
+		r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
+	}
+	for _, k := range r.Cases {
+		if k.Outcome == Incomplete {
+			r.Notes = append(r.Notes, "incomplete: "+k.ID+" started and never ended")
+		}
+	}
+	if strings.TrimSpace(string(body)) == "" {
+		return nil, ledger.FieldError("", "empty stream")
+	}
+	return r, nil
+}

@@ -1,0 +1,279 @@
+package ingest
+
+import (
+	"context"
+	"crypto"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+	"github.com/sigstore/sigstore/pkg/signature"
+)
+
+// The in-toto names, from github.com/in-toto/attestation (spec/v1 and
+// spec/predicates/test-result.md).
+const (
+	StatementV1         = "https://in-toto.io/Statement/v1"
+	StatementV01        = "https://in-toto.io/Statement/v0.1"
+	PredicateTestResult = "https://in-toto.io/attestation/test-result/v0.1"
+)
+
+// Statement is an in-toto Statement (v1; v0.1 reads the same fields).
+type Statement struct {
+	Type          string               `json:"_type"`
+	Subject       []ResourceDescriptor `json:"subject"`
+	PredicateType string               `json:"predicateType"`
+	Predicate     json.RawMessage      `json:"predicate,omitempty"`
+}
+
+// ResourceDescriptor is the subset of an in-toto ResourceDescriptor the
+// ledger reads: a name and digests by algorithm ("sha256", "gitCommit",
+// "gitTree"); other fields are ignored.
+type ResourceDescriptor struct {
+	Name   string            `json:"name,omitempty"`
+	URI    string            `json:"uri,omitempty"`
+	Digest map[string]string `json:"digest,omitempty"`
+}
+
+// TestResult is the test-result predicate v0.1: result is PASSED, WARNED
+// or FAILED; the test lists name cases.
+type TestResult struct {
+	Result        string               `json:"result"`
+	Configuration []ResourceDescriptor `json:"configuration,omitempty"`
+	URL           string               `json:"url,omitempty"`
+	PassedTests   []string             `json:"passedTests"`
+	WarnedTests   []string             `json:"warnedTests"`
+	FailedTests   []string             `json:"failedTests"`
+}
+
+// RunnerKey is a key registered with the ledger for a runner: a name, the
+// DSSE key id its signatures carry ("" when they carry none) and the
+// public key (*ecdsa.PublicKey, ed25519.PublicKey or *rsa.PublicKey).
+type RunnerKey struct {
+	Name   string
+	KeyID  string
+	Public crypto.PublicKey
+}
+
+// KeyResolver returns the registered runner keys a DSSE envelope may be
+// signed with. Implementations must be safe for concurrent use.
+type KeyResolver interface {
+	RunnerKeys(ctx context.Context) ([]RunnerKey, error)
+}
+
+// StaticKeys is a KeyResolver over a fixed list of keys.
+type StaticKeys []RunnerKey
+
+// RunnerKeys returns the list.
+func (s StaticKeys) RunnerKeys(context.Context) ([]RunnerKey, error) { return s, nil }
+
+// DecodeStatement reads an in-toto Statement and checks its type and
+// subjects; it does not check the predicate type (see Params).
+func DecodeStatement(body []byte) (*Statement, error) {
+	var st Statement
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, ledger.FieldError("", "not an in-toto Statement: malformed JSON")
+	}
+	if st.Type != StatementV1 && st.Type != StatementV01 {
+		return nil, ledger.FieldError("_type", "want %s, got %q", StatementV1, clip(st.Type))
+	}
+	if len(st.Subject) == 0 {
+		return nil, ledger.FieldError("subject", "a Statement needs at least one subject")
+	}
+	if st.PredicateType == "" {
+		return nil, ledger.FieldError("predicateType", "required")
+	}
+	return &st, nil
+}
+
+func decodeStatement(body []byte, p Params) (*Run, error) {
+	st, err := DecodeStatement(body)
+	if err != nil {
+		return nil, err
+	}
+	return p.statementRun(st)
+}
+
+// statementRun maps a Statement to a run: subjects with a sha256 digest
+// become artifact pins by name, a subject with gitCommit (and gitTree)
+// the repository (its name, when given), commit and tree; the
+// test-result predicate's lists become cases; any other predicate type
+// the lane expects is one case named after the predicate type, passed.
+func (p Params) statementRun(st *Statement) (*Run, error) {
+	want := p.PredicateType
+	if want == "" {
+		want = PredicateTestResult
+	}
+	if st.PredicateType != want {
+		return nil, ledger.FieldError("predicateType", "the lane expects %s, the statement is %s", clip(want), clip(st.PredicateType))
+	}
+	subj := &ledger.Subject{Artifacts: map[string]string{}}
+	for i, sd := range st.Subject {
+		field := fmt.Sprintf("subject[%d]", i)
+		used := false
+		if d, ok := sd.Digest["sha256"]; ok {
+			if len(d) != 64 || !ledger.LowerHex(d) {
+				return nil, ledger.FieldError(field+".digest.sha256", "want 64 lowercase hex digits")
+			}
+			if sd.Name == "" {
+				return nil, ledger.FieldError(field+".name", "an artifact subject needs a name")
+			}
+			if old, dup := subj.Artifacts[sd.Name]; dup && old != "sha256:"+d {
+				return nil, ledger.FieldError(field+".name", "subject %q is pinned twice to different digests", clip(sd.Name))
+			}
+			subj.Artifacts[sd.Name] = "sha256:" + d
+			used = true
+		}
+		if c, ok := sd.Digest["gitCommit"]; ok {
+			if !ledger.ValidObjectID(c) || subj.Commit != "" && subj.Commit != c {
+				return nil, ledger.FieldError(field+".digest.gitCommit", "want one 40 or 64 lowercase hex commit id")
+			}
+			subj.Commit, subj.Repository, used = c, strings.TrimSpace(sd.Name), true
+			if t, ok := sd.Digest["gitTree"]; ok {
+				if !ledger.ValidObjectID(t) {
+					return nil, ledger.FieldError(field+".digest.gitTree", "want 40 or 64 lowercase hex digits")
+				}
+				subj.Tree = t
+			}
+		}
+		if !used {
+			return nil, ledger.FieldError(field+".digest", "needs a sha256 or gitCommit digest")
+		}
+	}
+	r := &Run{Subject: subj, PredicateType: st.PredicateType}
+	if st.PredicateType != PredicateTestResult {
+		r.Cases = []Case{{ID: st.PredicateType, Outcome: Passed}}
+		return r, nil
+	}
+	var tr TestResult
+	if err := ledger.DecodeStrict(st.Predicate, &tr); err != nil {
+		var le *ledger.Error
+		if errors.As(err, &le) {
+			le.Field = "predicate." + le.Field
+		}
+		return nil, err
+	}
+	ids := caseIDs{}
+	for _, l := range []struct {
+		names   []string
+		outcome Outcome
+	}{{tr.PassedTests, Passed}, {tr.WarnedTests, Flaky}, {tr.FailedTests, Failed}} {
+		for _, n := range l.names {
+			r.Cases = append(r.Cases, Case{ID: ids.next(n), Outcome: l.outcome})
+		}
+	}
+	c := r.Tally()
+	switch tr.Result {
+	case "PASSED":
+		if c.Failed+c.Flaky > 0 {
+			return nil, ledger.FieldError("predicate.result", "PASSED with warned or failed tests")
+		}
+	case "WARNED":
+		if c.Flaky == 0 {
+			r.Cases = append(r.Cases, Case{ID: ids.next("(result WARNED)"), Outcome: Flaky})
+		}
+	case "FAILED":
+		if c.Failed == 0 {
+			r.Cases = append(r.Cases, Case{ID: ids.next("(result FAILED)"), Outcome: Failed})
+		}
+	default:
+		return nil, ledger.FieldError("predicate.result", "want PASSED, WARNED or FAILED, got %q", clip(tr.Result))
+	}
+	return r, nil
+}
+
+// keyVerifier adapts a runner key to the DSSE library's Verifier with
+// sigstore's verifiers (ECDSA P-256/384/521 and RSA PKCS#1 v1.5 over
+// SHA-256, Ed25519 over the message).
+type keyVerifier struct {
+	key RunnerKey
+	v   signature.Verifier
+}
+
+func (k keyVerifier) Verify(_ context.Context, data, sig []byte) error {
+	return k.v.VerifySignature(strings.NewReader(string(sig)), strings.NewReader(string(data)))
+}
+func (k keyVerifier) KeyID() (string, error)   { return k.key.KeyID, nil }
+func (k keyVerifier) Public() crypto.PublicKey { return k.key.Public }
+
+// VerifyEnvelope checks a DSSE envelope against the runner keys of keys:
+// the payload type must be payloadType, and at least one signature must
+// verify with a registered key over the DSSE pre-authentication encoding
+// (github.com/secure-systems-lab/dsse protocol.md). It returns the
+// payload and the key that verified. A wrong payload type is a
+// CodeInvalid error naming "payloadType"; no verifying signature is
+// CodeUnauthorized.
+func VerifyEnvelope(ctx context.Context, body []byte, payloadType string, keys KeyResolver) ([]byte, RunnerKey, error) {
+	var env dsse.Envelope
+	if err := ledger.DecodeStrict(body, &env); err != nil {
+		return nil, RunnerKey{}, err
+	}
+	if env.PayloadType != payloadType {
+		return nil, RunnerKey{}, ledger.FieldError("payloadType", "want %s, got %q", payloadType, clip(env.PayloadType))
+	}
+	if len(env.Signatures) == 0 {
+		return nil, RunnerKey{}, ledger.FieldError("signatures", "the envelope is not signed")
+	}
+	if keys == nil {
+		return nil, RunnerKey{}, ledger.Errorf(ledger.CodeUnauthorized, "no runner keys are registered: a DSSE envelope cannot be verified")
+	}
+	list, err := keys.RunnerKeys(ctx)
+	if err != nil {
+		return nil, RunnerKey{}, err
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	var vs []dsse.Verifier
+	for _, k := range list {
+		v, err := signature.LoadVerifier(k.Public, crypto.SHA256)
+		if err != nil {
+			continue
+		}
+		vs = append(vs, keyVerifier{k, v})
+	}
+	if len(vs) == 0 {
+		return nil, RunnerKey{}, ledger.Errorf(ledger.CodeUnauthorized, "no usable runner keys are registered")
+	}
+	ev, err := dsse.NewEnvelopeVerifier(vs...)
+	if err != nil {
+		return nil, RunnerKey{}, err
+	}
+	accepted, payload, err := ev.VerifyAndDecode(ctx, &env)
+	if err != nil || len(accepted) == 0 {
+		return nil, RunnerKey{}, ledger.Errorf(ledger.CodeUnauthorized, "signatures: no signature verifies with a registered runner key")
+	}
+	for _, k := range list {
+		if k.Public == accepted[0].Public || publicEqual(k.Public, accepted[0].Public) {
+			return payload, k, nil
+		}
+	}
+	return nil, RunnerKey{}, ledger.Errorf(ledger.CodeInternal, "verified key not found")
+}
+
+func publicEqual(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	if e, ok := a.(equaler); ok {
+		return e.Equal(b)
+	}
+	return false
+}
+
+func decodeDSSE(ctx context.Context, body []byte, p Params) (*Run, error) {
+	payload, key, err := VerifyEnvelope(ctx, body, MediaInToto, p.Keys)
+	if err != nil {
+		return nil, err
+	}
+	st, err := DecodeStatement(payload)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.statementRun(st)
+	if err != nil {
+		return nil, err
+	}
+	r.Identity = &Identity{Kind: "runner-key", Name: key.Name, KeyID: key.KeyID}
+	return r, nil
+}
