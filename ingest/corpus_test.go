@@ -107,8 +107,8 @@ func checkOriginal(t *testing.T, res *Result, body []byte) {
 func TestJUnitEdgeCases(t *testing.T) {
 	dir := corpusDir(t, "junit/edge-cases")
 	for _, tc := range []struct {
-		file                                  string
-		err                                   string // "" when it records
+		file                                   string
+		err                                    string // "" when it records
 		tests, passed, failed, errors, skipped int
 	}{
 		{file: "corrupt-xml.xml", err: "malformed XML"},

@@ -87,7 +87,9 @@ func DecodeGoTest(body []byte) (*Run, error) {
 		}
 		switch ev.Action {
 		case "build-fail":
-			builds[ev.ImportPath] = true
+			// "pkg [pkg.test]" names the test variant of pkg.
+			p, _, _ := strings.Cut(ev.ImportPath, " [")
+			builds[p] = true
 			continue
 		case "build-output":
 			continue

@@ -539,3 +539,24 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// ParseArtifacts reads artifact pins given as "NAME=sha256:HEX" (the
+// --artifact flag, the artifact query parameter) into a map; a malformed
+// or repeated pin is a CodeInvalid error naming "artifact".
+func ParseArtifacts(pins []string) (map[string]string, error) {
+	if len(pins) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pins))
+	for _, p := range pins {
+		name, d, ok := strings.Cut(p, "=")
+		if !ok || name == "" || !ledger.ValidDigest(d) {
+			return nil, ledger.FieldError("artifact", "want NAME=sha256:<64 lowercase hex>, got %q", clip(p))
+		}
+		if old, dup := out[name]; dup && old != d {
+			return nil, ledger.FieldError("artifact", "artifact %q is pinned twice", clip(name))
+		}
+		out[name] = d
+	}
+	return out, nil
+}

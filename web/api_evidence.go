@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -141,44 +140,18 @@ func appendBatchJSON(entries []AppendedJSON, cp ledger.Checkpoint) ([]byte, erro
 }
 
 // handlePostEvidence appends one evidence object or an array of them,
-// atomically. Idempotency-Key replays return the original result.
+// or any format package ingest decodes (chosen by Content-Type; the
+// original and the evidence naming it), atomically. Idempotency-Key replays return the original result.
 func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
-	if err := requireJSON(r); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	body, err := s.readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	trimmed := bytes.TrimSpace(body)
-	var raws []json.RawMessage
-	single := true
-	switch {
-	case len(trimmed) == 0:
-		s.writeError(w, r, ledger.FieldError("", "empty body: send an evidence object or an array of them"))
+	recs, single, err := s.decodeEvidenceBody(r, body)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
-	case trimmed[0] == '[':
-		single = false
-		var err error
-		if raws, err = ledger.SplitArray(trimmed); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if len(raws) == 0 {
-			s.writeError(w, r, ledger.FieldError("", "empty array: nothing to record"))
-			return
-		}
-	case trimmed[0] == '{':
-		raws = []json.RawMessage{trimmed}
-	default:
-		s.writeError(w, r, ledger.FieldError("", "body must be a JSON object or array"))
-		return
-	}
-	recs := make([]ledger.Record, len(raws))
-	for i, raw := range raws {
-		recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
 	}
 	res, err := s.store.Append(r.Context(), recs, r.Header.Get("Idempotency-Key"))
 	if err != nil {

@@ -2,25 +2,44 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"strings"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/spf13/cobra"
 )
 
+// recordFlags supply what a format lacks (package ingest's Params).
+type recordFlags struct {
+	format, lane, backend, repository, commit, tree string
+	artifacts                                       []string
+	fromGit                                         bool
+}
+
 func newRecordCmd(a *app) *cobra.Command {
 	var idem string
+	var f recordFlags
 	cmd := &cobra.Command{
 		Use:   "record FILE|-",
-		Short: "Append evidence (a JSON object or an array of them) to the ledger, atomically",
+		Short: "Append evidence (ledger JSON, JUnit XML, go test -json, in-toto, DSSE) to the ledger, atomically",
 		Long: `Append evidence records to the log. With --server the records go through the
-HTTP API (POST /api/v1/evidence, needs a token of scope record); otherwise
-they are appended to the local database given by --db. An array is appended
-atomically: all records or none. Identical records already in the log are not
-appended again.
+HTTP API (POST /api/v1/evidence, needs a token of scope record; the server
+decodes and verifies the input); otherwise they are appended to the local
+database given by --db. An array is appended atomically: all records or none.
+Identical records already in the log are not appended again.
+
+--format is evidence (the ledger's JSON), junit, gotest (go test -json),
+in-toto or dsse; auto (the default) detects it from the file. Every format but
+evidence is kept byte for byte as an "original" entry that the evidence names
+by id and digest, and needs --lane and --backend; --repository, --commit and
+--tree (or --from-git, the current checkout) unless the input carries them;
+--artifact NAME=sha256:HEX pins artifacts. An input whose own subject
+disagrees with the flags is refused.
 
 Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 		Args: cobra.ExactArgs(1),
@@ -35,31 +54,38 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 			if err != nil {
 				return errExit(2, "read evidence: %v", err)
 			}
-			trimmed := bytes.TrimSpace(data)
-			if len(trimmed) == 0 {
-				return errExit(2, "%s is empty: want an evidence JSON object or array", args[0])
+			if len(bytes.TrimSpace(data)) == 0 {
+				return errExit(2, "%s is empty: want evidence JSON, JUnit XML, a go test -json stream, an in-toto Statement or a DSSE envelope", args[0])
 			}
-			var raws []json.RawMessage
-			if trimmed[0] == '[' {
-				if raws, err = ledger.SplitArray(trimmed); err != nil {
+			format := f.format
+			if format == "auto" || format == "" {
+				if format, err = ingest.Detect(args[0], data); err != nil {
 					return errExit(2, "record %s: %v", args[0], err)
 				}
-				if len(raws) == 0 {
-					return errExit(2, "record %s: empty array, nothing to record", args[0])
-				}
-			} else {
-				raws = []json.RawMessage{trimmed}
 			}
-			recs := make([]ledger.Record, len(raws))
-			for i, r := range raws {
-				recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: r}
+			mediaType, err := ingest.MediaTypeOf(format)
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			p, err := f.params()
+			if err != nil {
+				return errExit(2, "record %s: %v", args[0], err)
 			}
 			l, err := a.openLedger(cmd.Context(), ledgerOptions{})
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
 			defer l.Close()
-			res, err := l.Append(cmd.Context(), recs, idem)
+			var res *ledger.AppendResult
+			if rl, ok := l.(remoteLedger); ok && format != ingest.FormatEvidence {
+				res, err = rl.Ingest(cmd.Context(), mediaType, data, client.IngestParams{Lane: p.Lane, Backend: string(p.Backend),
+					Repository: p.Repository, Commit: p.Commit, Tree: p.Tree, Artifacts: f.artifacts}, idem)
+			} else {
+				var dec *ingest.Result
+				if dec, err = ingest.DecodeFormat(cmd.Context(), format, data, p); err == nil {
+					res, err = l.Append(cmd.Context(), dec.Records, idem)
+				}
+			}
 			if err != nil {
 				return errExit(2, "record %s: %v", args[0], err)
 			}
@@ -71,12 +97,81 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 				if e.Existing {
 					state = "already present"
 				}
-				fmt.Fprintf(a.stdout, "%s  id=%s  index=%d  leaf=%s\n", state, e.ID, e.Index, e.LeafHash)
+				kind := ""
+				if e.Kind == ledger.KindOriginal {
+					kind = "  (original)"
+				}
+				fmt.Fprintf(a.stdout, "%s  id=%s  index=%d  leaf=%s%s\n", state, e.ID, e.Index, e.LeafHash, kind)
 			}
 			fmt.Fprintf(a.stdout, "checkpoint: size=%d root=%s\n", res.Checkpoint.Size, res.Checkpoint.Root)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&idem, "idempotency-key", "", "replaying the same key returns the original result and appends nothing")
+	fl := cmd.Flags()
+	fl.StringVar(&idem, "idempotency-key", "", "replaying the same key returns the original result and appends nothing")
+	fl.StringVar(&f.format, "format", "auto", "input format: auto, "+strings.Join(ingest.FormatNames(), ", "))
+	fl.StringVar(&f.lane, "lane", "", "lane the run belongs to (name/vN), for formats that lack one")
+	fl.StringVar(&f.backend, "backend", "", "backend the run used ("+ledger.BackendList()+")")
+	fl.StringVar(&f.repository, "repository", "", "repository the run tested")
+	fl.StringVar(&f.commit, "commit", "", "commit id the run tested (40 or 64 hex)")
+	fl.StringVar(&f.tree, "tree", "", "tree id of that commit")
+	fl.StringArrayVar(&f.artifacts, "artifact", nil, "artifact pin NAME=sha256:HEX (repeatable)")
+	fl.BoolVar(&f.fromGit, "from-git", false, "take repository, commit and tree from the git checkout in the current directory (refused when the work tree is dirty)")
 	return cmd
+}
+
+// params turns the flags into ingest.Params; --from-git fills repository,
+// commit and tree from the checkout in the working directory.
+func (f *recordFlags) params() (ingest.Params, error) {
+	p := ingest.Params{Lane: f.lane, Backend: ledger.Backend(f.backend), Repository: f.repository, Commit: f.commit, Tree: f.tree}
+	arts, err := ingest.ParseArtifacts(f.artifacts)
+	if err != nil {
+		return p, err
+	}
+	p.Artifacts = arts
+	if !f.fromGit {
+		return p, nil
+	}
+	git := func(args ...string) (string, error) {
+		out, err := exec.Command("git", args...).Output()
+		if err != nil {
+			return "", ledger.FieldError("from-git", "git %s failed: %v", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	commit, err := git("rev-parse", "HEAD")
+	if err != nil {
+		return p, err
+	}
+	tree, err := git("rev-parse", "HEAD^{tree}")
+	if err != nil {
+		return p, err
+	}
+	status, err := git("status", "--porcelain", "--untracked-files=no")
+	if err != nil {
+		return p, err
+	}
+	if status != "" {
+		return p, ledger.FieldError("from-git", "the work tree has uncommitted changes: evidence about a dirty tree never counts")
+	}
+	repo := f.repository
+	if repo == "" {
+		if repo, _ = git("config", "--get", "remote.origin.url"); repo == "" {
+			return p, ledger.FieldError("repository", "--from-git found no remote.origin.url: give --repository")
+		}
+	}
+	for _, c := range []struct{ name, flag, git string }{{"commit", f.commit, commit}, {"tree", f.tree, tree}} {
+		if c.flag != "" && c.flag != c.git {
+			return p, ledger.FieldError(c.name, "--%s %s disagrees with the checkout's %s", c.name, clipFlag(c.flag), c.git)
+		}
+	}
+	p.Repository, p.Commit, p.Tree = repo, commit, tree
+	return p, nil
+}
+
+func clipFlag(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
