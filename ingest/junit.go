@@ -207,7 +207,7 @@ func xmlError(err error, dec *xml.Decoder) error {
 	case errors.As(err, &se):
 		return ledger.FieldError("xml", "malformed XML at line %d", se.Line)
 	case errors.Is(err, io.EOF):
-		return ledger.FieldError("xml", "empty document: no root element")
+		return ledger.FieldError("xml", "not an XML document: no root element")
 	}
 	line, _ := dec.InputPos()
 	return ledger.FieldError("xml", "malformed XML at line %d", line)
