@@ -85,9 +85,11 @@ func formatOf(mediaType string) (string, error) {
 		return FormatInToto, nil
 	case MediaDSSE:
 		return FormatDSSE, nil
+	case MediaSigstoreBundle, "application/vnd.dev.sigstore.bundle+json", "application/vnd.dev.sigstore.bundle.v0.2+json", "application/vnd.dev.sigstore.bundle.v0.1+json":
+		return FormatSigstore, nil
 	}
 	return "", ledger.Errorf(ledger.CodeUnsupported, "Content-Type %q is not supported: send %s", clip(mt),
-		strings.Join([]string{MediaEvidence, MediaJUnit, MediaGoTest, MediaInToto, MediaDSSE}, ", "))
+		strings.Join([]string{MediaEvidence, MediaJUnit, MediaGoTest, MediaInToto, MediaDSSE, MediaSigstoreBundle}, ", "))
 }
 
 // Params supplies what a format lacks. Lane and Backend are required by
@@ -111,6 +113,9 @@ type Params struct {
 	// Keys resolves the runner keys a DSSE envelope may be signed with;
 	// nil refuses every DSSE envelope.
 	Keys KeyResolver
+	// Sigstore is the lane's Sigstore trust policy; nil refuses every
+	// Sigstore bundle.
+	Sigstore *SigstorePolicy
 }
 
 // Result is what Decode returns: the records to append, in order, as one
@@ -157,6 +162,8 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 		run, err = decodeStatement(body, p)
 	case FormatDSSE:
 		run, err = decodeDSSE(ctx, body, p)
+	case FormatSigstore:
+		run, err = decodeBundle(body, p)
 	}
 	if err != nil {
 		return nil, err
@@ -208,7 +215,11 @@ func Detect(name string, body []byte) (string, error) {
 	if json.Unmarshal(b, &probe) != nil {
 		return "", ledger.FieldError("format", "not one JSON value nor a test2json stream: give --format")
 	}
+	var mt string
+	_ = json.Unmarshal(probe["mediaType"], &mt)
 	switch {
+	case strings.HasPrefix(mt, "application/vnd.dev.sigstore.bundle"):
+		return FormatSigstore, nil
 	case probe["payloadType"] != nil:
 		return FormatDSSE, nil
 	case probe["_type"] != nil:
@@ -285,11 +296,12 @@ type Declared struct {
 }
 
 // Identity is who produced a signed input: the runner key that signed a
-// DSSE envelope.
+// DSSE envelope, or the Sigstore certificate identity of a bundle.
 type Identity struct {
-	Kind  string `json:"kind"` // "runner-key"
-	Name  string `json:"name"`
-	KeyID string `json:"keyid,omitempty"`
+	Kind   string `json:"kind"` // "runner-key" or "sigstore-certificate"
+	Name   string `json:"name"` // the key's registered name, or the certificate's SAN
+	KeyID  string `json:"keyid,omitempty"`
+	Issuer string `json:"issuer,omitempty"` // the certificate's OIDC issuer
 }
 
 // Run is what a decoder found: the cases, the file's own counts where it

@@ -20,6 +20,9 @@ const (
 	StatementV1         = "https://in-toto.io/Statement/v1"
 	StatementV01        = "https://in-toto.io/Statement/v0.1"
 	PredicateTestResult = "https://in-toto.io/attestation/test-result/v0.1"
+	// AnyPredicate as Params.PredicateType accepts every predicate type
+	// (a lane whose rule maps any attestation to one passed case).
+	AnyPredicate = "*"
 )
 
 // Statement is an in-toto Statement (v1; v0.1 reads the same fields).
@@ -42,12 +45,12 @@ type ResourceDescriptor struct {
 // TestResult is the test-result predicate v0.1: result is PASSED, WARNED
 // or FAILED; the test lists name cases.
 type TestResult struct {
-	Result        string               `json:"result"`
-	Configuration []ResourceDescriptor `json:"configuration,omitempty"`
-	URL           string               `json:"url,omitempty"`
-	PassedTests   []string             `json:"passedTests"`
-	WarnedTests   []string             `json:"warnedTests"`
-	FailedTests   []string             `json:"failedTests"`
+	Result        string            `json:"result"`
+	Configuration []json.RawMessage `json:"configuration,omitempty"` // ResourceDescriptors, kept as given
+	URL           string            `json:"url,omitempty"`
+	PassedTests   []string          `json:"passedTests"`
+	WarnedTests   []string          `json:"warnedTests"`
+	FailedTests   []string          `json:"failedTests"`
 }
 
 // RunnerKey is a key registered with the ledger for a runner: a name, the
@@ -108,7 +111,7 @@ func (p Params) statementRun(st *Statement) (*Run, error) {
 	if want == "" {
 		want = PredicateTestResult
 	}
-	if st.PredicateType != want {
+	if st.PredicateType != want && want != AnyPredicate {
 		return nil, ledger.FieldError("predicateType", "the lane expects %s, the statement is %s", clip(want), clip(st.PredicateType))
 	}
 	subj := &ledger.Subject{Artifacts: map[string]string{}}
@@ -210,6 +213,14 @@ func (k keyVerifier) Public() crypto.PublicKey { return k.key.Public }
 func VerifyEnvelope(ctx context.Context, body []byte, payloadType string, keys KeyResolver) ([]byte, RunnerKey, error) {
 	var env dsse.Envelope
 	if err := ledger.DecodeStrict(body, &env); err != nil {
+		var certEnv struct {
+			Signatures []struct {
+				Cert string `json:"cert"`
+			} `json:"signatures"`
+		}
+		if json.Unmarshal(body, &certEnv) == nil && len(certEnv.Signatures) > 0 && certEnv.Signatures[0].Cert != "" {
+			return nil, RunnerKey{}, ledger.FieldError("signatures[0].cert", "a certificate-signed envelope is verified through its transparency-log entry: send its Sigstore bundle")
+		}
 		return nil, RunnerKey{}, err
 	}
 	if env.PayloadType != payloadType {
@@ -246,7 +257,7 @@ func VerifyEnvelope(ctx context.Context, body []byte, payloadType string, keys K
 		return nil, RunnerKey{}, ledger.Errorf(ledger.CodeUnauthorized, "signatures: no signature verifies with a registered runner key")
 	}
 	for _, k := range list {
-		if k.Public == accepted[0].Public || publicEqual(k.Public, accepted[0].Public) {
+		if publicEqual(k.Public, accepted[0].Public) {
 			return payload, k, nil
 		}
 	}
