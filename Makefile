@@ -5,7 +5,7 @@ DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
-.PHONY: build run serve test test-short e2e bench soak fuzz vet device-bin clean
+.PHONY: build run serve test test-short e2e bench soak fuzz fuzz-ingest vet device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -41,6 +41,14 @@ soak:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrepareEvidence -fuzztime 30s ./ledger
 	$(GO) test -run '^$$' -fuzz FuzzPostEvidence -fuzztime 30s ./web
+	$(MAKE) fuzz-ingest FUZZTIME=30s
+
+# Each ingest decoder's fuzz target in turn (CI runs it with FUZZTIME=5s).
+FUZZTIME ?= 5s
+fuzz-ingest:
+	for f in FuzzJUnit FuzzGoTest FuzzStatement FuzzDSSE FuzzBundle FuzzDetect; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./ingest || exit 1; \
+	done
 
 # A static linux/amd64 binary for the GPU device machine (no cgo).
 device-bin:

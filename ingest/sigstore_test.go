@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/sigstore/sigstore-go/pkg/root"
 )
 
 // TestAttestCorpus gives every attestation and bundle of the shared corpus
@@ -164,4 +165,14 @@ func TestSigstoreGoCorpus(t *testing.T) {
 			t.Errorf("%s: err = %v, want %s naming %q", tc.file, err, tc.code, tc.reason)
 		}
 	}
+}
+
+// emptyRoot is a trusted root with no authorities: nothing verifies.
+func emptyRoot(t *testing.T) *root.TrustedRoot {
+	t.Helper()
+	tr, err := root.NewTrustedRootFromJSON([]byte(`{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
