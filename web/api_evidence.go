@@ -233,6 +233,9 @@ func (s *Server) handleGetEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if s.serveEvidenceFormat(w, r, e) {
+		return
+	}
 	s.writeJSON(w, http.StatusOK, evidenceJSON(e, true))
 }
 
