@@ -39,112 +39,128 @@ type testEvent struct {
 // are skipped and counted in a note; a broken JSON object before the last
 // line is a CodeInvalid error naming its line.
 func DecodeGoTest(body []byte) (*Run, error) {
-	type key struct{ pkg, test string }
-	type state struct {
-		outcome Outcome
-		elapsed float64
-		order   int
-	}
-	tests := map[key]*state{}
-	pkgs := map[string]string{} // package -> final action ("" while running)
-	var pkgOrder []string
-	builds := map[string]bool{}
-	r := &Run{}
-	seenPkg := func(p string) {
-		if _, ok := pkgs[p]; !ok {
-			pkgs[p] = ""
-			pkgOrder = append(pkgOrder, p)
-		}
-	}
+	g := &goTestState{tests: map[testKey]*testState{}, pkgs: map[string]string{}, builds: map[string]bool{}, r: &Run{}}
 	lines := bytes.Split(body, []byte("\n"))
-	skipped, events := 0, 0
 	for i, line := range lines {
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
 		}
 		if line[0] != '{' {
-			skipped++
+			g.skipped++
 			continue
 		}
 		var ev testEvent
 		if err := json.Unmarshal(line, &ev); err != nil || ev.Action == "" {
 			if i == len(lines)-1 {
-				r.Truncated = true
-				r.Notes = append(r.Notes, "the stream's last line is cut off")
+				g.r.Truncated = true
+				g.r.Notes = append(g.r.Notes, "the stream's last line is cut off")
 				break
 			}
 			return nil, ledger.FieldError(fmt.Sprintf("line %d", i+1), "not a test2json event (want a JSON object with Action)")
 		}
-		events++
-		if !ev.Time.IsZero() {
-			if r.Started.IsZero() || ev.Time.Before(r.Started) {
-				r.Started = ev.Time.UTC()
-			}
-			if ev.Time.After(r.Finished) {
-				r.Finished = ev.Time.UTC()
-			}
-		}
-		switch ev.Action {
-		case "build-fail":
-			// "pkg [pkg.test]" names the test variant of pkg.
-			p, _, _ := strings.Cut(ev.ImportPath, " [")
-			builds[p] = true
-			continue
-		case "build-output":
-			continue
-		}
-		if ev.Package == "" {
-			continue
-		}
-		seenPkg(ev.Package)
-		if ev.FailedBuild != "" {
-			builds[ev.Package] = true
-		}
-		if ev.Test == "" {
-			switch ev.Action {
-			case "pass", "fail", "skip":
-				pkgs[ev.Package] = ev.Action
-			}
-			continue
-		}
-		k := key{ev.Package, ev.Test}
-		st := tests[k]
-		if st == nil {
-			st = &state{outcome: Incomplete, order: len(tests)}
-			tests[k] = st
-		}
-		switch ev.Action {
-		case "pass":
-			st.outcome, st.elapsed = Passed, ev.Elapsed
-		case "fail":
-			st.outcome, st.elapsed = Failed, ev.Elapsed
-		case "skip":
-			st.outcome, st.elapsed = Skipped, ev.Elapsed
-		}
+		g.event(ev)
 	}
-	if events == 0 {
+	if g.events == 0 {
 		return nil, ledger.FieldError("", "no test2json events: want the output of go test -json")
 	}
-	if skipped > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d line(s) that are not test2json events were skipped", skipped))
+	return g.finish(), nil
+}
+
+type testKey struct{ pkg, test string }
+
+type testState struct {
+	outcome Outcome
+	elapsed float64
+	order   int
+}
+
+// goTestState accumulates a stream's events.
+type goTestState struct {
+	tests    map[testKey]*testState
+	pkgs     map[string]string // package -> final action ("" while running)
+	pkgOrder []string
+	builds   map[string]bool
+	events   int
+	skipped  int
+	r        *Run
+}
+
+func (g *goTestState) event(ev testEvent) {
+	g.events++
+	r := g.r
+	if !ev.Time.IsZero() {
+		if r.Started.IsZero() || ev.Time.Before(r.Started) {
+			r.Started = ev.Time.UTC()
+		}
+		if ev.Time.After(r.Finished) {
+			r.Finished = ev.Time.UTC()
+		}
+	}
+	switch ev.Action {
+	case "build-fail":
+		// "pkg [pkg.test]" names the test variant of pkg.
+		p, _, _ := strings.Cut(ev.ImportPath, " [")
+		g.builds[p] = true
+		return
+	case "build-output":
+		return
+	}
+	if ev.Package == "" {
+		return
+	}
+	if _, ok := g.pkgs[ev.Package]; !ok {
+		g.pkgs[ev.Package] = ""
+		g.pkgOrder = append(g.pkgOrder, ev.Package)
+	}
+	if ev.FailedBuild != "" {
+		g.builds[ev.Package] = true
+	}
+	if ev.Test == "" {
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			g.pkgs[ev.Package] = ev.Action
+		}
+		return
+	}
+	k := testKey{ev.Package, ev.Test}
+	st := g.tests[k]
+	if st == nil {
+		st = &testState{outcome: Incomplete, order: len(g.tests)}
+		g.tests[k] = st
+	}
+	switch ev.Action {
+	case "pass":
+		st.outcome, st.elapsed = Passed, ev.Elapsed
+	case "fail":
+		st.outcome, st.elapsed = Failed, ev.Elapsed
+	case "skip":
+		st.outcome, st.elapsed = Skipped, ev.Elapsed
+	}
+}
+
+// finish turns the accumulated tests and packages into the run's cases.
+func (g *goTestState) finish() *Run {
+	r := g.r
+	if g.skipped > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d line(s) that are not test2json events were skipped", g.skipped))
 	}
 	ids := caseIDs{}
-	ordered := make([]key, len(tests))
-	for k, st := range tests {
+	ordered := make([]testKey, len(g.tests))
+	for k, st := range g.tests {
 		ordered[st.order] = k
 	}
 	failedIn := map[string]bool{}
 	for _, k := range ordered {
-		st := tests[k]
+		st := g.tests[k]
 		r.Cases = append(r.Cases, Case{ID: ids.next(k.pkg, k.test), Outcome: st.outcome, Duration: st.elapsed})
 		if st.outcome == Failed || st.outcome == Incomplete {
 			failedIn[k.pkg] = true
 		}
 	}
-	for _, p := range pkgOrder {
-		switch final := pkgs[p]; {
-		case builds[p]:
+	for _, p := range g.pkgOrder {
+		switch final := g.pkgs[p]; {
+		case g.builds[p]:
 			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
 		case final == "":
 			r.Truncated = true
@@ -154,8 +170,8 @@ func DecodeGoTest(body []byte) (*Run, error) {
 		}
 	}
 	var orphans []string // builds that failed with no package events
-	for p := range builds {
-		if _, ok := pkgs[p]; !ok && p != "" {
+	for p := range g.builds {
+		if _, ok := g.pkgs[p]; !ok && p != "" {
 			orphans = append(orphans, p)
 		}
 	}
@@ -168,8 +184,5 @@ func DecodeGoTest(body []byte) (*Run, error) {
 			r.Notes = append(r.Notes, "incomplete: "+k.ID+" started and never ended")
 		}
 	}
-	if strings.TrimSpace(string(body)) == "" {
-		return nil, ledger.FieldError("", "empty stream")
-	}
-	return r, nil
+	return r
 }

@@ -114,38 +114,9 @@ func (p Params) statementRun(st *Statement) (*Run, error) {
 	if st.PredicateType != want && want != AnyPredicate {
 		return nil, ledger.FieldError("predicateType", "the lane expects %s, the statement is %s", clip(want), clip(st.PredicateType))
 	}
-	subj := &ledger.Subject{Artifacts: map[string]string{}}
-	for i, sd := range st.Subject {
-		field := fmt.Sprintf("subject[%d]", i)
-		used := false
-		if d, ok := sd.Digest["sha256"]; ok {
-			if len(d) != 64 || !ledger.LowerHex(d) {
-				return nil, ledger.FieldError(field+".digest.sha256", "want 64 lowercase hex digits")
-			}
-			if sd.Name == "" {
-				return nil, ledger.FieldError(field+".name", "an artifact subject needs a name")
-			}
-			if old, dup := subj.Artifacts[sd.Name]; dup && old != "sha256:"+d {
-				return nil, ledger.FieldError(field+".name", "subject %q is pinned twice to different digests", clip(sd.Name))
-			}
-			subj.Artifacts[sd.Name] = "sha256:" + d
-			used = true
-		}
-		if c, ok := sd.Digest["gitCommit"]; ok {
-			if !ledger.ValidObjectID(c) || subj.Commit != "" && subj.Commit != c {
-				return nil, ledger.FieldError(field+".digest.gitCommit", "want one 40 or 64 lowercase hex commit id")
-			}
-			subj.Commit, subj.Repository, used = c, strings.TrimSpace(sd.Name), true
-			if t, ok := sd.Digest["gitTree"]; ok {
-				if !ledger.ValidObjectID(t) {
-					return nil, ledger.FieldError(field+".digest.gitTree", "want 40 or 64 lowercase hex digits")
-				}
-				subj.Tree = t
-			}
-		}
-		if !used {
-			return nil, ledger.FieldError(field+".digest", "needs a sha256 or gitCommit digest")
-		}
+	subj, err := statementSubject(st)
+	if err != nil {
+		return nil, err
 	}
 	r := &Run{Subject: subj, PredicateType: st.PredicateType}
 	if st.PredicateType != PredicateTestResult {
@@ -187,6 +158,45 @@ func (p Params) statementRun(st *Statement) (*Run, error) {
 		return nil, ledger.FieldError("predicate.result", "want PASSED, WARNED or FAILED, got %q", clip(tr.Result))
 	}
 	return r, nil
+}
+
+// statementSubject maps a Statement's subjects to a ledger subject (see
+// statementRun).
+func statementSubject(st *Statement) (*ledger.Subject, error) {
+	subj := &ledger.Subject{Artifacts: map[string]string{}}
+	for i, sd := range st.Subject {
+		field := fmt.Sprintf("subject[%d]", i)
+		used := false
+		if d, ok := sd.Digest["sha256"]; ok {
+			if len(d) != 64 || !ledger.LowerHex(d) {
+				return nil, ledger.FieldError(field+".digest.sha256", "want 64 lowercase hex digits")
+			}
+			if sd.Name == "" {
+				return nil, ledger.FieldError(field+".name", "an artifact subject needs a name")
+			}
+			if old, dup := subj.Artifacts[sd.Name]; dup && old != "sha256:"+d {
+				return nil, ledger.FieldError(field+".name", "subject %q is pinned twice to different digests", clip(sd.Name))
+			}
+			subj.Artifacts[sd.Name] = "sha256:" + d
+			used = true
+		}
+		if c, ok := sd.Digest["gitCommit"]; ok {
+			if !ledger.ValidObjectID(c) || subj.Commit != "" && subj.Commit != c {
+				return nil, ledger.FieldError(field+".digest.gitCommit", "want one 40 or 64 lowercase hex commit id")
+			}
+			subj.Commit, subj.Repository, used = c, strings.TrimSpace(sd.Name), true
+			if t, ok := sd.Digest["gitTree"]; ok {
+				if !ledger.ValidObjectID(t) {
+					return nil, ledger.FieldError(field+".digest.gitTree", "want 40 or 64 lowercase hex digits")
+				}
+				subj.Tree = t
+			}
+		}
+		if !used {
+			return nil, ledger.FieldError(field+".digest", "needs a sha256 or gitCommit digest")
+		}
+	}
+	return subj, nil
 }
 
 // keyVerifier adapts a runner key to the DSSE library's Verifier with
