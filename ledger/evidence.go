@@ -223,6 +223,16 @@ func (s Subject) Validate(prefix string) error {
 // "not_caught", finished >= started. It returns a CodeInvalid *Error naming
 // the first bad field.
 func (e *Evidence) Validate() error {
+	for _, check := range []func() error{e.validateIdentity, e.validateCounts, e.validateOutcome, e.validateTimes, e.validateAttached} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateIdentity checks the lane, subject, backend, device and runner.
+func (e *Evidence) validateIdentity() error {
 	if !ValidLane(e.Lane) {
 		return FieldError("lane", "must look like name/vN (lowercase), got %q", clip(e.Lane))
 	}
@@ -251,6 +261,11 @@ func (e *Evidence) Validate() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// validateCounts checks the case counts and the failing case ids.
+func (e *Evidence) validateCounts() error {
 	if e.CasesExact < 0 {
 		return FieldError("cases_exact", "must be >= 0, got %d", e.CasesExact)
 	}
@@ -276,6 +291,11 @@ func (e *Evidence) Validate() error {
 		}
 		seen[id] = true
 	}
+	return nil
+}
+
+// validateOutcome checks the control and the status against the counts.
+func (e *Evidence) validateOutcome() error {
 	switch e.Control {
 	case ControlCaught, ControlNotCaught, ControlNone:
 	default:
@@ -296,6 +316,11 @@ func (e *Evidence) Validate() error {
 	default:
 		return FieldError("status", "must be passed, failed, inconclusive or error, got %q", clip(string(e.Status)))
 	}
+	return nil
+}
+
+// validateTimes checks started_at and finished_at.
+func (e *Evidence) validateTimes() error {
 	if e.StartedAt.IsZero() {
 		return FieldError("started_at", "required (RFC 3339)")
 	}
@@ -305,6 +330,11 @@ func (e *Evidence) Validate() error {
 	if e.FinishedAt.Before(e.StartedAt) {
 		return FieldError("finished_at", "is before started_at")
 	}
+	return nil
+}
+
+// validateAttached checks the details, recorded_by and signer.
+func (e *Evidence) validateAttached() error {
 	if len(e.Details) > 0 {
 		if err := checkDetails(e.Details); err != nil {
 			return err
