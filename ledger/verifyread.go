@@ -191,3 +191,12 @@ func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, s
 	}
 	return es, next, nil
 }
+
+// ProbeStorage forwards to the wrapped store's disk probe, when it has
+// one (web's /healthz recovers from a full disk through it).
+func (v *VerifiedStore) ProbeStorage(ctx context.Context) error {
+	if p, ok := v.Store.(interface{ ProbeStorage(context.Context) error }); ok {
+		return p.ProbeStorage(ctx)
+	}
+	return nil
+}

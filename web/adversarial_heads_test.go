@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -190,3 +191,25 @@ func TestExploitPostedServerMark(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// TestScopedTokenHeadsAndTreesInScope: a record token scoped to one
+// repository cannot have the server record a head verification or a tree
+// check about another repository (403 naming the field, nothing appended),
+// and can about its own.
+func TestScopedTokenHeadsAndTreesInScope(t *testing.T) {
+	e, f := advSetup(t)
+	other, _, err := e.store.CreateScopedToken(context.Background(), ledger.TokenSpec{Name: "other-repo-ci", Scope: ledger.ScopeRecord, Repositories: []string{"github.com/someone/else"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _, err := e.store.CreateScopedToken(context.Background(), ledger.TokenSpec{Name: "own-repo-ci", Scope: ledger.ScopeRecord, Repositories: []string{upRepo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := headObjects(t, f.dir, "evil")
+	e.refused(t, "head of another repository", "/api/v1/heads/verify", other, map[string]any{"release": "1.0", "ref": "refs/heads/main", "objects": objs}, 403, "repository")
+	e.refused(t, "tree of another repository", "/api/v1/trees/verify", other, map[string]any{"release": "1.0", "objects": []any{}}, 403, "component")
+	if code, body := e.do(t, "POST", "/api/v1/heads/verify", mine, map[string]any{"release": "1.0", "ref": "refs/heads/main", "objects": objs}); code != 201 {
+		t.Fatalf("head of the token's own repository: %d %s", code, body)
+	}
+}

@@ -125,6 +125,10 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := repositoryInScope(r, "repository", req.Repository); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	var hv ledger.HeadVerification
 	switch {
 	case req.RepoPath != "" && len(req.Objects) > 0:

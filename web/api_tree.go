@@ -60,6 +60,10 @@ func (s *Server) handleVerifyTree(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("component", "required: release %s has %d components", rel.Version, len(rel.Components)))
 		return
 	}
+	if err := repositoryInScope(r, "component", c.Repository); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	pins := append([]string{}, c.Pins...)
 	rep, ids, err := verify.TreeEquivalenceObjects(verify.TreeUpload{Format: req.ObjectFormat, Head: c.Head, Reviewed: c.Reviewed, Objects: req.Objects, Pins: pins})
 	if err != nil {

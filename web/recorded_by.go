@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	jsonv2 "github.com/go-json-experiment/json"
@@ -84,4 +85,16 @@ func prefixed(err error, prefix string) error {
 	c := *le
 	c.Field = prefix + c.Field
 	return &c
+}
+
+// repositoryInScope refuses (403 naming field) a head or tree check about
+// a repository outside the request token's repository scope: a scoped
+// token records only about its own repositories, whatever the route.
+func repositoryInScope(r *http.Request, field, repo string) error {
+	t, ok := TokenFrom(r.Context())
+	if !ok || len(t.Repositories) == 0 || slices.Contains(t.Repositories, repo) {
+		return nil
+	}
+	return &ledger.Error{Code: ledger.CodeForbidden, Field: field,
+		Message: "repository " + quote(repo) + " is out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was recorded"}
 }

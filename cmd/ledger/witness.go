@@ -55,6 +55,15 @@ type notifyingStore struct {
 	w *witness.Witnesser
 }
 
+// ProbeStorage forwards to the wrapped store's disk probe, when it has
+// one (web's /healthz recovers from a full disk through it).
+func (s notifyingStore) ProbeStorage(ctx context.Context) error {
+	if p, ok := s.Store.(interface{ ProbeStorage(context.Context) error }); ok {
+		return p.ProbeStorage(ctx)
+	}
+	return nil
+}
+
 func (s notifyingStore) Append(ctx context.Context, recs []ledger.Record, idemKey string) (*ledger.AppendResult, error) {
 	res, err := s.Store.Append(ctx, recs, idemKey)
 	if err == nil {
