@@ -21,7 +21,7 @@ const (
 	MaxIdentifier   = 512     // repository, device model and driver, attribute values
 	MaxShortText    = 256     // runner version and commit, case ids, attribute names
 	MaxFailingCases = 4096    // failing case ids per record
-	MaxDetailsBytes = 1 << 20 // canonical bytes of an evidence record's details
+	MaxDetailsBytes = 2 << 20 // canonical bytes of an evidence record's details (a CUDA run's per-case details are ~1.1 MB)
 	MaxDetailsDepth = 32      // nesting of objects and arrays inside details
 )
 
