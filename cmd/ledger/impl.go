@@ -54,13 +54,11 @@ func (a *app) runImpl(ctx context.Context, c runConfig) error {
 	if subj.Dirty {
 		a.log.Warn("the implementation's work tree is dirty: this evidence will not count for gates", "commit", subj.Commit)
 	}
-	var l theLedger
-	if !c.NoRecord {
-		// Opened before the lanes run, so that a wrong --server, --token or
-		// --db fails before the work rather than after it.
-		if l, err = a.openLedger(ctx, ledgerOptions{records: true}); err != nil {
-			return errExit(2, "%v", err)
-		}
+	l, err := a.openRecorder(ctx, c.NoRecord)
+	if err != nil {
+		return err
+	}
+	if l != nil {
 		defer l.Close()
 	}
 	ctl, err := runner.OpenBackend(string(ledger.BackendCPU))
@@ -79,21 +77,8 @@ func (a *app) runImpl(ctx context.Context, c runConfig) error {
 	for i, r := range runs {
 		evs[i] = r.Evidence
 	}
-	var recorded *appendedJSON
-	if l != nil {
-		if recorded, err = appendEvidence(ctx, l, evs, c.SignKey); err != nil {
-			return errExit(2, "record: %v", err)
-		}
-	}
-	if a.JSON {
-		if err := a.printJSON(map[string]any{"evidence": evs, "recorded": recorded}); err != nil {
-			return err
-		}
-	} else {
-		printImplTable(a.stdout, runs)
-		if l != nil {
-			fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), l.Where())
-		}
+	if err := a.recordAndPrint(ctx, l, evs, c.SignKey, func() { printImplTable(a.stdout, runs) }); err != nil {
+		return err
 	}
 	// The original build's records are negative evidence: they are meant
 	// to fail. The exit status follows the implementation's own records.

@@ -96,13 +96,11 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	if subj.Dirty {
 		a.log.Warn("the work tree is dirty: this evidence will not count for gates", "commit", subj.Commit)
 	}
-	var l theLedger
-	if !c.NoRecord {
-		// Opened before the lanes run, so that a wrong --server, --token or
-		// --db fails before the work rather than after it.
-		if l, err = a.openLedger(ctx, ledgerOptions{records: true}); err != nil {
-			return errExit(2, "%v", err)
-		}
+	l, err := a.openRecorder(ctx, c.NoRecord)
+	if err != nil {
+		return err
+	}
+	if l != nil {
 		defer l.Close()
 	}
 	b, err := runner.OpenBackend(c.Backend)
@@ -121,26 +119,48 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	for i, r := range runs {
 		evs[i] = r.Evidence
 	}
-	var recorded *appendedJSON
-	if l != nil {
-		if recorded, err = appendEvidence(ctx, l, evs, c.SignKey); err != nil {
-			return errExit(2, "record: %v", err)
-		}
-	}
-	if a.JSON {
-		if err := a.printJSON(map[string]any{"evidence": evs, "recorded": recorded}); err != nil {
-			return err
-		}
-	} else {
-		printRunTable(a.stdout, runs)
-		if l != nil {
-			fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), l.Where())
-		}
+	if err := a.recordAndPrint(ctx, l, evs, c.SignKey, func() { printRunTable(a.stdout, runs) }); err != nil {
+		return err
 	}
 	for _, r := range runs {
 		if r.Evidence.Status != ledger.StatusPassed {
 			return errExit(1, "")
 		}
+	}
+	return nil
+}
+
+// openRecorder opens the ledger a run records into (nil with --no-record)
+// before the lanes run, so that a wrong --server, --token or --db fails
+// before the work rather than after it.
+func (a *app) openRecorder(ctx context.Context, noRecord bool) (theLedger, error) {
+	if noRecord {
+		return nil, nil
+	}
+	l, err := a.openLedger(ctx, ledgerOptions{records: true})
+	if err != nil {
+		return nil, errExit(2, "%v", err)
+	}
+	return l, nil
+}
+
+// recordAndPrint appends evs to l (unless l is nil) and prints the run:
+// JSON of the evidence and the append answer with --json, else the table
+// printTable writes and where the records went.
+func (a *app) recordAndPrint(ctx context.Context, l theLedger, evs []ledger.Evidence, signKey string, printTable func()) error {
+	var recorded *appendedJSON
+	if l != nil {
+		var err error
+		if recorded, err = appendEvidence(ctx, l, evs, signKey); err != nil {
+			return errExit(2, "record: %v", err)
+		}
+	}
+	if a.JSON {
+		return a.printJSON(map[string]any{"evidence": evs, "recorded": recorded})
+	}
+	printTable()
+	if l != nil {
+		fmt.Fprintf(a.stdout, "recorded %d evidence records to %s\n", len(evs), l.Where())
 	}
 	return nil
 }
