@@ -13,6 +13,7 @@ import (
 // plus the release's approval_role when it names one), attributed to the
 // token and with a reason. It is the only way a failing record at the pins
 // stops failing its gate short of a waiver (gates.CountingRule).
+
 // SupersedeRequest is the body of POST /releases/{version}/supersedes: the
 // id of the evidence or head record and why it does not speak for the
 // pins. The author is the token's name.
