@@ -4,8 +4,11 @@ BIN     ?= ./bin/ledger
 DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
+# The toolchain go.mod names (fetched from the module proxy once): the
+# machine's default may be an older patch release with known vulnerabilities.
+export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench soak load load-short fuzz fuzz-short vet device-bin clean
+.PHONY: build run serve test test-short e2e bench soak load load-short fuzz fuzz-short vet vulncheck device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -79,3 +82,8 @@ device-bin:
 
 clean:
 	rm -rf ./bin ./.devbin
+
+# Known-vulnerability check (scripts/vulncheck.sh: offline database when
+# vuln.go.dev is unreachable).
+vulncheck:
+	./scripts/vulncheck.sh

@@ -2,6 +2,8 @@ module github.com/evidence-ledger/ledger
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	filippo.io/torchwood v0.6.1
 	github.com/ProtonMail/go-crypto v1.5.2
