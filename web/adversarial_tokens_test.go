@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -34,6 +35,9 @@ type tokenEnv struct {
 	expires string // record, expires in an hour
 	revoked string // record, revoked
 	path    string // the database file
+
+	counted *countingStore // the sqlite store, counting its Entries reads
+	logBuf  *syncBuffer    // what the VerifiedStore logged
 }
 
 const scopedRepo = "github.com/ml-explore/mlx"
@@ -60,7 +64,10 @@ func newTokenEnv(t *testing.T, cfg Config) *tokenEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg.Store = st
+	// Served as `ledger serve` serves it: through the verified reads,
+	// whose Authenticate checks each tokens row against its leaves.
+	e.counted, e.logBuf = &countingStore{Store: st}, &syncBuffer{}
+	cfg.Store = ledger.NewVerifiedStore(e.counted, st.Log, slog.New(slog.NewTextHandler(e.logBuf, nil)))
 	cfg.Now = e.clock
 	s, err := New(cfg)
 	if err != nil {
