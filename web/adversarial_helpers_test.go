@@ -541,3 +541,23 @@ func jsonNames(into map[string]bool, types ...reflect.Type) {
 		walk(t)
 	}
 }
+
+// defineLaneRelease defines release version with one cpu lane gate on
+// ev's lane, repository and commit (its reviewed and head commit): the
+// release that ev, recorded, makes ready. The tokens env's log size is
+// counted from after it.
+func (e *tokenEnv) defineLaneRelease(t *testing.T, version string, ev map[string]any) {
+	t.Helper()
+	subj := ev["subject"].(map[string]any)
+	yml := "version: " + version + "\ncomponents:\n  - {name: mlx, repository: " + subj["repository"].(string) + ", reviewed: " + subj["commit"].(string) + ", head: " + subj["commit"].(string) + "}\n" +
+		"gates:\n  - {id: qmv, kind: lane, lane: " + ev["lane"].(string) + ", component: mlx, backends: [" + ev["backend"].(string) + "], cases: 216}\n"
+	rel, err := gates.ParseRelease([]byte(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gates.Apply(context.Background(), e.store, rel); err != nil {
+		t.Fatal(err)
+	}
+	e.base = 0
+	e.base = e.size(t)
+}

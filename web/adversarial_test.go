@@ -264,6 +264,14 @@ func TestNoRouteOpensCallersPath(t *testing.T) {
 		mu.Unlock()
 	}
 	t.Logf("%d routes, %d requests, %d member names", len(routes), requests, len(nameList))
+	// Release 1.0 waits for a server-computed tree check from uploaded
+	// objects; no path sent above stands in for one.
+	if rd := e.readiness(t, "1.0"); rd.Readiness.Ready {
+		t.Fatal("release 1.0 is ready after the path walk")
+	}
+	if state, _, _ := e.readiness(t, "1.0").gate(t, "tree"); state == "passed" {
+		t.Fatal("the tree gate passed on a path walk")
+	}
 	// The watch itself works: reading the sentinel is seen.
 	if _, err := os.ReadFile(sentinel); err != nil {
 		t.Fatal(err)
@@ -526,6 +534,8 @@ func TestExploitTreeWithCallersPins(t *testing.T) {
 // nothing is appended, also when one record of an array is out of scope.
 func TestScopedTokenRefusesEvidenceOutOfScope(t *testing.T) {
 	e := newTokenEnv(t, Config{})
+	// Release 7.0.0 is what the out-of-scope cpu record would make ready.
+	e.defineLaneRelease(t, "7.0.0", testEvidence(3))
 	otherRepo := cudaEvidence(1)
 	otherRepo["subject"].(map[string]any)["repository"] = "github.com/evil/mlx"
 	otherLane := cudaEvidence(2)
@@ -554,6 +564,9 @@ func TestScopedTokenRefusesEvidenceOutOfScope(t *testing.T) {
 			if n := e.size(t); n != 0 {
 				t.Fatalf("%d leaves appended", n)
 			}
+			if rd := e.readiness(t, "7.0.0"); rd.Readiness.Ready {
+				t.Fatal("release 7.0.0 is ready after a refusal")
+			}
 		})
 	}
 	// In scope: any version of the scoped lane, on cuda, in the repository.
@@ -564,9 +577,17 @@ func TestScopedTokenRefusesEvidenceOutOfScope(t *testing.T) {
 			t.Fatalf("in scope: %d %s", code, b)
 		}
 	}
-	// An unscoped record token records any of them.
+	if rd := e.readiness(t, "7.0.0"); rd.Readiness.Ready {
+		t.Fatal("release 7.0.0 is ready after evidence about another backend")
+	}
+	// An unscoped record token records any of them; the cpu record is
+	// what the release waited for (the control: the refusals above are
+	// what kept it not ready).
 	if code, b := e.do(t, "POST", "/api/v1/evidence", e.record, otherBackend); code != http.StatusCreated {
 		t.Fatalf("unscoped token: %d %s", code, b)
+	}
+	if rd := e.readiness(t, "7.0.0"); !rd.Readiness.Ready {
+		t.Fatalf("release 7.0.0 not ready with the record it waited for: %+v", rd.Readiness.Gates)
 	}
 }
 
@@ -587,6 +608,7 @@ func TestScopedTokenHeadsAndTreesInScope(t *testing.T) {
 	objs := headObjects(t, f.dir, "evil")
 	e.refused(t, "head of another repository", "/api/v1/heads/verify", other, map[string]any{"release": "1.0", "ref": "refs/heads/main", "objects": objs}, 403, "repository")
 	e.refused(t, "tree of another repository", "/api/v1/trees/verify", other, map[string]any{"release": "1.0", "objects": []any{}}, 403, "component")
+	e.requireNotReady(t, "1.0")
 	if code, body := e.do(t, "POST", "/api/v1/heads/verify", mine, map[string]any{"release": "1.0", "ref": "refs/heads/main", "objects": objs}); code != 201 {
 		t.Fatalf("head of the token's own repository: %d %s", code, body)
 	}
@@ -596,6 +618,8 @@ func TestScopedTokenHeadsAndTreesInScope(t *testing.T) {
 // revoked one 401; neither message names the secret.
 func TestExpiredAndRevokedTokens(t *testing.T) {
 	e := newTokenEnv(t, Config{})
+	// Release 7.0.1 is what testEvidence(2) would make ready.
+	e.defineLaneRelease(t, "7.0.1", testEvidence(2))
 	if code, b := e.do(t, "POST", "/api/v1/evidence", e.expires, testEvidence(1)); code != http.StatusCreated {
 		t.Fatalf("before expiry: %d %s", code, b)
 	}
@@ -620,6 +644,16 @@ func TestExpiredAndRevokedTokens(t *testing.T) {
 	}
 	if e.size(t) != n {
 		t.Fatal("an expired or revoked token appended")
+	}
+	if rd := e.readiness(t, "7.0.1"); rd.Readiness.Ready {
+		t.Fatal("release 7.0.1 is ready after the refusals")
+	}
+	// The control: the same record from a live token makes it ready.
+	if code, b := e.do(t, "POST", "/api/v1/evidence", e.record, testEvidence(2)); code != http.StatusCreated {
+		t.Fatalf("live token: %d %s", code, b)
+	}
+	if rd := e.readiness(t, "7.0.1"); !rd.Readiness.Ready {
+		t.Fatalf("release 7.0.1 not ready with the record it waited for: %+v", rd.Readiness.Gates)
 	}
 }
 
