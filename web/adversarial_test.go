@@ -27,6 +27,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/go-chi/chi/v5"
+	"github.com/transparency-dev/merkle/rfc6962"
 )
 
 // The adversarial tests of issue 14 (TRUST.md's "must never" for a CI job
@@ -72,7 +73,9 @@ import (
 //	a route below its declared scope    TestEveryRouteHonoursItsScope
 //	an edited tokens table              TestAuditCatchesEditedTokensTable (the audit),
 //	                                      TestAuthenticationRefusesEditedTokensTable (at once,
-//	                                      at authentication, under a running server)
+//	                                      at authentication, under a running server),
+//	                                      TestAuthenticationRefusesEditedTokenLeaf (row and
+//	                                      leaf edited together)
 //	runner keys registered or revoked   TestDSSEEnvelopeExploits, TestRunnerRegistryRoutes
 //	  by a record token
 
@@ -1253,4 +1256,51 @@ func TestRunnerRegistryRoutes(t *testing.T) {
 		t.Errorf("re-adding a revoked key: %d; want 409", code)
 	}
 	e.addRunner(t, "ci-mac", newKey(t))
+}
+
+// TestAuthenticationRefusesEditedTokenLeaf: the leaves authentication
+// compares a row against are read through the verified reads, so an
+// editor who widens a token's scope in its row and in its token leaf alike
+// (with or without recomputing the leaf hash) gets no further: the leaf
+// fails its check against the signed tree, and authentication fails
+// closed (500, logged as tampering) with nothing appended.
+func TestAuthenticationRefusesEditedTokenLeaf(t *testing.T) {
+	for _, rehash := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bytes edited", true: "bytes edited and rehashed"}[rehash], func(t *testing.T) {
+			e := newTokenEnv(t, Config{})
+			db := e.store.DB()
+			var idx int64
+			var leaf []byte
+			if err := db.QueryRow(`SELECT l.idx, l.leaf FROM leaves l JOIN tokens t ON t.leaf_idx = l.idx WHERE t.name = 'ci'`).Scan(&idx, &leaf); err != nil {
+				t.Fatal(err)
+			}
+			edited := bytes.Replace(leaf, []byte(`"scope":"record"`), []byte(`"scope":"admin"`), 1)
+			if bytes.Equal(edited, leaf) {
+				t.Fatalf("token leaf has no record scope: %s", leaf)
+			}
+			if _, err := db.Exec(`UPDATE leaves SET leaf = ? WHERE idx = ?`, edited, idx); err != nil {
+				t.Fatal(err)
+			}
+			if rehash {
+				h := rfc6962.DefaultHasher.HashLeaf(edited)
+				if _, err := db.Exec(`UPDATE leaves SET leaf_hash = ? WHERE idx = ?`, h, idx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := db.Exec(`UPDATE tokens SET scope = 'admin' WHERE name = 'ci'`); err != nil {
+				t.Fatal(err)
+			}
+			n := e.size(t)
+			code, out := e.do(t, "PUT", "/api/v1/releases/6.6.6", e.record, "version: 6.6.6\ncomponents: []\ngates: []\n", "Content-Type", "application/yaml")
+			if code != http.StatusInternalServerError || !strings.Contains(string(out), "integrity check") {
+				t.Fatalf("admin request with the edited row and leaf: %d %s, want 500 (the leaf fails its check)", code, out)
+			}
+			if e.size(t) != n {
+				t.Fatal("appended")
+			}
+			if !strings.Contains(e.logBuf.String(), "tampering") {
+				t.Fatalf("not logged as tampering: %s", e.logBuf.String())
+			}
+		})
+	}
 }
