@@ -50,6 +50,11 @@ type HeadVerification struct {
 	Policy     string    `json:"policy,omitempty"` // sha256 digest of the policy file used
 	VerifiedAt time.Time `json:"verified_at"`
 	SignedAt   time.Time `json:"signed_at,omitempty"`
+	// RecordedBy is the token (of any scope) whose request made the server
+	// compute and record this verification (POST /api/v1/heads/verify);
+	// nil for a verification appended to the store directly (the local
+	// CLI with --db).
+	RecordedBy *Recorder `json:"recorded_by,omitempty"`
 }
 
 // Validate checks the record's required fields.
@@ -84,6 +89,11 @@ func (h *HeadVerification) Validate() error {
 	}
 	if h.VerifiedAt.IsZero() {
 		return FieldError("verified_at", "required")
+	}
+	if h.RecordedBy != nil {
+		if err := h.RecordedBy.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -29,7 +29,9 @@ func (e *TamperError) Error() string {
 // leaf hash against the latest signed checkpoint by an inclusion proof
 // computed from the stored tree (the checkpoint's signature verified once
 // per size). A failing leaf is a *TamperError, logged as tampering with
-// its index; nothing of the page is returned. Safe for concurrent use.
+// its index; nothing of the page is returned. Authenticate checks the
+// tokens row it authenticates against the token leaves the same way
+// (tokenguard.go). Safe for concurrent use.
 type VerifiedStore struct {
 	Store
 	l   *Log
@@ -37,6 +39,8 @@ type VerifiedStore struct {
 
 	mu sync.Mutex
 	cp Checkpoint // the latest checkpoint whose note verified
+
+	tokens tokenGuard // Authenticate's projection of the token leaves
 }
 
 // NewVerifiedStore wraps st, whose engine is l (a sqlite.Store's Log).

@@ -171,6 +171,7 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("objects", "required: the head's raw commit (and tag) objects"))
 		return
 	}
+	hv.RecordedBy = recorderFor(r)
 	body, err := ledger.CanonicalBody(&hv)
 	if err != nil {
 		s.writeError(w, r, err)

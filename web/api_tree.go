@@ -94,6 +94,7 @@ func (s *Server) handleVerifyTree(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Lane = req.Lane
+	ev.RecordedBy = recorderFor(r)
 	body, err := ledger.CanonicalBody(&ev)
 	if err != nil {
 		s.writeError(w, r, err)

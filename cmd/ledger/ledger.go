@@ -36,6 +36,9 @@ type theLedger interface {
 	// Approve records the final approval; a release that is not ready is
 	// refused with CodePrecondition and the verdict that refused it.
 	Approve(ctx context.Context, version, note string) (gates.Approval, ledger.Entry, *gates.SignedVerdict, error)
+	// Supersede retracts record entry (evidence or a head) for release
+	// version's current pins, with reason (gates.RecordSupersede).
+	Supersede(ctx context.Context, version, entry, reason string) (gates.Supersede, ledger.Entry, error)
 	// Where names the ledger for messages: the database path or the URL.
 	Where() string
 	Close() error

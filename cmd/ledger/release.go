@@ -128,6 +128,21 @@ func printReadiness(w io.Writer, rd *gates.Readiness) {
 		if g.Divergence != nil {
 			fmt.Fprintf(w, "          first divergence: %s\n", g.Divergence)
 		}
+		for _, f := range g.Failing {
+			fmt.Fprintf(w, "          failing %s", f.ID)
+			if f.Lane != "" {
+				fmt.Fprintf(w, " (%s", f.Lane)
+				if f.Backend != "" {
+					fmt.Fprintf(w, " on %s", f.Backend)
+				}
+				fmt.Fprint(w, ")")
+			}
+			fmt.Fprintf(w, ": %s", f.Reason)
+			if f.Pair != "" {
+				fmt.Fprintf(w, " [trajectory %s, compared with %s]", f.Trajectory, f.Pair)
+			}
+			fmt.Fprintln(w)
+		}
 		for _, m := range g.Missing {
 			fmt.Fprintf(w, "          missing: %s\n", m)
 		}
@@ -145,6 +160,19 @@ func printReadiness(w io.Writer, rd *gates.Readiness) {
 			}
 			fmt.Fprintf(w, "          waiver %s by %s until %s (%s): %s\n", wv.ID, wv.Author, wv.Expires.Format(time.RFC3339), st, wv.Reason)
 		}
+	}
+	if rd.Witnessing != "" {
+		fmt.Fprintf(w, "  checkpoint not witnessed: %s\n", rd.Witnessing)
+	}
+	if len(rd.Approvals) == 0 {
+		fmt.Fprintln(w, "  approvals: none")
+	}
+	for _, ap := range rd.Approvals {
+		fmt.Fprintf(w, "  approval %s by %s at %s (checkpoint %d): %s", ap.ID, ap.Author, ap.CreatedAt.Format(time.RFC3339), ap.Checkpoint.Size, ap.State)
+		if ap.Why != "" {
+			fmt.Fprintf(w, ": %s", ap.Why)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

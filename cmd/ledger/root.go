@@ -93,6 +93,7 @@ func newRootCmd() *cobra.Command {
 		newRecordCmd(a),
 		newVerifyCmd(a),
 		newReleaseCmd(a),
+		newSupersedeCmd(a),
 		newAuditCmd(a),
 		newBackupCmd(a),
 		newRestoreCmd(a),

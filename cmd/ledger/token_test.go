@@ -1,7 +1,9 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,5 +61,49 @@ func TestTokenCreateScopedAndExpiring(t *testing.T) {
 	}
 	if out, se, code := runBin(t, "", "--db", db, "audit"); code != 0 || !strings.Contains(out, "audit passed: 2 leaves") {
 		t.Fatalf("audit: %d %s %s", code, out, se)
+	}
+}
+
+// TestServeRefusesEditedTokenRow: a running `ledger serve` checks the
+// tokens row of every request against its token leaf, so a scope widened
+// by raw SQL in the database under it is refused at the next request (the
+// client exits 2 naming the mismatch, not the secret) and nothing is
+// recorded.
+func TestServeRefusesEditedTokenRow(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	secret, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "ci-other", "--scope", "record", "--repository", "github.com/other/repo")
+	if code != 0 {
+		t.Fatalf("token create: %s", se)
+	}
+	secret = strings.TrimSpace(secret)
+	srv, url := startServer(t, db)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	record := func() (string, int) {
+		_, se, code := runBin(t, releaseEvidence(strings.Repeat("a", 40)), "--server", url, "--token", secret, "record", "-")
+		return se, code
+	}
+	if se, code := record(); code != 2 || !strings.Contains(se, "out of the scope") {
+		t.Fatalf("out of scope before the edit: %d %s", code, se)
+	}
+	h, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec(`UPDATE tokens SET repositories = '[]' WHERE name = 'ci-other'`); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	se, code = record()
+	if code != 2 || !strings.Contains(se, "does not match the token leaves") || !strings.Contains(se, "repositories differs") || strings.Contains(se, secret[4:20]) {
+		t.Fatalf("after widening the row's scope: %d %s", code, se)
+	}
+	resp, err := http.Get(url + "/api/v1/log/checkpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var cp ledger.Checkpoint
+	if err := json.NewDecoder(resp.Body).Decode(&cp); err != nil || cp.Size != 1 {
+		t.Fatalf("log size %d (%v), want 1 (the token leaf alone)", cp.Size, err)
 	}
 }

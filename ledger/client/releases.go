@@ -166,3 +166,26 @@ func (c *Client) Approve(ctx context.Context, version, note string) (gates.Appro
 	}
 	return ans.Approval, ledger.Entry{ID: ans.ID, Index: ans.Index, Kind: ledger.KindApproval}, ans.Readiness, nil
 }
+
+// Supersede retracts the evidence or head record entry for release
+// version's current pins, with reason, authored by the token (POST
+// /releases/{version}/supersedes, scope admin, plus the release's
+// approval role when it names one). Errors are the API's: CodeInvalid
+// naming the field (no such entry, not evidence or a head, empty reason),
+// CodeForbidden (scope or role), CodeConflict (already superseded for
+// these pins), CodeNotFound (no such release).
+func (c *Client) Supersede(ctx context.Context, version, entry, reason string) (gates.Supersede, ledger.Entry, error) {
+	var ans struct {
+		ID        string          `json:"id"`
+		Index     uint64          `json:"index"`
+		Supersede gates.Supersede `json:"supersede"`
+	}
+	req := struct {
+		Entry  string `json:"entry"`
+		Reason string `json:"reason"`
+	}{entry, reason}
+	if err := c.post(ctx, version, "supersedes", req, &ans, nil); err != nil {
+		return gates.Supersede{}, ledger.Entry{}, err
+	}
+	return ans.Supersede, ledger.Entry{ID: ans.ID, Index: ans.Index, Kind: ledger.KindSupersede}, nil
+}
