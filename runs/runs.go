@@ -445,6 +445,37 @@ func (s *Store) Finish(ctx context.Context, id, lease, state string, attempts []
 	return s.Get(ctx, id)
 }
 
+// Abandon ends the attempt held by lease as attempt (an infrastructure
+// failure the agent reported: it could not run it). The run is queued
+// again as the next attempt, or expired when its attempts are used up, or
+// canceled when it was canceling. ErrLeaseNotHeld when the lease changed.
+func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.RunAttempt) (Run, error) {
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	if r.LeaseID != lease || !active(r.State) {
+		return r, ErrLeaseNotHeld
+	}
+	att := append(slices.Clone(r.Attempts), attempt)
+	next, agent := Queued, ""
+	switch {
+	case r.State == Canceling:
+		next, agent = Canceled, r.Agent
+	case r.Attempt >= r.MaxAttempts:
+		next, agent = Expired, r.Agent
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?
+		WHERE id = ? AND lease_id = ? AND state = ?`, next, mustJSON(att), agent, ms(s.now()), clipN(attempt.Reason, 1024), id, lease, r.State)
+	if err != nil {
+		return r, err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return r, ErrLeaseNotHeld
+	}
+	return s.Get(ctx, id)
+}
+
 // SetOutcome stores the run-outcome entry id of a final run.
 func (s *Store) SetOutcome(ctx context.Context, id, entry string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE runs SET outcome_entry = ?, updated_at = ? WHERE id = ?`, entry, ms(s.now()), id)
@@ -568,12 +599,27 @@ type Agent struct {
 	PublicKey    string            `json:"public_key"`
 	Backend      ledger.Backend    `json:"backend"`
 	Labels       map[string]string `json:"labels"`
-	Spec         map[string]any    `json:"spec"`
+	Spec         AgentSpec         `json:"spec"`
 	Health       string            `json:"health"`
 	RegisteredAt time.Time         `json:"registered_at"`
 	LastSeen     time.Time         `json:"last_seen"`
 	CurrentRun   string            `json:"current_run,omitempty"`
 	Approved     bool              `json:"approved"`
+}
+
+// AgentSpec is what an agent declares about itself at registration: the
+// lanes in its own configuration (it takes only runs of these), the
+// subject its build is of, and the hardware its health probe found.
+type AgentSpec struct {
+	Lanes       []string           `json:"lanes"`
+	Repository  string             `json:"repository,omitempty"`
+	Commit      string             `json:"commit,omitempty"`
+	Device      ledger.Device      `json:"device"`
+	DeviceCount int                `json:"device_count,omitempty"`
+	MemoryBytes uint64             `json:"memory_bytes,omitempty"`
+	CPUs        int                `json:"cpus,omitempty"`
+	Runner      ledger.RunnerBuild `json:"runner"`
+	Host        string             `json:"host,omitempty"`
 }
 
 const agentCols = "name, key_id, public_key, backend, labels, spec, health, registered_at, last_seen, current_run"
