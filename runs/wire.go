@@ -52,7 +52,8 @@ type HeartbeatAnswer struct {
 
 // FinishRequest is the body of POST /api/v1/agent/runs/{id}/finish. Status
 // "completed": Evidence holds one DSSE envelope of evidence per lane of
-// the run, signed by the agent's key; "canceled" (only while the run is
+// the run, signed by the agent's key (while the run is canceling the
+// attempt is canceled instead and nothing is recorded); "canceled" (only while the run is
 // canceling): no evidence, nothing is recorded as passed; "error": the
 // attempt could not run (a failed health probe, say), Message says why, and
 // it counts as an infrastructure failure (the run is queued again while

@@ -585,6 +585,13 @@ func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.Fi
 		run.State, run.Agent, run.Attempts = runs.Canceled, a.Name, append(run.Attempts, attempt)
 		return s.appendFinish(ctx, run, req.Lease, nil, nil)
 	case "completed":
+		if run.State == runs.Canceling {
+			// The lanes ended before the agent saw the cancel: the run is
+			// canceled all the same, and nothing it ran is recorded.
+			attempt.Outcome, attempt.Reason = "canceled", "canceled while the lanes finished: their evidence is not recorded"
+			run.State, run.Agent, run.Attempts = runs.Canceled, a.Name, append(run.Attempts, attempt)
+			return s.appendFinish(ctx, run, req.Lease, nil, nil)
+		}
 	default:
 		return run, 0, ledger.FieldError("status", "must be completed, canceled or error, got %q", clipText(req.Status))
 	}

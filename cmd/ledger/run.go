@@ -27,9 +27,9 @@ type runConfig struct {
 	Dirty      string // "", "true" or "false"
 	NoRecord   bool
 	List       bool
-	Impl       string // external implementation to run (impl.go)
-	ImplFile   string // its configuration file
-	SignKey    string // runner key that signs what is recorded (runner.go)
+	Impl       string   // external implementation to run (impl.go)
+	ImplFile   string   // its configuration file
+	SignKey    string   // runner key that signs what is recorded (runner.go)
 	Remote     bool     // queue the run on --server for an agent (runs.go)
 	Labels     []string // agent labels a remote run requires
 }
