@@ -334,6 +334,16 @@ var routeScope = map[string]string{
 	"POST /api/v1/runners":                       "admin",
 	"POST /api/v1/runners/{name}/revoke":         "admin",
 	"POST /api/v1/trees/verify":                  "record",
+	"POST /api/v1/runs":                          "run",
+	"GET /api/v1/runs":                           "read",
+	"GET /api/v1/runs/{id}":                      "read",
+	"POST /api/v1/runs/{id}/cancel":              "run",
+	"GET /api/v1/agents":                         "read",
+	"POST /api/v1/agents/{name}/approve":         "admin",
+	"POST /api/v1/agent/register":                "record", // and a request signature (agent_test.go)
+	"POST /api/v1/agent/poll":                    "record",
+	"POST /api/v1/agent/runs/{id}/heartbeat":     "record",
+	"POST /api/v1/agent/runs/{id}/finish":        "record",
 	"GET /api/v1/overview":                       "read",
 	"GET /api/v1/lanes/*":                        "read",
 	"GET /api/v1/trajectories/*":                 "read",
@@ -361,7 +371,9 @@ var routeScope = map[string]string{
 func TestEveryRouteHonoursItsScope(t *testing.T) {
 	e := newTokenEnv(t, Config{ReadAuth: true, AuthFailures: -1}) // the walk fails authentication hundreds of times on purpose
 	e.advance(2 * time.Hour)                                      // e.expires has expired
-	rank := map[string]int{"public": 0, "read": 1, "record": 2, "admin": 3}
+	// run is not above record (a record token cannot queue runs): of these
+	// callers only admin holds it; TestRunScope covers run tokens.
+	rank := map[string]int{"public": 0, "read": 1, "record": 2, "admin": 3, "run": 3}
 	callers := []struct {
 		name, secret string
 		rank         int
