@@ -352,6 +352,8 @@ var routeScope = map[string]string{
 	"GET /evidence/{id}":                         "read",
 	"GET /entries/{id}":                          "read",
 	"GET /heads":                                 "read",
+	"GET /runs":                                  "read",
+	"GET /agents":                                "read",
 	"GET /lanes/*":                               "read",
 	"GET /trajectories/*":                        "read",
 	"GET /releases/{version}":                    "read",

@@ -100,6 +100,8 @@ func (s *Server) routes() chi.Router {
 	r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))
 	r.Get("/entries/{id}", s.pageAuth(s.pageEntry))
 	r.Get("/heads", s.pageAuth(s.pageHeads))
+	r.Get("/runs", s.pageAuth(s.pageRuns))
+	r.Get("/agents", s.pageAuth(s.pageAgents))
 	r.Get("/lanes/*", s.pageAuth(s.pageLane))
 	r.Get("/trajectories/*", s.pageAuth(s.pageTrajectory))
 	r.Get("/releases/{version}", s.pageAuth(s.pageRelease))

@@ -6,6 +6,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -205,12 +207,35 @@ func TestAgentLabelsMatch(t *testing.T) {
 	if len(ev) != 1 || ev[0].Evidence.Signer == nil || ev[0].Evidence.Signer.Runner != "host-b" {
 		t.Fatalf("evidence: want one record signed by host-b, got %+v", ev)
 	}
+	// The dashboard lists the run with its evidence, and the agents.
+	for page, want := range map[string][]string{"/runs": {got.ID[:16], got.Evidence[0][:10]}, "/agents": {"host-a", "host-b", "gpu=h200"}} {
+		body := httpGet(t, e.url+page)
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("page %s does not show %q", page, w)
+			}
+		}
+	}
 	// A run no agent's labels satisfy stays queued.
 	none := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Labels: map[string]string{"gpu": "mi300"}})
 	time.Sleep(3 * time.Second)
 	if s := e.run(none.ID).State; s != runs.Queued {
 		t.Fatalf("a run no agent matches is %s, want queued", s)
 	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	return string(b)
 }
 
 func TestAgentKilledLeaseExpiresSecondAgentFinishes(t *testing.T) {
