@@ -313,9 +313,6 @@ func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
 	s.runnerAnswer(w, st, res)
 }
 
-// agentCtxKey carries the authenticated agent's registration.
-type agentCtxKey struct{}
-
 // agentRequest reads the body of an agent's signed request and checks
 // its signature: against the approved agent key of the named agent (a
 // live runner key of kind agent whose key id the agent registered with),

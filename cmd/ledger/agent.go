@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -331,6 +332,38 @@ var (
 	errLeaseLost = errors.New("the lease was lost")
 )
 
+// supervise extends lease l every third of its length until work ends,
+// sending the progress take returns; it stops the workload with
+// errCanceled when the server answers canceling, and with errLeaseLost
+// when the server refuses the lease. Transport errors are retried on the
+// next tick.
+func (ag *agent) supervise(ctx, work context.Context, stop context.CancelCauseFunc, l *runs.LeaseAnswer, take func() *runs.Progress, log *slog.Logger) {
+	every := max(time.Duration(l.LeaseTTLMS)*time.Millisecond/3, 20*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-work.Done():
+			return
+		case <-t.C:
+		}
+		hb, err := ag.api.Heartbeat(ctx, l.Run.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: take()})
+		var le *ledger.Error
+		switch {
+		case errors.As(err, &le) && le.Code == ledger.CodeConflict:
+			log.Warn("agent lost the lease", "err", err)
+			stop(errLeaseLost)
+			return
+		case err != nil:
+			log.Warn("agent heartbeat failed (retrying)", "err", err)
+		case hb.Cancel:
+			log.Info("run canceled: stopping at the next case boundary")
+			stop(errCanceled)
+			return
+		}
+	}
+}
+
 // runLease runs one leased attempt and returns the health verdict of its
 // probe. The supervisor goroutine extends the lease every third of its
 // length, whatever the lanes do, and stops the workload when the server
@@ -343,37 +376,11 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	var mu sync.Mutex
 	var prog *runs.Progress
 	setProgress := func(p runs.Progress) { mu.Lock(); prog = &p; mu.Unlock() }
+	take := func() *runs.Progress { mu.Lock(); defer mu.Unlock(); p := prog; prog = nil; return p }
 	superDone := make(chan struct{})
 	go func() {
 		defer close(superDone)
-		every := max(time.Duration(l.LeaseTTLMS)*time.Millisecond/3, 20*time.Millisecond)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-work.Done():
-				return
-			case <-t.C:
-			}
-			mu.Lock()
-			p := prog
-			prog = nil
-			mu.Unlock()
-			hb, err := ag.api.Heartbeat(ctx, l.Run.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: p})
-			var le *ledger.Error
-			switch {
-			case errors.As(err, &le) && le.Code == ledger.CodeConflict:
-				log.Warn("agent lost the lease", "err", err)
-				stop(errLeaseLost)
-				return
-			case err != nil:
-				log.Warn("agent heartbeat failed (retrying)", "err", err)
-			case hb.Cancel:
-				log.Info("run canceled: stopping at the next case boundary")
-				stop(errCanceled)
-				return
-			}
-		}
+		ag.supervise(ctx, work, stop, l, take, log)
 	}()
 	finish := func(req runs.FinishRequest) {
 		req.Attempt, req.Lease = l.Attempt, l.Lease
