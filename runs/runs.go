@@ -476,6 +476,17 @@ func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.Ru
 	return s.Get(ctx, id)
 }
 
+// Adopt makes an active run final as its outcome leaf o (entry id entry)
+// says: state, agent, attempts and evidence. It is for a run whose
+// outcome reached the log while its row did not change (a crash between
+// the two).
+func (s *Store) Adopt(ctx context.Context, o ledger.RunOutcome, entry string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, agent = ?, attempts = ?, evidence = ?, outcome_entry = ?, lease_id = '', lease_until = 0, updated_at = ?
+		WHERE id = ? AND state IN ('queued', 'leased', 'running', 'canceling')`,
+		o.State, o.Agent, mustJSON(o.Attempts), mustJSON(o.Evidence), entry, ms(s.now()), o.Run)
+	return err
+}
+
 // SetOutcome stores the run-outcome entry id of a final run.
 func (s *Store) SetOutcome(ctx context.Context, id, entry string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE runs SET outcome_entry = ?, updated_at = ? WHERE id = ?`, entry, ms(s.now()), id)

@@ -97,7 +97,45 @@ func (s *Server) recordUnrecorded(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return s.adoptLoggedOutcomes(ctx)
+}
+
+// adoptLoggedOutcomes ends the active runs whose outcome leaf is already in
+// the log (a crash between a finish's append and its row update): the
+// row takes the leaf's final state, attempts and evidence, so the run is
+// not queued again and no second set of evidence is recorded. It reads
+// the run-outcome leaves only when some run is active.
+func (s *Server) adoptLoggedOutcomes(ctx context.Context) error {
+	act, err := s.runs.store.List(ctx, "active", 1000)
+	if err != nil || len(act) == 0 {
+		return err
+	}
+	want := map[string]bool{}
+	for _, r := range act {
+		want[r.ID] = true
+	}
+	f := ledger.EntryFilter{Kind: ledger.KindRunOutcome, Limit: 1000}
+	for {
+		es, next, err := s.store.Entries(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			var o ledger.RunOutcome
+			if json.Unmarshal(e.Body, &o) != nil || !want[o.Run] {
+				continue
+			}
+			if err := s.runs.store.Adopt(ctx, o, e.ID); err != nil {
+				return err
+			}
+			s.log.Info("runs: adopted a logged outcome", "run", o.Run, "state", o.State, "entry", e.ID)
+			delete(want, o.Run)
+		}
+		if next == "" || len(want) == 0 {
+			return nil
+		}
+		f.Cursor = next
+	}
 }
 
 // expireLeases ends the leases past their end (runs.Store.ExpireLeases)
