@@ -422,3 +422,37 @@ func TestUnapprovedAgentGetsNothing(t *testing.T) {
 		t.Fatalf("a request signed by another key than the approved one: %v, want 401", err)
 	}
 }
+
+// TestAgentTakesOnlyDeclaredLanes: an approved agent is given only runs of
+// lanes in its own declared configuration, on its backend, of its build's
+// commit.
+func TestAgentTakesOnlyDeclaredLanes(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	c, _ := client.New(e.url, client.Options{Token: e.recTok})
+	a := client.NewAgent(c, "narrow", priv)
+	if _, err := a.Register(ctx, runs.RegisterRequest{Name: "narrow", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.admCl.ApproveAgent(ctx, "narrow"); err != nil {
+		t.Fatal(err)
+	}
+	other := e.queue(runs.Spec{Lanes: []string{slowLane}, Backend: ledger.BackendCPU})
+	both := e.queue(runs.Spec{Lanes: []string{quickLane, slowLane}, Backend: ledger.BackendCPU})
+	cuda := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCUDA})
+	wrongCommit := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Commit: strings.Repeat("f", 40)})
+	if l, err := a.Poll(ctx, time.Second, "ok"); err != nil || l != nil {
+		t.Fatalf("the agent was given a run it did not declare: %+v %v", l, err)
+	}
+	for _, id := range []string{other.ID, both.ID, cuda.ID, wrongCommit.ID} {
+		if s := e.run(id).State; s != runs.Queued {
+			t.Errorf("run %s is %s, want queued", id, s)
+		}
+	}
+	mine := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Commit: testCommit})
+	if l, err := a.Poll(ctx, time.Second, "ok"); err != nil || l == nil || l.Run.ID != mine.ID {
+		t.Fatalf("the agent was not given the run it serves: %+v %v", l, err)
+	}
+}
