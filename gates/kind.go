@@ -78,6 +78,7 @@ var gateFields = []struct {
 	{"min_runs", func(g *Gate) bool { return g.MinRuns != 0 }},
 	{"modes", func(g *Gate) bool { return len(g.Modes) > 0 }},
 	{"role", func(g *Gate) bool { return g.Role != "" }},
+	{"runner", func(g *Gate) bool { return g.Runner != "" }},
 	{"signed_by", func(g *Gate) bool { return len(g.SignedBy) > 0 }},
 	{"trajectories", func(g *Gate) bool { return len(g.Trajectories) > 0 }},
 }

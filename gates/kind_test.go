@@ -31,7 +31,7 @@ func TestKindsTable(t *testing.T) {
 	// Every field set on a kind that does not use it is refused, naming it.
 	full := Gate{AllBackends: true, Artifacts: []string{"lib"}, At: "head", Backends: []string{"cpu"}, Cases: 1, Component: "core",
 		Components: []string{"core"}, Dimensions: []Dimension{{"d", []string{"v"}}}, Freshness: "1h", Lane: "x/v1", MinRuns: 1,
-		Modes: []string{"a", "b"}, Role: "r", Trajectories: []string{"t"}, SignedBy: []string{"ci"}}
+		Modes: []string{"a", "b"}, Role: "r", Trajectories: []string{"t"}, SignedBy: []string{"ci"}, Runner: "agent"}
 	for _, k := range kinds {
 		for _, gf := range gateFields {
 			if k.uses(gf.name) {
@@ -90,5 +90,7 @@ func clearField(g *Gate, name string) {
 		g.Trajectories = nil
 	case "signed_by":
 		g.SignedBy = nil
+	case "runner":
+		g.Runner = ""
 	}
 }

@@ -92,11 +92,11 @@ type Dimension struct {
 
 // Gate is one requirement. Which fields apply depends on Kind:
 //
-//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness, cases, signed_by
+//	lane:             lane, component, at, backends, all_backends, artifacts, min_runs, freshness, cases, signed_by, runner
 //	signed-heads:     components (default: all)
 //	tree-equivalence: components (default: all), lane (default tree-equivalence/v1)
-//	trajectory:       lane (default trajectory/v1), component, at, artifacts, trajectories, modes, backends, signed_by
-//	matrix:           lane, component, at, artifacts, dimensions, signed_by
+//	trajectory:       lane (default trajectory/v1), component, at, artifacts, trajectories, modes, backends, signed_by, runner
+//	matrix:           lane, component, at, artifacts, dimensions, signed_by, runner
 //	manual:           role
 //
 // A field set on a kind that does not use it is an error. Artifacts, when
@@ -137,6 +137,11 @@ type Gate struct {
 	// DSSE-signed evidence alone counts: unsigned evidence, evidence
 	// signed by another runner or by a revoked key is baseline.
 	SignedBy []string `yaml:"signed_by,omitempty" json:"signed_by,omitempty"`
+	// Runner "agent" counts only evidence signed by an approved agent's
+	// key (ledger agent approve: a runner key of kind agent), that is
+	// evidence an agent produced for a run queued on the server; other
+	// evidence is baseline with the reason. "" (the default): any.
+	Runner string `yaml:"runner,omitempty" json:"runner,omitempty"`
 
 	freshness time.Duration
 }

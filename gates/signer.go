@@ -29,6 +29,9 @@ func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
 		}
 		seen[n] = true
 	}
+	if g.Runner != "" && g.Runner != ledger.RunnerKindAgent {
+		return ledger.FieldError(f+".runner", "must be %q (only evidence an approved agent signed counts), got %q", ledger.RunnerKindAgent, g.Runner)
+	}
 	return nil
 }
 
@@ -41,16 +44,22 @@ func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
 // so that no other path into the log can make a signer count. A key
 // revoked later revokes what it signed. An error loading the registry is
 // returned as the reason, so the evidence does not count.
+//
+// A gate with runner: agent counts, in the same way, only evidence signed
+// by a registered key of kind agent (an approved agent's).
 func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
-	if len(g.SignedBy) == 0 {
+	if len(g.SignedBy) == 0 && g.Runner == "" {
 		return ""
 	}
 	want := strings.Join(g.SignedBy, ", ")
 	s := e.Signer
-	if s == nil {
+	switch {
+	case s == nil && len(g.SignedBy) > 0:
 		return fmt.Sprintf("unsigned: the gate counts only evidence signed by runner %s (signed_by)", want)
+	case s == nil:
+		return "unsigned: the gate counts only evidence an approved agent produced and signed (runner: agent)"
 	}
-	if !slices.Contains(g.SignedBy, s.Runner) {
+	if len(g.SignedBy) > 0 && !slices.Contains(g.SignedBy, s.Runner) {
 		return fmt.Sprintf("signed by runner %s, not by %s (signed_by)", s.Runner, want)
 	}
 	ev.runners.once.Do(func() { ev.runners.reg, ev.runners.err = ledger.LoadRunnerKeys(ev.ctx, ev.store, ev.asOf) })
@@ -66,6 +75,9 @@ func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
 	}
 	if err := s.Check(st.PublicKey); err != nil {
 		return fmt.Sprintf("signer %s: %v", s.Runner, err)
+	}
+	if g.Runner == ledger.RunnerKindAgent && st.Kind != ledger.RunnerKindAgent {
+		return fmt.Sprintf("signed by runner %s, whose key is not an approved agent's (runner: agent)", s.Runner)
 	}
 	return ""
 }

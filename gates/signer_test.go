@@ -18,6 +18,8 @@ gates:
 		{`  - {id: g, kind: lane, lane: x/v1, component: core, backends: [cpu], signed_by: [ci, ci]}`, "gates[0].signed_by[1]"},
 		{`  - {id: g, kind: manual, role: r, signed_by: [ci]}`, "gates[0].signed_by"},
 		{`  - {id: g, kind: signed-heads, signed_by: [ci]}`, "gates[0].signed_by"},
+		{`  - {id: g, kind: lane, lane: x/v1, component: core, backends: [cpu], runner: ci}`, "gates[0].runner"},
+		{`  - {id: g, kind: manual, role: r, runner: agent}`, "gates[0].runner"},
 	} {
 		_, err := ParseRelease([]byte(base + c.gate + "\n"))
 		if err == nil || !strings.Contains(err.Error(), c.field) {
@@ -28,6 +30,7 @@ gates:
 		`  - {id: g, kind: lane, lane: x/v1, component: core, backends: [cpu], signed_by: [ci-mac, lab.2]}`,
 		`  - {id: g, kind: trajectory, component: core, trajectories: [t], modes: [a, b], signed_by: [ci]}`,
 		`  - {id: g, kind: matrix, lane: m/v1, component: core, dimensions: [{name: d, values: [v]}], signed_by: [ci]}`,
+		`  - {id: g, kind: lane, lane: x/v1, component: core, backends: [cuda], runner: agent}`,
 	} {
 		if _, err := ParseRelease([]byte(base + g + "\n")); err != nil {
 			t.Errorf("%s: %v", g, err)

@@ -127,6 +127,9 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindRunnerKey:
 		_, b, err := PrepareRunnerKey(body)
 		return b, err
+	case KindRunOutcome:
+		_, b, err := PrepareRunOutcome(body)
+		return b, err
 	case KindRelease, KindWaiver, KindApproval, KindSupersede, KindLog:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {

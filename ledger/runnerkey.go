@@ -30,6 +30,9 @@ const PayloadTypeEvidence = "application/vnd.evidence-ledger.evidence.v1+json"
 // them) posted to /api/v1/evidence.
 const ContentTypeDSSE = "application/vnd.dsse.envelope.v1+json"
 
+// RunnerKindAgent is the RunnerKey.Kind of an agent's key.
+const RunnerKindAgent = "agent"
+
 // The actions of a RunnerKey record.
 const (
 	RunnerAdd    = "add"
@@ -50,9 +53,14 @@ func ValidRunnerName(s string) bool { return runnerNameRe.MatchString(s) }
 // Name; "revoke" revokes the key KeyID of Name. KeyID is the key's OpenSSH
 // SHA256 fingerprint ("SHA256:" + 43 base64 characters, as ssh-keygen -l
 // prints it), which is also the DSSE keyid runners put in their signatures.
-// By is the name of the admin token that appended it.
+// By is the name of the admin token that appended it. Kind is "" for a
+// runner key and RunnerKindAgent for an approved agent's key (`ledger agent
+// approve`): an agent is a runner whose key was registered by approving its
+// registration, and a gate with `runner: agent` counts only evidence
+// signed by such a key.
 type RunnerKey struct {
 	Action    string    `json:"action"`
+	Kind      string    `json:"kind,omitempty"`
 	Name      string    `json:"name"`
 	KeyID     string    `json:"key_id"`
 	PublicKey string    `json:"public_key,omitempty"`
@@ -69,6 +77,9 @@ func (k *RunnerKey) Validate() error {
 	}
 	if !keyIDRe.MatchString(k.KeyID) {
 		return FieldError("key_id", "must be an OpenSSH SHA256 fingerprint (SHA256:<43 base64>)")
+	}
+	if k.Kind != "" && k.Kind != RunnerKindAgent {
+		return FieldError("kind", "must be empty (a runner) or %q, got %q", RunnerKindAgent, clip(k.Kind))
 	}
 	switch k.Action {
 	case RunnerAdd:
@@ -283,6 +294,7 @@ func fieldUnder(err error, prefix string) error {
 // revocation.
 type RunnerState struct {
 	Name      string    `json:"name"`
+	Kind      string    `json:"kind,omitempty"`
 	KeyID     string    `json:"key_id"`
 	PublicKey string    `json:"public_key"`
 	Entry     string    `json:"entry"`
@@ -376,7 +388,7 @@ func (r *RunnerRegistry) apply(e Entry) error {
 	}
 	switch k.Action {
 	case RunnerAdd:
-		r.Runners = append(r.Runners, RunnerState{Name: k.Name, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At})
+		r.Runners = append(r.Runners, RunnerState{Name: k.Name, Kind: k.Kind, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At})
 	case RunnerRevoke:
 		for i := range r.Runners {
 			s := &r.Runners[i]

@@ -82,8 +82,10 @@ type HeadFilter struct {
 	Limit      int
 }
 
-// Scope is a token's permission. admin implies record and read; record
-// implies read.
+// Scope is a token's permission. admin implies record, run and read;
+// record implies read; run (queue and cancel runs, see package runs)
+// implies read only: a run token cannot record evidence, and a record
+// token cannot queue runs.
 type Scope string
 
 // The scopes.
@@ -91,10 +93,17 @@ const (
 	ScopeRead   Scope = "read"
 	ScopeRecord Scope = "record"
 	ScopeAdmin  Scope = "admin"
+	ScopeRun    Scope = "run"
 )
 
 // Allows reports whether a token of scope s may act with need.
 func (s Scope) Allows(need Scope) bool {
+	if need == ScopeRun {
+		return s == ScopeRun || s == ScopeAdmin
+	}
+	if s == ScopeRun {
+		return need == ScopeRead
+	}
 	rank := map[Scope]int{ScopeRead: 1, ScopeRecord: 2, ScopeAdmin: 3}
 	return rank[s] >= rank[need] && rank[need] > 0
 }

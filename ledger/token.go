@@ -75,9 +75,9 @@ func (s *TokenSpec) Validate(now time.Time) error {
 		return FieldError("name", "token name must be 1-64 of [A-Za-z0-9._-], got %q", clip(s.Name))
 	}
 	switch s.Scope {
-	case ScopeRead, ScopeRecord, ScopeAdmin:
+	case ScopeRead, ScopeRecord, ScopeAdmin, ScopeRun:
 	default:
-		return FieldError("scope", "must be read, record or admin, got %q", clip(string(s.Scope)))
+		return FieldError("scope", "must be read, record, run or admin, got %q", clip(string(s.Scope)))
 	}
 	for _, r := range s.Roles {
 		if !tokenNameRe.MatchString(r) {

@@ -52,16 +52,22 @@ type RunnerLog interface {
 // `ledger runner add`; two concurrent adds for one name both append, and
 // the registry's fold keeps the first.
 func AddRunner(ctx context.Context, st RunnerLog, name string, keyFile []byte, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
+	return addRunnerKey(ctx, st, name, keyFile, by, "")
+}
+
+// addRunnerKey is AddRunner for a key of kind ("" a runner,
+// ledger.RunnerKindAgent an agent).
+func addRunnerKey(ctx context.Context, st RunnerLog, name string, keyFile []byte, by, kind string) (ledger.RunnerState, *ledger.AppendResult, error) {
 	pub, err := verify.ParseRunnerPublicKey(keyFile)
 	if err != nil {
 		return ledger.RunnerState{}, nil, ledger.FieldError("public_key", "%v", err)
 	}
-	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), By: by, At: time.Now().UTC()}
+	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Kind: kind, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), By: by, At: time.Now().UTC()}
 	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
 	if err != nil {
 		return ledger.RunnerState{}, nil, err
 	}
-	if live, ok := reg.Live(name); ok && live.KeyID == k.KeyID {
+	if live, ok := reg.Live(name); ok && live.KeyID == k.KeyID && live.Kind == kind {
 		// The same registration again: answered, not appended.
 		cp, err := st.Checkpoint(ctx)
 		if err != nil {

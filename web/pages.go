@@ -28,7 +28,7 @@ var staticFS embed.FS
 // pageTemplates are the page templates every dashboard start-up requires;
 // a missing one fails New.
 var pageTemplates = []string{
-	"overview", "release", "lane", "evidence", "evidence-list", "heads", "trajectory", "error",
+	"overview", "release", "lane", "evidence", "evidence-list", "heads", "trajectory", "error", "runs", "agents",
 }
 
 // pages holds the dashboard templates (parsed once at start-up), the

@@ -24,6 +24,7 @@ import (
 // whole release and is a separate record.
 func (s *Server) routes() chi.Router {
 	read, record, admin := s.require(ledger.ScopeRead), s.require(ledger.ScopeRecord), s.require(ledger.ScopeAdmin)
+	run := s.require(ledger.ScopeRun)
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders)
@@ -51,6 +52,19 @@ func (s *Server) routes() chi.Router {
 		api.With(read).Get("/runners", s.handleListRunners)
 		api.With(admin).Post("/runners", s.handleAddRunner)
 		api.With(admin).Post("/runners/{name}/revoke", s.handleRevokeRunner)
+
+		// Runs (api_runs.go): queued with a run token; agents take them
+		// with a record token and a request signed by their approved key.
+		api.With(run).Post("/runs", s.handleCreateRun)
+		api.With(read).Get("/runs", s.handleListRuns)
+		api.With(read).Get("/runs/{id}", s.handleGetRun)
+		api.With(run).Post("/runs/{id}/cancel", s.handleCancelRun)
+		api.With(read).Get("/agents", s.handleListAgents)
+		api.With(admin).Post("/agents/{name}/approve", s.handleApproveAgent)
+		api.With(record).Post("/agent/register", s.handleAgentRegister)
+		api.With(record).Post("/agent/poll", s.handleAgentPoll)
+		api.With(record).Post("/agent/runs/{id}/heartbeat", s.handleAgentHeartbeat)
+		api.With(record).Post("/agent/runs/{id}/finish", s.handleAgentFinish)
 
 		api.With(read).Get("/heads", s.handleListHeads)
 		api.With(record).Post("/heads/verify", s.handleVerifyHead)
@@ -86,6 +100,8 @@ func (s *Server) routes() chi.Router {
 	r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))
 	r.Get("/entries/{id}", s.pageAuth(s.pageEntry))
 	r.Get("/heads", s.pageAuth(s.pageHeads))
+	r.Get("/runs", s.pageAuth(s.pageRuns))
+	r.Get("/agents", s.pageAuth(s.pageAgents))
 	r.Get("/lanes/*", s.pageAuth(s.pageLane))
 	r.Get("/trajectories/*", s.pageAuth(s.pageTrajectory))
 	r.Get("/releases/{version}", s.pageAuth(s.pageRelease))

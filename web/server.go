@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/witness"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -58,6 +59,13 @@ type Config struct {
 	// place that happens): for audit logs and for tests that prove no
 	// caller-named path is opened.
 	FileAccess func(path string)
+	// Runs, when set, serves the runs API and the agents' routes over this
+	// run store (see package runs); nil: those routes answer 404.
+	Runs *runs.Store
+	// LeaseTTL is how long a run's lease lasts unless its agent extends it
+	// (default 30s); PollWait caps an agent's long poll (default 25s).
+	LeaseTTL time.Duration
+	PollWait time.Duration
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent
@@ -80,6 +88,7 @@ type Server struct {
 	listings  chan struct{}
 	storage   storageHealth
 	readiness readinessCache
+	runs      *runState // nil without Config.Runs
 }
 
 // storageHealth is the degraded state /healthz reports after a write
@@ -179,6 +188,16 @@ func New(cfg Config) (*Server, error) {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := s.initPages(); err != nil {
 		return nil, err
+	}
+	if cfg.Runs != nil {
+		if cfg.LeaseTTL <= 0 {
+			cfg.LeaseTTL = 30 * time.Second
+		}
+		if cfg.PollWait <= 0 {
+			cfg.PollWait = 25 * time.Second
+		}
+		s.cfg = cfg
+		s.runs = &runState{store: cfg.Runs, ttl: cfg.LeaseTTL, pollWait: cfg.PollWait, wake: make(chan struct{})}
 	}
 	s.router = s.routes()
 	return s, nil

@@ -250,7 +250,7 @@ it the token never expires (revoke it with ` + "`ledger token revoke`" + `).`,
 			return nil
 		},
 	}
-	create.Flags().StringVar(&scope, "scope", "record", "read, record or admin")
+	create.Flags().StringVar(&scope, "scope", "record", "read, record, run or admin")
 	create.Flags().StringVar(&name, "name", "", "unique token name (required)")
 	create.Flags().StringSliceVar(&roles, "role", nil, "role for manual gates (repeatable)")
 	create.Flags().StringSliceVar(&repos, "repository", nil, "repository the token may record evidence for (repeatable; default any)")

@@ -102,6 +102,8 @@ func newRootCmd() *cobra.Command {
 		newProofCmd(a),
 		newPolicyCmd(a),
 		newRunnerCmd(a),
+		newAgentCmd(a),
+		newRunsCmd(a),
 	)
 	return root
 }

@@ -27,9 +27,11 @@ type runConfig struct {
 	Dirty      string // "", "true" or "false"
 	NoRecord   bool
 	List       bool
-	Impl       string // external implementation to run (impl.go)
-	ImplFile   string // its configuration file
-	SignKey    string // runner key that signs what is recorded (runner.go)
+	Impl       string   // external implementation to run (impl.go)
+	ImplFile   string   // its configuration file
+	SignKey    string   // runner key that signs what is recorded (runner.go)
+	Remote     bool     // queue the run on --server for an agent (runs.go)
+	Labels     []string // agent labels a remote run requires
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -62,6 +64,8 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	f.BoolVar(&c.List, "list", false, "list the lanes and exit")
 	f.StringVar(&c.SignKey, "sign-key", "", "sign each record as a DSSE envelope with this registered runner key (see ledger runner)")
 	addImplFlags(f, &c)
+	f.BoolVar(&c.Remote, "remote", false, "queue the run on --server for an agent (ledger agent) and follow it; exit status as for a local run, 3 when the run was canceled or expired")
+	f.StringArrayVar(&c.Labels, "label", nil, "with --remote: agent label key=value the run requires (repeatable)")
 	return cmd
 }
 
@@ -71,6 +75,9 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 			fmt.Fprintf(a.stdout, "%-24s %s\n", l.Name(), l.Summary())
 		}
 		return nil
+	}
+	if c.Remote {
+		return a.runRemote(ctx, c)
 	}
 	if c.Impl != "" {
 		return a.runImpl(ctx, c)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
@@ -41,6 +42,13 @@ type ServeConfig struct {
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
+	// LeaseTTL is how long a run's lease lasts unless its agent extends it
+	// (--lease-ttl, default 30s); PollWait caps an agent's long poll
+	// (--poll-wait, default 25s); LeaseSweep is how often expired leases
+	// are looked for (--lease-sweep, default LeaseTTL/4).
+	LeaseTTL   time.Duration
+	PollWait   time.Duration
+	LeaseSweep time.Duration
 }
 
 // defaultServeConfig returns the defaults overridden by LEDGER_*
@@ -127,8 +135,20 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer stopWitnesser()
-	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots})
+	rdb, err := sqlite.OpenAux(c.DB)
 	if err != nil {
+		return err
+	}
+	runStore := runs.New(rdb, nil)
+	defer runStore.Close()
+	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
+		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait})
+	if err != nil {
+		return err
+	}
+	runsCtx, stopRuns := context.WithCancel(ctx)
+	defer stopRuns()
+	if err := srv.StartRuns(runsCtx, c.LeaseSweep); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", c.Addr)
@@ -184,5 +204,8 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
+	cmd.Flags().DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
+	cmd.Flags().DurationVar(&c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")
+	cmd.Flags().DurationVar(&c.LeaseSweep, "lease-sweep", 0, "how often expired leases are looked for (default: lease-ttl/4)")
 	return cmd
 }

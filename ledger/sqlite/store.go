@@ -556,3 +556,17 @@ func (d *driver) walFramesCommitted() {
 	default:
 	}
 }
+
+// OpenAux opens a second writable handle on the database at path, with
+// the store's connection settings (WAL, busy timeout, immediate write
+// transactions), for state kept beside the log in its own tables (package
+// runs). The store must have been opened (and so migrated) first. Writes
+// through it wait for the log writer's transactions (busy timeout 10 s).
+func OpenAux(path string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	return db, nil
+}

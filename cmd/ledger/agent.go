@@ -1,0 +1,473 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/runner"
+	"github.com/evidence-ledger/ledger/runs"
+	"github.com/evidence-ledger/ledger/verify"
+	"github.com/spf13/cobra"
+)
+
+// agentConfig holds the flags of `ledger agent`.
+type agentConfig struct {
+	Name          string
+	Key           string
+	Backend       string
+	Labels        []string
+	Lanes         []string
+	RepoPath      string
+	Repository    string
+	Commit        string
+	Tree          string
+	Dirty         string
+	PollWait      time.Duration
+	ExpectDevices int
+	MaxRuns       int
+}
+
+func newAgentCmd(a *app) *cobra.Command {
+	var c agentConfig
+	cmd := &cobra.Command{
+		Use:   "agent --server URL --token T --key agent.key --backend cpu|cuda [--label k=v]...",
+		Short: "Run lanes queued on a ledger server on this host's hardware (an agent), or approve and list agents",
+		Long: `ledger agent registers this host with the server (its name, key, backend,
+labels, the lanes in its own configuration and the hardware its health probe
+found), waits for a run whose backend, labels and lanes it serves, takes its
+lease, probes the hardware, runs the lanes from its own build (never a
+command from the server), and records one evidence record per lane as a DSSE
+envelope signed with --key. A supervisor goroutine extends the lease
+independently of the lanes; when the server answers that the run is being
+canceled, the lane stops at the next case boundary and the attempt is
+reported canceled, recording nothing.
+
+The key must be approved by an admin first (ledger agent approve NAME): an
+unapproved agent is registered but gets no run. --token is a record token;
+its lane, backend and repository scope bound the runs the agent is given.
+
+Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runAgent(cmd.Context(), c) },
+	}
+	f := cmd.Flags()
+	host, _ := os.Hostname()
+	f.StringVar(&c.Name, "name", agentName(host), "agent name (a runner name: 1-64 of [a-z0-9._-])")
+	f.StringVar(&c.Key, "key", "", "the agent's Ed25519 private key (see ledger runner keygen); required")
+	f.StringVar(&c.Backend, "backend", "cpu", "backend this agent runs (registered: "+strings.Join(runner.BackendNames(), ", ")+")")
+	f.StringArrayVar(&c.Labels, "label", nil, "agent label key=value (repeatable), matched against a run's required labels")
+	f.StringArrayVar(&c.Lanes, "lane", nil, "lane this agent runs (repeatable; default: every registered lane)")
+	f.StringVar(&c.RepoPath, "repo-path", ".", "checkout of the source, used for git when the binary lacks build info")
+	f.StringVar(&c.Repository, "repository", "", "repository of the subject (default: git remote origin, else the module path)")
+	f.StringVar(&c.Commit, "commit", "", "source commit id (overrides build info)")
+	f.StringVar(&c.Tree, "tree", "", "tree id of the source commit (default: from git)")
+	f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
+	f.DurationVar(&c.PollWait, "poll-wait", 20*time.Second, "how long one poll for a run waits (the server caps it)")
+	f.IntVar(&c.ExpectDevices, "expect-devices", 0, "health probe: the number of devices this host must have (cuda: counted by nvidia-smi; 0: at least one)")
+	f.IntVar(&c.MaxRuns, "max-runs", 0, "exit after this many runs (0: run until interrupted)")
+	cmd.AddCommand(newAgentApproveCmd(a), newAgentListCmd(a))
+	return cmd
+}
+
+// agentName turns a host name into a runner name.
+func agentName(host string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(host) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	s := strings.TrimLeft(b.String(), "._-")
+	if s == "" {
+		s = "agent"
+	}
+	return s[:min(len(s), 64)]
+}
+
+func newAgentApproveCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "approve NAME",
+		Short: "Approve the key agent NAME registered with (admin; a runner-key leaf of kind agent)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.serverClient(true)
+			if err != nil {
+				return err
+			}
+			st, e, err := c.ApproveAgent(cmd.Context(), args[0])
+			if err != nil {
+				return errExit(2, "agent approve: %v", err)
+			}
+			what := "approved"
+			if e.Existing {
+				what = "already approved:"
+			}
+			return a.printRunner(st, e, what)
+		},
+	}
+}
+
+func newAgentListCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the registered agents: spec, last heartbeat, health, current run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.serverClient(false)
+			if err != nil {
+				return err
+			}
+			list, err := c.Agents(cmd.Context())
+			if err != nil {
+				return errExit(2, "agent list: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"agents": list})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tAPPROVED\tONLINE\tBACKEND\tLABELS\tDEVICE\tHEALTH\tLAST SEEN\tRUN")
+			for _, g := range list {
+				fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.Approved, g.Online, g.Backend, runs.SortedLabels(g.Labels),
+					g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// serverClient is the client of --server, which these commands need.
+func (a *app) serverClient(needToken bool) (*client.Client, error) {
+	if a.Server == "" {
+		return nil, errExit(2, "this command talks to a server: give --server URL (env LEDGER_SERVER)")
+	}
+	if needToken && a.Token == "" {
+		return nil, errExit(2, "--server needs --token (or LEDGER_TOKEN)")
+	}
+	c, err := client.New(a.Server, client.Options{Token: a.Token, Timeout: a.Timeout})
+	if err != nil {
+		return nil, errExit(2, "%v", err)
+	}
+	return c, nil
+}
+
+// agent is one running `ledger agent`.
+type agent struct {
+	a    *app
+	c    agentConfig
+	api  *client.Agent
+	priv ed25519.PrivateKey
+	subj ledger.Subject
+	spec runs.AgentSpec
+}
+
+func (a *app) runAgent(ctx context.Context, c agentConfig) error {
+	if c.Key == "" {
+		return errExit(2, "--key is required: the agent's Ed25519 private key (ledger runner keygen FILE writes one)")
+	}
+	if !ledger.ValidRunnerName(c.Name) {
+		return errExit(2, "--name %q: must be 1-64 of [a-z0-9._-] starting alphanumeric", c.Name)
+	}
+	labels, err := runs.ParseLabels(c.Labels)
+	if err != nil {
+		return errExit(2, "--label: %v", err)
+	}
+	if !slices.Contains(runner.BackendNames(), c.Backend) {
+		return errExit(2, "--backend %q: registered backends are %s", c.Backend, strings.Join(runner.BackendNames(), ", "))
+	}
+	lanes := c.Lanes
+	if len(lanes) == 0 {
+		for _, l := range runner.Lanes() {
+			lanes = append(lanes, l.Name())
+		}
+	}
+	for _, l := range lanes {
+		if _, err := runner.LookupLane(l); err != nil {
+			return errExit(2, "--lane: %v", err)
+		}
+	}
+	priv, err := loadSignKey(c.Key)
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	cl, err := a.serverClient(true)
+	if err != nil {
+		return err
+	}
+	so := runner.SubjectOptions{RepoPath: c.RepoPath, Repository: c.Repository, Commit: c.Commit, Tree: c.Tree}
+	switch c.Dirty {
+	case "":
+	case "true", "false":
+		d := c.Dirty == "true"
+		so.Dirty = &d
+	default:
+		return errExit(2, "--dirty must be true or false, got %q", c.Dirty)
+	}
+	subj, err := runner.ResolveSubject(ctx, so)
+	if err != nil {
+		return errExit(2, "subject: %v", err)
+	}
+	ag := &agent{a: a, c: c, api: client.NewAgent(cl, c.Name, priv), priv: priv, subj: subj}
+	health, spec := ag.probe()
+	spec.Lanes, spec.Repository, spec.Commit = lanes, subj.Repository, subj.Commit
+	ag.spec = spec
+	pub := priv.Public().(ed25519.PublicKey)
+	reg, err := ag.api.Register(ctx, runs.RegisterRequest{Name: c.Name, PublicKey: verify.AuthorizedKey(pub), Backend: ledger.Backend(c.Backend), Labels: labels, Spec: spec, Health: health})
+	if err != nil {
+		return errExit(2, "agent register: %v", err)
+	}
+	a.log.Info("agent registered", "name", c.Name, "key_id", reg.KeyID, "approved", reg.Approved, "backend", c.Backend, "labels", runs.SortedLabels(labels), "health", health)
+	if !reg.Approved {
+		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + "`; polling until then")
+	}
+	done := 0
+	backoff := time.Second
+	for ctx.Err() == nil && (c.MaxRuns == 0 || done < c.MaxRuns) {
+		lease, err := ag.api.Poll(ctx, c.PollWait, health)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			a.log.Warn("agent poll failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = time.Second
+		if lease == nil {
+			continue
+		}
+		health = ag.runLease(ctx, lease)
+		done++
+	}
+	return nil
+}
+
+// probe is the hardware health probe: the backend opens (for cuda: a
+// device, its driver and memory), the device count (cuda: nvidia-smi)
+// meets --expect-devices, and the host's cores and memory. It returns
+// "ok" or what failed, and the spec found.
+func (ag *agent) probe() (string, runs.AgentSpec) {
+	spec := runs.AgentSpec{CPUs: runtime.NumCPU(), MemoryBytes: hostMemory(), Runner: runner.BuildRunner()}
+	spec.Host, _ = os.Hostname()
+	b, err := runner.OpenBackend(ag.c.Backend)
+	if err != nil {
+		return "backend " + ag.c.Backend + " does not open: " + err.Error(), spec
+	}
+	spec.Device = b.Device()
+	_ = b.Close()
+	spec.DeviceCount = 1
+	if ag.c.Backend == "cuda" {
+		n, mem, err := nvidiaSMI()
+		if err == nil {
+			spec.DeviceCount = n
+			if mem > 0 && spec.Device.Attrs != nil {
+				spec.Device.Attrs["smi_memory_mib"] = strconv.FormatUint(mem, 10)
+			}
+		} else if ag.c.ExpectDevices > 1 {
+			return "cannot count devices: " + err.Error(), spec
+		}
+	}
+	if ag.c.ExpectDevices > 0 && spec.DeviceCount != ag.c.ExpectDevices {
+		return fmt.Sprintf("expected %d devices, found %d", ag.c.ExpectDevices, spec.DeviceCount), spec
+	}
+	return "ok", spec
+}
+
+// nvidiaSMI counts the GPUs nvidia-smi lists and returns the first one's
+// total memory in MiB.
+func nvidiaSMI() (int, uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits").Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("nvidia-smi: %w", err)
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	var mem uint64
+	if len(lines) > 0 {
+		mem, _ = strconv.ParseUint(lines[0], 10, 64)
+	}
+	return len(lines), mem, nil
+}
+
+// hostMemory is MemTotal of /proc/meminfo in bytes (0 where absent).
+func hostMemory() uint64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// errCanceled and errLeaseLost end a lease's workload.
+var (
+	errCanceled  = errors.New("the run was canceled")
+	errLeaseLost = errors.New("the lease was lost")
+)
+
+// supervise extends lease l every third of its length until work ends,
+// sending the progress take returns; it stops the workload with
+// errCanceled when the server answers canceling, and with errLeaseLost
+// when the server refuses the lease. Transport errors are retried on the
+// next tick.
+func (ag *agent) supervise(ctx, work context.Context, stop context.CancelCauseFunc, l *runs.LeaseAnswer, take func() *runs.Progress, log *slog.Logger) {
+	every := max(time.Duration(l.LeaseTTLMS)*time.Millisecond/3, 20*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-work.Done():
+			return
+		case <-t.C:
+		}
+		hb, err := ag.api.Heartbeat(ctx, l.Run.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: take()})
+		var le *ledger.Error
+		switch {
+		case errors.As(err, &le) && le.Code == ledger.CodeConflict:
+			log.Warn("agent lost the lease", "err", err)
+			stop(errLeaseLost)
+			return
+		case err != nil:
+			log.Warn("agent heartbeat failed (retrying)", "err", err)
+		case hb.Cancel:
+			log.Info("run canceled: stopping at the next case boundary")
+			stop(errCanceled)
+			return
+		}
+	}
+}
+
+// runLease runs one leased attempt and returns the health verdict of its
+// probe. The supervisor goroutine extends the lease every third of its
+// length, whatever the lanes do, and stops the workload when the server
+// says canceling or refuses the lease.
+func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
+	log := ag.a.log.With("run", l.Run.ID, "attempt", l.Attempt)
+	log.Info("agent took a run", "lanes", strings.Join(l.Run.Lanes, ","), "backend", l.Run.Backend)
+	work, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var mu sync.Mutex
+	var prog *runs.Progress
+	setProgress := func(p runs.Progress) { mu.Lock(); prog = &p; mu.Unlock() }
+	take := func() *runs.Progress { mu.Lock(); defer mu.Unlock(); p := prog; prog = nil; return p }
+	superDone := make(chan struct{})
+	go func() {
+		defer close(superDone)
+		ag.supervise(ctx, work, stop, l, take, log)
+	}()
+	finish := func(req runs.FinishRequest) {
+		req.Attempt, req.Lease = l.Attempt, l.Lease
+		for try := range 5 {
+			_, err := ag.api.Finish(ctx, l.Run.ID, req)
+			if err == nil {
+				log.Info("agent finished the attempt", "status", req.Status)
+				return
+			}
+			var le *ledger.Error
+			if errors.As(err, &le) && le.Code != ledger.CodeInternal {
+				log.Error("agent finish refused", "err", err)
+				return
+			}
+			log.Warn("agent finish failed (retrying)", "err", err, "try", try+1)
+			time.Sleep(time.Duration(try+1) * 500 * time.Millisecond)
+		}
+	}
+	health, _ := ag.probe()
+	if health != "ok" {
+		stop(nil)
+		<-superDone
+		finish(runs.FinishRequest{Status: "error", Message: "health probe: " + health})
+		return health
+	}
+	for _, lane := range l.Run.Lanes {
+		if !slices.Contains(ag.spec.Lanes, lane) && !slices.Contains(ag.spec.Lanes, ledger.LaneName(lane)) {
+			stop(nil)
+			<-superDone
+			finish(runs.FinishRequest{Status: "error", Message: "lane " + lane + " is not in this agent's configuration"})
+			return health
+		}
+	}
+	b, err := runner.OpenBackend(ag.c.Backend)
+	if err != nil {
+		stop(nil)
+		<-superDone
+		finish(runs.FinishRequest{Status: "error", Message: "open backend: " + err.Error()})
+		return "backend does not open: " + err.Error()
+	}
+	defer b.Close()
+	lanesDone := 0
+	var cur string
+	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(),
+		Progress: func(lane string, done, total int) {
+			if lane != cur {
+				if cur != "" {
+					lanesDone++
+				}
+				cur = lane
+			}
+			setProgress(runs.Progress{Lane: lane, Done: done, Total: total, LanesDone: lanesDone})
+		}})
+	cause := context.Cause(work)
+	stop(nil)
+	<-superDone
+	switch {
+	case errors.Is(cause, errLeaseLost):
+		log.Warn("lease lost: the attempt's results are dropped, nothing is recorded")
+		return health
+	case errors.Is(cause, errCanceled):
+		finish(runs.FinishRequest{Status: "canceled", Message: "canceled at a case boundary"})
+		return health
+	case ctx.Err() != nil:
+		return health // interrupted: the lease expires and the run is queued again
+	case rerr != nil:
+		finish(runs.FinishRequest{Status: "error", Message: "run: " + rerr.Error()})
+		return health
+	}
+	evs := make([]ledger.Evidence, len(results))
+	for i, r := range results {
+		evs[i] = r.Evidence
+	}
+	recs, err := evidenceRecords(evs)
+	if err != nil {
+		finish(runs.FinishRequest{Status: "error", Message: err.Error()})
+		return health
+	}
+	envs := make([]json.RawMessage, len(recs))
+	for i, r := range recs {
+		env, err := verify.SignEvidence(ctx, ag.priv, r.Body)
+		if err != nil {
+			finish(runs.FinishRequest{Status: "error", Message: "sign: " + err.Error()})
+			return health
+		}
+		envs[i] = env
+	}
+	finish(runs.FinishRequest{Status: "completed", Evidence: envs})
+	return health
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runner"
+	"github.com/evidence-ledger/ledger/runs"
+	"github.com/spf13/cobra"
+)
+
+// runRemote is `ledger run --remote`: queue the run on --server, follow
+// its progress until it is final, print it and exit with its status (0
+// done, 1 failed, 3 canceled or expired).
+func (a *app) runRemote(ctx context.Context, c runConfig) error {
+	if c.Impl != "" || c.NoRecord || c.SignKey != "" {
+		return errExit(2, "--remote runs the agent's own lanes: --impl, --no-record and --sign-key do not apply")
+	}
+	labels, err := runs.ParseLabels(c.Labels)
+	if err != nil {
+		return errExit(2, "--label: %v", err)
+	}
+	lanes := c.Lanes
+	if len(lanes) == 0 {
+		for _, l := range runner.Lanes() {
+			lanes = append(lanes, l.Name())
+		}
+	}
+	cl, err := a.serverClient(true)
+	if err != nil {
+		return err
+	}
+	run, err := cl.CreateRun(ctx, runs.Spec{Lanes: lanes, Backend: ledger.Backend(c.Backend), Labels: labels, Repository: c.Repository, Commit: c.Commit})
+	if err != nil {
+		return errExit(2, "queue run: %v", err)
+	}
+	fmt.Fprintf(a.stderr, "queued run %s (%s on %s)\n", run.ID, strings.Join(run.Lanes, ","), run.Backend)
+	prog := a.newProgress()
+	for !runs.Final(run.State) {
+		select {
+		case <-ctx.Done():
+			prog.done()
+			return errExit(2, "interrupted: run %s goes on (ledger runs cancel %s stops it)", run.ID, run.ID)
+		case <-time.After(250 * time.Millisecond):
+		}
+		next, err := cl.Run(ctx, run.ID)
+		if err != nil {
+			a.log.Warn("follow run", "err", err)
+			continue
+		}
+		run = next
+		if run.Progress.Lane != "" {
+			prog.update(run.Progress.Lane, run.Progress.Done, run.Progress.Total)
+		}
+	}
+	prog.done()
+	if a.JSON {
+		if err := a.printJSON(map[string]any{"run": run}); err != nil {
+			return err
+		}
+	} else {
+		printRun(a.stdout, run)
+	}
+	switch run.State {
+	case runs.Done:
+		return nil
+	case runs.Failed:
+		return errExit(1, "")
+	}
+	return errExit(3, "run %s %s", run.ID, run.State)
+}
+
+func printRun(w io.Writer, r runs.Run) {
+	fmt.Fprintf(w, "run %s: %s (backend %s, lanes %s", r.ID, r.State, r.Backend, strings.Join(r.Lanes, ","))
+	if len(r.Labels) > 0 {
+		fmt.Fprintf(w, ", labels %s", runs.SortedLabels(r.Labels))
+	}
+	fmt.Fprintf(w, ")\n  attempt %d of at most %d", r.Attempt, r.MaxAttempts)
+	if r.Agent != "" {
+		fmt.Fprintf(w, ", agent %s", r.Agent)
+	}
+	if r.Progress.Lane != "" && !runs.Final(r.State) {
+		fmt.Fprintf(w, ", %s %d/%d", r.Progress.Lane, r.Progress.Done, r.Progress.Total)
+	}
+	fmt.Fprintln(w)
+	for _, at := range r.Attempts {
+		fmt.Fprintf(w, "  attempt %d by %s: %s %s\n", at.Attempt, at.Agent, at.Outcome, at.Reason)
+	}
+	for _, id := range r.Evidence {
+		fmt.Fprintf(w, "  evidence %s\n", id)
+	}
+	if r.OutcomeEntry != "" {
+		fmt.Fprintf(w, "  outcome entry %s\n", r.OutcomeEntry)
+	}
+}
+
+func newRunsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List, show and cancel runs queued on --server (ledger run --remote queues them)",
+	}
+	var state string
+	var limit int
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := a.serverClient(false)
+			if err != nil {
+				return err
+			}
+			rs, err := cl.Runs(cmd.Context(), state, limit)
+			if err != nil {
+				return errExit(2, "runs list: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"runs": rs})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tBACKEND\tLANES\tATTEMPT\tAGENT\tPROGRESS\tCREATED")
+			for _, r := range rs {
+				p := ""
+				if r.Progress.Lane != "" {
+					p = fmt.Sprintf("%s %d/%d", r.Progress.Lane, r.Progress.Done, r.Progress.Total)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.State, r.Backend, strings.Join(r.Lanes, ","), r.Attempt, r.MaxAttempts, r.Agent, p, r.CreatedAt.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&state, "state", "", "only runs in this state (or active)")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many runs")
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one run: state, attempts, progress, evidence",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.serverClient(false)
+			if err != nil {
+				return err
+			}
+			r, err := cl.Run(cmd.Context(), args[0])
+			if err != nil {
+				return errExit(2, "runs show: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"run": r})
+			}
+			printRun(a.stdout, r)
+			return nil
+		},
+	}
+	cancel := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a run: a queued one at once, a running one at its next case boundary (scope run)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.serverClient(true)
+			if err != nil {
+				return err
+			}
+			r, err := cl.CancelRun(cmd.Context(), args[0])
+			if err != nil {
+				return errExit(2, "runs cancel: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"run": r})
+			}
+			printRun(a.stdout, r)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, show, cancel)
+	return cmd
+}

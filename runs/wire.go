@@ -1,0 +1,81 @@
+package runs
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// The bodies and answers of the agents' routes (POST /api/v1/agent/...)
+// and of GET /api/v1/agents, shared by package web and ledger/client.
+
+// RegisterRequest is the body of POST /api/v1/agent/register: the
+// agent's name, its Ed25519 public key (OpenSSH line), backend, labels,
+// what it declares (AgentSpec) and its health probe's verdict.
+type RegisterRequest struct {
+	Name      string            `json:"name"`
+	PublicKey string            `json:"public_key"`
+	Backend   ledger.Backend    `json:"backend"`
+	Labels    map[string]string `json:"labels"`
+	Spec      AgentSpec         `json:"spec"`
+	Health    string            `json:"health"`
+}
+
+// LeaseAnswer is the answer of a poll that took a run: the run, the
+// attempt and lease the agent holds, when the lease ends and the lease
+// length (the agent extends well before it).
+type LeaseAnswer struct {
+	Run        Run       `json:"run"`
+	Attempt    int       `json:"attempt"`
+	Lease      string    `json:"lease"`
+	LeaseUntil time.Time `json:"lease_until"`
+	LeaseTTLMS int64     `json:"lease_ttl_ms"`
+}
+
+// HeartbeatRequest is the body of POST /api/v1/agent/runs/{id}/heartbeat:
+// the attempt and lease the agent holds, and its progress (nil: none
+// new).
+type HeartbeatRequest struct {
+	Attempt  int       `json:"attempt"`
+	Lease    string    `json:"lease"`
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// HeartbeatAnswer tells the agent the run's state (canceling: stop at the
+// next case boundary and finish as canceled) and the lease's new end.
+type HeartbeatAnswer struct {
+	State      string    `json:"state"`
+	Cancel     bool      `json:"cancel"`
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+// FinishRequest is the body of POST /api/v1/agent/runs/{id}/finish. Status
+// "completed": Evidence holds one DSSE envelope of evidence per lane of
+// the run, signed by the agent's key (while the run is canceling the
+// attempt is canceled instead and nothing is recorded); "canceled" (only while the run is
+// canceling): no evidence, nothing is recorded as passed; "error": the
+// attempt could not run (a failed health probe, say), Message says why, and
+// it counts as an infrastructure failure (the run is queued again while
+// attempts remain).
+type FinishRequest struct {
+	Attempt  int               `json:"attempt"`
+	Lease    string            `json:"lease"`
+	Status   string            `json:"status"`
+	Message  string            `json:"message,omitempty"`
+	Evidence []json.RawMessage `json:"evidence,omitempty"`
+}
+
+// AgentInfo is an agent as GET /api/v1/agents lists it.
+type AgentInfo struct {
+	Agent
+	Online bool `json:"online"`
+}
+
+// PollRequest is the body of POST /api/v1/agent/poll: how long to wait
+// for a run (capped by the server's --poll-wait) and the agent's latest
+// health verdict.
+type PollRequest struct {
+	WaitMS int64  `json:"wait_ms"`
+	Health string `json:"health,omitempty"`
+}

@@ -1,0 +1,62 @@
+package web
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/verify"
+)
+
+// TestRunnerAgentGate: a lane gate with runner: agent counts only
+// evidence signed by an approved agent's key. Evidence signed by a
+// registered runner key that is not an agent's, or unsigned, stays
+// baseline with the reason; the same evidence signed by an agent key
+// passes the gate.
+func TestRunnerAgentGate(t *testing.T) {
+	// Three runs of the same subject (testEvidence(1)'s), apart by time.
+	run := func(i int) map[string]any {
+		ev := testEvidence(1)
+		ev["started_at"] = fmt.Sprintf("2026-11-29T11:00:0%dZ", i)
+		ev["finished_at"] = fmt.Sprintf("2026-11-29T11:00:1%dZ", i)
+		return ev
+	}
+	e := newRunnerEnv(t)
+	commit := fmt.Sprintf("%040x", 2)
+	rel := fmt.Sprintf(`version: 9.9.9
+components:
+  - {name: core, repository: github.com/ml-explore/mlx, reviewed: %s, head: %s}
+gates:
+  - {id: qmv, kind: lane, lane: qmv-bias-sum/v1, component: core, backends: [cpu], cases: 216, runner: agent}
+`, commit, commit)
+	if code, body := e.do(t, http.MethodPut, "/api/v1/releases/9.9.9", e.admin, rel, "Content-Type", "application/yaml"); code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("define release: %d %s", code, body)
+	}
+	if code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, run(1)); code != http.StatusCreated {
+		t.Fatalf("plain evidence: %d %s", code, body)
+	}
+	if g, ready := e.gate(t); ready || g.State == gates.StatePassed || !baselineHas(g, "runner: agent") {
+		t.Fatalf("unsigned evidence: %s ready=%v baseline %+v; want open with a runner: agent reason", g.State, ready, g.Baseline)
+	}
+	if code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, sign(t, e.mac, run(2)), "Content-Type", ledger.ContentTypeDSSE); code != http.StatusCreated {
+		t.Fatalf("signed by ci-mac: %d %s", code, body)
+	}
+	if g, ready := e.gate(t); ready || g.State == gates.StatePassed || !baselineHas(g, "not an approved agent's") {
+		t.Fatalf("signed by a runner key: %s ready=%v baseline %+v; want open, the runner's run as baseline", g.State, ready, g.Baseline)
+	}
+	agent := newKey(t)
+	pub := verify.AuthorizedKey(agent.Public().(ed25519.PublicKey))
+	if _, _, err := addRunnerKey(context.Background(), e.store, "h200-a", []byte(pub), "admin", ledger.RunnerKindAgent); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, sign(t, agent, run(3)), "Content-Type", ledger.ContentTypeDSSE); code != http.StatusCreated {
+		t.Fatalf("signed by the agent: %d %s", code, body)
+	}
+	if g, ready := e.gate(t); !ready || g.State != gates.StatePassed {
+		t.Fatalf("signed by an approved agent: %s (%s) ready=%v", g.State, g.Reason, ready)
+	}
+}

@@ -1,0 +1,740 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
+	"github.com/evidence-ledger/ledger/verify"
+	"github.com/go-chi/chi/v5"
+)
+
+// runState is the server's part of the runs service: the store, the
+// lease settings, the wake-up of long polls, and the mutex that orders
+// every change that appends a run's outcome (finish, cancel of a queued
+// run, lease expiry) so that a finish and an expiry of one attempt cannot
+// both happen.
+type runState struct {
+	store    *runs.Store
+	ttl      time.Duration
+	pollWait time.Duration
+	mu       sync.Mutex // outcome appends and the state changes beside them
+	wakeMu   sync.Mutex
+	wake     chan struct{} // closed and replaced when a run becomes queued
+}
+
+func (rs *runState) woken() <-chan struct{} {
+	rs.wakeMu.Lock()
+	defer rs.wakeMu.Unlock()
+	return rs.wake
+}
+
+func (rs *runState) wakeAll() {
+	rs.wakeMu.Lock()
+	close(rs.wake)
+	rs.wake = make(chan struct{})
+	rs.wakeMu.Unlock()
+}
+
+func (s *Server) runsOrErr() (*runState, error) {
+	if s.runs == nil {
+		return nil, ledger.Errorf(ledger.CodeNotFound, "this server runs no runs service (it was started without a run store)")
+	}
+	return s.runs, nil
+}
+
+// StartRuns appends the outcomes of final runs whose outcome leaf is
+// missing (a crash between the state change and the append), then ends
+// expired leases every sweep until ctx ends. A server without a run store
+// returns at once.
+func (s *Server) StartRuns(ctx context.Context, sweep time.Duration) error {
+	if s.runs == nil {
+		return nil
+	}
+	if err := s.recordUnrecorded(ctx); err != nil {
+		return fmt.Errorf("runs: record pending outcomes: %w", err)
+	}
+	if sweep <= 0 {
+		sweep = max(s.runs.ttl/4, 50*time.Millisecond)
+	}
+	go func() {
+		t := time.NewTicker(sweep)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.expireLeases(ctx); err != nil && ctx.Err() == nil {
+					s.log.Warn("runs: lease sweep failed", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+func (s *Server) recordUnrecorded(ctx context.Context) error {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	pending, err := s.runs.store.Unrecorded(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range pending {
+		if err := s.appendOutcome(ctx, r); err != nil {
+			return err
+		}
+	}
+	return s.adoptLoggedOutcomes(ctx)
+}
+
+// adoptLoggedOutcomes ends the active runs whose outcome leaf is already in
+// the log (a crash between a finish's append and its row update): the
+// row takes the leaf's final state, attempts and evidence, so the run is
+// not queued again and no second set of evidence is recorded. It reads
+// the run-outcome leaves only when some run is active.
+func (s *Server) adoptLoggedOutcomes(ctx context.Context) error {
+	act, err := s.runs.store.List(ctx, "active", 1000)
+	if err != nil || len(act) == 0 {
+		return err
+	}
+	want := map[string]bool{}
+	for _, r := range act {
+		want[r.ID] = true
+	}
+	f := ledger.EntryFilter{Kind: ledger.KindRunOutcome, Limit: 1000}
+	for {
+		es, next, err := s.store.Entries(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			var o ledger.RunOutcome
+			if json.Unmarshal(e.Body, &o) != nil || !want[o.Run] {
+				continue
+			}
+			if err := s.runs.store.Adopt(ctx, o, e.ID); err != nil {
+				return err
+			}
+			s.log.Info("runs: adopted a logged outcome", "run", o.Run, "state", o.State, "entry", e.ID)
+			delete(want, o.Run)
+		}
+		if next == "" || len(want) == 0 {
+			return nil
+		}
+		f.Cursor = next
+	}
+}
+
+// expireLeases ends the leases past their end (runs.Store.ExpireLeases)
+// and appends the outcomes of the runs that became final.
+func (s *Server) expireLeases(ctx context.Context) error {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	final, requeued, err := s.runs.store.ExpireLeases(ctx)
+	if requeued > 0 {
+		s.runs.wakeAll()
+	}
+	for _, r := range final {
+		if aerr := s.appendOutcome(ctx, r); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+	}
+	return err
+}
+
+// appendOutcome appends the run-outcome leaf of a final run with no
+// evidence (canceled, expired) and stores its id. Caller holds runs.mu.
+func (s *Server) appendOutcome(ctx context.Context, r runs.Run) error {
+	body, err := ledger.CanonicalBody(new(r.Outcome(s.cfg.Now())))
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Append(ctx, []ledger.Record{{Kind: ledger.KindRunOutcome, Body: body}}, "run-outcome:"+r.ID)
+	if err != nil {
+		return err
+	}
+	s.metrics.appended.WithLabelValues(string(ledger.KindRunOutcome)).Inc()
+	return s.runs.store.SetOutcome(ctx, r.ID, res.Entries[0].ID)
+}
+
+// RunAnswer is a run as the API answers it.
+type RunAnswer struct {
+	Run runs.Run `json:"run"`
+}
+
+func (s *Server) handleCreateRun(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var spec runs.Spec
+	if err := s.decodeJSON(w, r, &spec); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := spec.Validate(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, _ := TokenFrom(r.Context())
+	for i, l := range spec.Lanes {
+		if field, ok := t.Covers(spec.Repository, l, spec.Backend); !ok {
+			if field == "lane" {
+				field = fmt.Sprintf("lanes[%d]", i)
+			} else if field == "subject.repository" {
+				field = "repository"
+			}
+			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: field, Message: "out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was queued"})
+			return
+		}
+	}
+	run, err := rs.store.Create(r.Context(), spec, t.Name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rs.wakeAll()
+	s.writeJSON(w, http.StatusCreated, RunAnswer{Run: run})
+}
+
+func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	state := r.URL.Query().Get("state")
+	switch state {
+	case "", "active", runs.Queued, runs.Leased, runs.Running, runs.Canceling, runs.Done, runs.Failed, runs.Canceled, runs.Expired:
+	default:
+		s.writeError(w, r, ledger.FieldError("state", "must be active or a run state (queued, leased, running, canceling, done, failed, canceled, expired)"))
+		return
+	}
+	limit, err := queryLimit(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, err := rs.store.List(r.Context(), state, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"runs": list})
+}
+
+func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := rs.store.Get(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, RunAnswer{Run: run})
+}
+
+func (s *Server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	cur, err := rs.store.Get(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, _ := TokenFrom(r.Context())
+	for _, l := range cur.Lanes {
+		if _, ok := t.Covers(cur.Repository, l, cur.Backend); !ok {
+			s.writeError(w, r, ledger.Errorf(ledger.CodeForbidden, "run %s is out of the scope of token %s (%s): not canceled", id, quote(t.Name), t.ScopeText()))
+			return
+		}
+	}
+	rs.mu.Lock()
+	run, final, err := rs.store.Cancel(r.Context(), id)
+	if err == nil && final {
+		err = s.appendOutcome(r.Context(), run)
+		if err == nil {
+			run, err = rs.store.Get(r.Context(), id)
+		}
+	}
+	rs.mu.Unlock()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, RunAnswer{Run: run})
+}
+
+// agentsWithApproval lists the registered agents with Approved set from
+// the runner-key registry and Online from their last heartbeat.
+func (s *Server) agentsWithApproval(ctx context.Context) ([]runs.AgentInfo, error) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		return nil, err
+	}
+	list, err := rs.store.Agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runs.AgentInfo, len(list))
+	now := s.cfg.Now()
+	for i, a := range list {
+		live, ok := reg.Live(a.Name)
+		a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == a.KeyID
+		out[i] = runs.AgentInfo{Agent: a, Online: now.Sub(a.LastSeen) < 2*rs.pollWait+rs.ttl}
+	}
+	return out, nil
+}
+
+func (s *Server) handleListAgents(w http.ResponseWriter, r *http.Request) {
+	list, err := s.agentsWithApproval(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"agents": list})
+}
+
+// ApproveAgent appends the runner-key leaf (kind agent) that approves
+// the key agent name registered with, by the admin named by. CodeNotFound
+// when no agent of that name registered; CodeConflict when the name has
+// another live key. Approving the live key again appends nothing.
+func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
+	a, err := rs.GetAgent(ctx, name)
+	if err != nil {
+		return ledger.RunnerState{}, nil, err
+	}
+	return addRunnerKey(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent)
+}
+
+func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	st, res, err := ApproveAgent(r.Context(), s.store, rs.store, chi.URLParam(r, "name"), who.Name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.runnerAnswer(w, st, res)
+}
+
+// agentRequest reads the body of an agent's signed request and checks
+// its signature: against the approved agent key of the named agent (a
+// live runner key of kind agent whose key id the agent registered with),
+// or, for registration (pub not nil), against the key the body carries.
+// Unapproved agents are refused with 403 and get nothing.
+func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed25519.PublicKey, body []byte) (runs.Agent, error) {
+	name := r.Header.Get(runs.HeaderAgent)
+	if !ledger.ValidRunnerName(name) {
+		return runs.Agent{}, ledger.Errorf(ledger.CodeUnauthorized, "agent requests carry %s (a runner name) and a signature: run `ledger agent`", runs.HeaderAgent)
+	}
+	path := r.URL.Path
+	if i := strings.Index(path, "/api/v1/"); i >= 0 {
+		path = path[i+len("/api/v1"):]
+	}
+	var a runs.Agent
+	if pub == nil {
+		var err error
+		if a, err = s.runs.store.GetAgent(r.Context(), name); err != nil {
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q is not registered: start `ledger agent`, then an admin approves it", name)
+		}
+		reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, 0)
+		if err != nil {
+			return a, err
+		}
+		live, ok := reg.Live(name)
+		if !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != a.KeyID {
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s`", name, a.KeyID, name)
+		}
+		if pub, err = verify.ParseRunnerPublicKey([]byte(live.PublicKey)); err != nil {
+			return a, err
+		}
+	}
+	if err := runs.VerifyRequest(pub, r.Method, path, name, r.Header.Get(runs.HeaderAgentDate), r.Header.Get(runs.HeaderAgentSig), s.cfg.Now(), body); err != nil {
+		s.authFailed(w, r)
+		return a, ledger.Errorf(ledger.CodeUnauthorized, "agent request refused: %v", err)
+	}
+	return a, nil
+}
+
+func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := requireJSON(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req runs.RegisterRequest
+	if err := ledger.DecodeStrict(body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !ledger.ValidRunnerName(req.Name) {
+		s.writeError(w, r, ledger.FieldError("name", "must be 1-64 of [a-z0-9._-] starting alphanumeric"))
+		return
+	}
+	if req.Name != r.Header.Get(runs.HeaderAgent) {
+		s.writeError(w, r, ledger.FieldError("name", "must equal the %s header", runs.HeaderAgent))
+		return
+	}
+	pub, err := verify.ParseRunnerPublicKey([]byte(req.PublicKey))
+	if err != nil {
+		s.writeError(w, r, ledger.FieldError("public_key", "%v", err))
+		return
+	}
+	if !req.Backend.Valid() {
+		s.writeError(w, r, ledger.FieldError("backend", "must be one of %s", ledger.BackendList()))
+		return
+	}
+	if err := runs.ValidateLabels("labels", req.Labels); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(req.Spec.Lanes) == 0 || len(req.Spec.Lanes) > 256 {
+		s.writeError(w, r, ledger.FieldError("spec.lanes", "1 to 256 lanes: the lanes in the agent's own configuration"))
+		return
+	}
+	if _, err := s.agentRequest(w, r, pub, body); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	keyID := verify.RunnerKeyID(pub)
+	reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, 0)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if live, ok := reg.Live(req.Name); ok && live.KeyID != keyID {
+		s.writeError(w, r, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin revokes that key first", req.Name, live.KeyID))
+		return
+	}
+	if req.Labels == nil {
+		req.Labels = map[string]string{}
+	}
+	a := runs.Agent{Name: req.Name, KeyID: keyID, PublicKey: verify.AuthorizedKey(pub), Backend: req.Backend, Labels: req.Labels, Spec: req.Spec, Health: clipText(req.Health)}
+	if err := rs.store.Register(r.Context(), a); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	live, ok := reg.Live(req.Name)
+	a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == keyID
+	s.writeJSON(w, http.StatusOK, map[string]any{"agent": a})
+}
+
+// agentBody reads and authenticates an agent request (approved key).
+func (s *Server) agentBody(w http.ResponseWriter, r *http.Request) (runs.Agent, []byte, error) {
+	if _, err := s.runsOrErr(); err != nil {
+		return runs.Agent{}, nil, err
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return runs.Agent{}, nil, err
+	}
+	a, err := s.agentRequest(w, r, nil, body)
+	return a, body, err
+}
+
+// agentServes is the filter of runs agent a may take with token t: its
+// backend, labels and build (runs.Serves), every lane in its own
+// configuration, and every lane in t's scope.
+func agentServes(a runs.Agent, t ledger.Token) func(runs.Run) bool {
+	return func(r runs.Run) bool {
+		if !runs.Serves(r, a.Backend, a.Labels, a.Spec.Commit) {
+			return false
+		}
+		if r.Repository != "" && r.Repository != a.Spec.Repository {
+			return false
+		}
+		for _, l := range r.Lanes {
+			if !slices.Contains(a.Spec.Lanes, l) && !slices.Contains(a.Spec.Lanes, ledger.LaneName(l)) {
+				return false
+			}
+			if _, ok := t.Covers(a.Spec.Repository, l, r.Backend); !ok {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
+	a, body, err := s.agentBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req runs.PollRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := ledger.DecodeStrict(body, &req); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	rs := s.runs
+	wait := min(time.Duration(req.WaitMS)*time.Millisecond, rs.pollWait)
+	t, _ := TokenFrom(r.Context())
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		_ = rs.store.Seen(r.Context(), a.Name, req.Health, "")
+		woken := rs.woken()
+		run, err := rs.store.Claim(r.Context(), a.Name, agentServes(a, t), rs.ttl)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if run != nil {
+			_ = rs.store.Seen(r.Context(), a.Name, "", run.ID)
+			s.writeJSON(w, http.StatusOK, runs.LeaseAnswer{Run: *run, Attempt: run.Attempt, Lease: run.LeaseID, LeaseUntil: run.LeaseUntil, LeaseTTLMS: rs.ttl.Milliseconds()})
+			return
+		}
+		select {
+		case <-woken:
+		case <-deadline.C:
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (s *Server) handleAgentHeartbeat(w http.ResponseWriter, r *http.Request) {
+	a, body, err := s.agentBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req runs.HeartbeatRequest
+	if err := ledger.DecodeStrict(body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	run, err := s.runs.store.Extend(r.Context(), id, a.Name, req.Attempt, req.Lease, req.Progress, s.runs.ttl)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	_ = s.runs.store.Seen(r.Context(), a.Name, "", id)
+	s.writeJSON(w, http.StatusOK, runs.HeartbeatAnswer{State: run.State, Cancel: run.State == runs.Canceling, LeaseUntil: run.LeaseUntil})
+}
+
+func (s *Server) handleAgentFinish(w http.ResponseWriter, r *http.Request) {
+	a, body, err := s.agentBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req runs.FinishRequest
+	if err := ledger.DecodeStrict(body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, status, err := s.finishRun(r, a, chi.URLParam(r, "id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, status, RunAnswer{Run: run})
+}
+
+// finishRun ends attempt req.Attempt of run id for agent a. It is
+// idempotent per (run, attempt): finishing an attempt that this agent
+// already finished answers the run as it is (200) and appends nothing.
+// A finish for a lease the agent does not hold is refused (409,
+// runs.ErrLeaseNotHeld). The evidence and the run-outcome leaf are
+// appended in one append, all or nothing.
+func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.FinishRequest) (runs.Run, int, error) {
+	ctx := r.Context()
+	rs := s.runs
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	cur, err := rs.store.Get(ctx, id)
+	if err != nil {
+		return cur, 0, err
+	}
+	if req.Attempt >= 1 && req.Attempt <= len(cur.Attempts) {
+		if prev := cur.Attempts[req.Attempt-1]; prev.Agent == a.Name && prev.Outcome != "infrastructure" {
+			return cur, http.StatusOK, nil // already finished by this agent: the same answer again
+		}
+	}
+	run, err := rs.store.CheckLease(ctx, id, a.Name, req.Attempt, req.Lease)
+	if err != nil {
+		return run, 0, err
+	}
+	now := s.cfg.Now().UTC()
+	attempt := ledger.RunAttempt{Attempt: req.Attempt, Agent: a.Name, At: now, Reason: clipText(req.Message)}
+	switch req.Status {
+	case "error":
+		return s.finishInfrastructure(ctx, run, attempt)
+	case "canceled":
+		if run.State != runs.Canceling {
+			return run, 0, ledger.FieldError("status", "canceled: the run was not canceled (state %s); finish it as completed or error", run.State)
+		}
+		if len(req.Evidence) > 0 {
+			return run, 0, ledger.FieldError("evidence", "a canceled attempt records nothing")
+		}
+		attempt.Outcome = "canceled"
+		run.State, run.Agent, run.Attempts = runs.Canceled, a.Name, append(run.Attempts, attempt)
+		return s.appendFinish(ctx, run, req.Lease, nil, nil)
+	case "completed":
+		if run.State == runs.Canceling {
+			// The lanes ended before the agent saw the cancel: the run is
+			// canceled all the same, and nothing it ran is recorded.
+			attempt.Outcome, attempt.Reason = "canceled", "canceled while the lanes finished: their evidence is not recorded"
+			run.State, run.Agent, run.Attempts = runs.Canceled, a.Name, append(run.Attempts, attempt)
+			return s.appendFinish(ctx, run, req.Lease, nil, nil)
+		}
+	default:
+		return run, 0, ledger.FieldError("status", "must be completed, canceled or error, got %q", clipText(req.Status))
+	}
+	recs, ids, passed, err := s.finishEvidence(r, a, run, req.Evidence)
+	if err != nil {
+		return run, 0, err
+	}
+	attempt.Outcome = "finished"
+	run.State = runs.Failed
+	if passed {
+		run.State = runs.Done
+	}
+	run.Agent, run.Attempts, run.Evidence = a.Name, append(run.Attempts, attempt), ids
+	return s.appendFinish(ctx, run, req.Lease, recs, ids)
+}
+
+// finishInfrastructure ends an attempt the agent could not run: recorded
+// as an infrastructure failure, the run queued again (or expired when its
+// attempts are used up).
+func (s *Server) finishInfrastructure(ctx context.Context, run runs.Run, attempt ledger.RunAttempt) (runs.Run, int, error) {
+	attempt.Outcome = "infrastructure"
+	if attempt.Reason == "" {
+		attempt.Reason = "the agent could not run the attempt"
+	}
+	got, err := s.runs.store.Abandon(ctx, run.ID, run.LeaseID, attempt)
+	if err != nil {
+		return got, 0, err
+	}
+	if runs.Final(got.State) {
+		if err := s.appendOutcome(ctx, got); err != nil {
+			return got, 0, err
+		}
+		got, err = s.runs.store.Get(ctx, run.ID)
+	} else {
+		s.runs.wakeAll()
+	}
+	return got, http.StatusOK, err
+}
+
+// finishEvidence checks the envelopes of a completed attempt: each a DSSE
+// envelope signed by the agent's own approved key (not another runner's),
+// in the request token's scope, for a lane of the run on its backend, one
+// per lane; it returns the records, their content ids and whether every
+// lane passed.
+func (s *Server) finishEvidence(r *http.Request, a runs.Agent, run runs.Run, envs []json.RawMessage) ([]ledger.Record, []string, bool, error) {
+	if len(envs) != len(run.Lanes) {
+		return nil, nil, false, ledger.FieldError("evidence", "one envelope per lane of the run: want %d, got %d", len(run.Lanes), len(envs))
+	}
+	tok, _ := TokenFrom(r.Context())
+	recs, err := s.signedRecords(r, envs, true, tok, recorderFor(r), func(i int) string { return fmt.Sprintf("evidence[%d].", i) })
+	if err != nil {
+		return nil, nil, false, err
+	}
+	ids := make([]string, len(recs))
+	seen := map[string]bool{}
+	passed := true
+	for i, rec := range recs {
+		p, err := ledger.PrepareOne(rec)
+		if err != nil {
+			return nil, nil, false, prefixed(err, fmt.Sprintf("evidence[%d].", i))
+		}
+		e := p.Evidence
+		field := fmt.Sprintf("evidence[%d]", i)
+		switch {
+		case e.Signer == nil || e.Signer.Runner != a.Name || e.Signer.KeyID != a.KeyID:
+			return nil, nil, false, ledger.FieldError(field+".signatures", "must be signed by agent %s's own key", a.Name)
+		case !slices.Contains(run.Lanes, e.Lane) && !slices.Contains(run.Lanes, ledger.LaneName(e.Lane)):
+			return nil, nil, false, ledger.FieldError(field+".lane", "lane %q is not a lane of run %s", e.Lane, run.ID)
+		case seen[ledger.LaneName(e.Lane)]:
+			return nil, nil, false, ledger.FieldError(field+".lane", "lane %q twice", e.Lane)
+		case e.Backend != run.Backend:
+			return nil, nil, false, ledger.FieldError(field+".backend", "run %s is for backend %s, not %s", run.ID, run.Backend, e.Backend)
+		case run.Commit != "" && e.Subject.Commit != run.Commit:
+			return nil, nil, false, ledger.FieldError(field+".subject.commit", "run %s is for commit %s", run.ID, run.Commit)
+		case run.Repository != "" && e.Subject.Repository != run.Repository:
+			return nil, nil, false, ledger.FieldError(field+".subject.repository", "run %s is for repository %s", run.ID, run.Repository)
+		}
+		seen[ledger.LaneName(e.Lane)] = true
+		ids[i] = p.ID
+		passed = passed && e.Status == ledger.StatusPassed
+	}
+	return recs, ids, passed, nil
+}
+
+// appendFinish appends recs and the outcome of run (in its final state)
+// in one append, then ends the lease. Caller holds runs.mu.
+func (s *Server) appendFinish(ctx context.Context, run runs.Run, lease string, recs []ledger.Record, ids []string) (runs.Run, int, error) {
+	if ids == nil {
+		ids = []string{}
+	}
+	run.Evidence = ids
+	body, err := ledger.CanonicalBody(new(run.Outcome(s.cfg.Now())))
+	if err != nil {
+		return run, 0, err
+	}
+	all := append(slices.Clone(recs), ledger.Record{Kind: ledger.KindRunOutcome, Body: body})
+	res, err := s.store.Append(ctx, all, "run-finish:"+run.ID+":"+strconv.Itoa(run.Attempt))
+	if err != nil {
+		return run, 0, err
+	}
+	for _, e := range res.Entries {
+		s.metrics.appended.WithLabelValues(string(e.Kind)).Inc()
+	}
+	outcome := res.Entries[len(res.Entries)-1].ID
+	got, err := s.runs.store.Finish(ctx, run.ID, lease, run.State, run.Attempts, ids, outcome, "")
+	if err != nil {
+		return got, 0, err
+	}
+	_ = s.runs.store.Seen(ctx, run.Agent, "", "")
+	return got, http.StatusOK, nil
+}
