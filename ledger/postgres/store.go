@@ -185,10 +185,7 @@ func Connect(ctx context.Context, dsn string, timeout time.Duration) (*sql.DB, s
 		// pgconn's parse errors print the DSN with its password redacted.
 		return nil, "", fmt.Errorf("open store: PostgreSQL DSN: %w", err)
 	}
-	where := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))) + "/" + cfg.Database
-	if strings.HasPrefix(cfg.Host, "/") {
-		where = cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) + "/" + cfg.Database
-	}
+	where := whereOf(cfg)
 	if timeout > 0 && (cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > timeout) {
 		cfg.ConnectTimeout = timeout
 	}
@@ -362,4 +359,38 @@ type args []any
 func (a *args) add(v any) string {
 	*a = append(*a, v)
 	return "$" + strconv.Itoa(len(*a))
+}
+
+// Redact returns dsn's server for messages, "host:port/database", or
+// "PostgreSQL (unparsable DSN)"; never the password.
+func Redact(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "PostgreSQL (unparsable DSN)"
+	}
+	return whereOf(cfg)
+}
+
+func whereOf(cfg *pgx.ConnConfig) string {
+	if strings.HasPrefix(cfg.Host, "/") {
+		return cfg.Host + ":" + strconv.Itoa(int(cfg.Port)) + "/" + cfg.Database
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))) + "/" + cfg.Database
+}
+
+// SignedSizeNoKey returns the size of the latest stored checkpoint of the
+// database at dsn, 0 when it has no ledger tables yet, without a key.
+func SignedSizeNoKey(ctx context.Context, dsn string) (uint64, error) {
+	db, _, err := Connect(ctx, dsn, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var exists bool
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass('checkpoints') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return 0, dbErr("signed size", err)
+	}
+	var n int64
+	err = db.QueryRowContext(ctx, "SELECT COALESCE(MAX(size), 0) FROM checkpoints").Scan(&n)
+	return uint64(n), dbErr("signed size", err)
 }
