@@ -14,6 +14,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -75,7 +76,7 @@ func newTokenEnv(t *testing.T, cfg Config) *tokenEnv {
 		}
 		return secret
 	}
-	e.apiEnv = &apiEnv{srv: hs, store: st}
+	e.apiEnv = &apiEnv{srv: hs, store: &teststore.Store{DriverStore: st, Log: st.Log, Lite: st}} // SQLite: the tests below copy and edit its file
 	e.record = mk(ledger.TokenSpec{Name: "ci", Scope: ledger.ScopeRecord})
 	e.read = mk(ledger.TokenSpec{Name: "reader", Scope: ledger.ScopeRead})
 	e.admin = mk(ledger.TokenSpec{Name: "ops", Scope: ledger.ScopeAdmin})
@@ -448,7 +449,7 @@ func TestAuditCatchesEditedTokensTable(t *testing.T) {
 	dir := t.TempDir()
 	copyOf := func(name string) string {
 		p := filepath.Join(dir, name+".db")
-		if err := e.store.Backup(ctx, p); err != nil {
+		if err := e.store.Lite.Backup(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		return p

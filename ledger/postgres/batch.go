@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -187,7 +188,7 @@ func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentA
 	var idsJSON string
 	var size int64
 	cutoff := b.d.opts.Now().Add(-b.d.opts.IdempotencyTTL).UnixNano()
-	err := b.tx.QueryRowContext(ctx, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = $1 AND created_at >= $2", key, cutoff).Scan(&ans.RequestHash, &idsJSON, &size)
+	err := b.tx.QueryRowContext(ctx, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = $1 AND created_at >= $2", idemKey(key), cutoff).Scan(&ans.RequestHash, &idsJSON, &size)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ans, false, nil
 	}
@@ -260,7 +261,7 @@ func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.Idemp
 	idsJSON, _ := json.Marshal(ans.IDs)
 	d := b.d
 	cutoff := at.Add(-d.opts.IdempotencyTTL).UnixNano()
-	if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE key = $1 AND created_at < $2", key, cutoff); err != nil {
+	if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE key = $1 AND created_at < $2", idemKey(key), cutoff); err != nil {
 		return err
 	}
 	if d.idemPuts++; d.idemPuts >= idemPruneEvery || at.Sub(d.idemPruned) >= idemPruneAge {
@@ -273,7 +274,7 @@ func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.Idemp
 		}
 	}
 	_, err := b.tx.ExecContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (key) DO NOTHING",
-		key, ans.RequestHash, string(idsJSON), int64(ans.Size), at.UnixNano())
+		idemKey(key), ans.RequestHash, string(idsJSON), int64(ans.Size), at.UnixNano())
 	return err
 }
 
@@ -453,4 +454,15 @@ func checkpointAt(ctx context.Context, q queryer, size uint64) (ledger.Checkpoin
 	copy(cp.Root[:], root)
 	cp.CreatedAt = time.Unix(0, created).UTC()
 	return cp, nil
+}
+
+// idemKey is the idempotency table's key column for key: key itself when
+// TEXT holds it and it does not begin with U+0001, else "\x01" and the
+// hex of its bytes (an idempotency key is a header's bytes, which need be
+// neither UTF-8 nor free of NUL). The mapping is one-to-one.
+func idemKey(key string) string {
+	if !unstorable(key) && !strings.HasPrefix(key, "\x01") {
+		return key
+	}
+	return "\x01" + hex.EncodeToString([]byte(key))
 }

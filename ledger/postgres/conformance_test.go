@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
@@ -253,5 +254,43 @@ func TestConnectBadDSN(t *testing.T) {
 	_, err := Open(context.Background(), Options{DSN: "postgres://u:pw-xyz@[::1/db", KeyDir: t.TempDir()})
 	if err == nil || strings.Contains(err.Error(), "pw-xyz") {
 		t.Fatalf("bad DSN: %v", err)
+	}
+}
+
+// Filter values and keys TEXT cannot hold (NUL, invalid UTF-8) match
+// nothing, as in SQLite, instead of failing the query; an idempotency key
+// of such bytes is stored and replayed like any other.
+func TestUnstorableStrings(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, pgtest.NewDatabase(t), t.TempDir(), false)
+	for _, v := range []string{"\x00", "a\x00b", "\xff\xfe", "\xc3\x28"} {
+		if got, _, err := s.Evidence(ctx, ledger.EvidenceFilter{Lane: v, Repository: v}); err != nil || len(got) != 0 {
+			t.Fatalf("evidence filter %q: %v, %d", v, err, len(got))
+		}
+		if got, _, err := s.Heads(ctx, ledger.HeadFilter{Repository: v}); err != nil || len(got) != 0 {
+			t.Fatalf("heads filter %q: %v, %d", v, err, len(got))
+		}
+		if _, err := s.Entry(ctx, v); ledger.ErrorCode(err) != ledger.CodeNotFound {
+			t.Fatalf("entry %q: %v", v, err)
+		}
+		if err := s.RevokeToken(ctx, v); ledger.ErrorCode(err) != ledger.CodeNotFound {
+			t.Fatalf("revoke %q: %v", v, err)
+		}
+	}
+	body := storetest.Evidence(1)
+	raw, _ := json.Marshal(body)
+	recs := []ledger.Record{{Kind: ledger.KindEvidence, Body: raw}}
+	first, err := s.Append(ctx, recs, "k\xff\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Append(ctx, recs, "k\xff\x00")
+	if err != nil || again.Entries[0].ID != first.Entries[0].ID || again.Checkpoint.Size != first.Checkpoint.Size {
+		t.Fatalf("replay: %v %+v", err, again)
+	}
+	// A different key of the same hex spelling is another key.
+	other, err := s.Append(ctx, recs, "\x01"+"6bff00")
+	if err != nil || !other.Entries[0].Existing {
+		t.Fatalf("other key: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/internal/cursor"
@@ -49,8 +50,24 @@ func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) 
 // entryAtQuery selects the leaf at one index.
 const entryAtQuery = "SELECT " + leafCols + " FROM leaves l WHERE l.idx = $1"
 
+// unstorable reports whether any of vs is a string PostgreSQL's TEXT
+// cannot hold (invalid UTF-8, or a NUL): no stored value equals it (every
+// appended text field was checked free of both), so a filter on it
+// matches nothing, as in SQLite, instead of failing the query.
+func unstorable(vs ...string) bool {
+	for _, v := range vs {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Entry implements ledger.Store.
 func (s *Store) Entry(ctx context.Context, id string) (ledger.Entry, error) {
+	if unstorable(id) {
+		return ledger.Entry{}, ledger.NotFound("entry %q not found", id)
+	}
 	e, err := entryByID(ctx, s.d.db, id)
 	return e, dbErr("entry", err)
 }
@@ -120,6 +137,9 @@ func (s *Store) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger
 	q, a, lim, err := evidenceQuery(f)
 	if err != nil {
 		return nil, "", err
+	}
+	if unstorable(f.Lane, string(f.Backend), string(f.Status), f.Repository) {
+		return nil, "", nil
 	}
 	rows, err := s.d.db.QueryContext(ctx, q, a...)
 	if err != nil {
@@ -221,6 +241,9 @@ func (s *Store) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Ent
 		where = append(where, "l.idx < "+a.add(cur))
 	}
 	lim := limitOf(f.Limit)
+	if unstorable(string(f.Kind), f.Key) {
+		return nil, "", nil
+	}
 	rows, err := s.d.db.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE "+strings.Join(where, " AND ")+" ORDER BY l.idx DESC LIMIT "+a.add(lim+1), a...)
 	if err != nil {
 		return nil, "", dbErr("list entries", err)
@@ -269,6 +292,9 @@ func (s *Store) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEn
 		where = append(where, "h.idx < "+a.add(cur))
 	}
 	lim := limitOf(f.Limit)
+	if unstorable(f.Repository, string(f.Verdict)) {
+		return nil, "", nil
+	}
 	rows, err := s.d.db.QueryContext(ctx, "SELECT "+leafCols+" FROM heads_index h JOIN leaves l ON l.idx = h.idx WHERE "+strings.Join(where, " AND ")+" ORDER BY h.idx DESC LIMIT "+a.add(lim+1), a...)
 	if err != nil {
 		return nil, "", dbErr("list heads", err)

@@ -38,6 +38,9 @@ func (s *Store) CreateScopedToken(ctx context.Context, spec ledger.TokenSpec) (s
 	if err := spec.Validate(now); err != nil {
 		return "", ledger.Token{}, err
 	}
+	if unstorable(spec.Name) {
+		return "", ledger.Token{}, ledger.FieldError("name", "must be valid UTF-8 without NUL")
+	}
 	var n int
 	if err := s.d.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM tokens WHERE name = $1", spec.Name).Scan(&n); err != nil {
 		return "", ledger.Token{}, dbErr("create token", err)
@@ -145,6 +148,9 @@ func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
 // leaf, and the row's revoked_at is written with it. Revoking twice is an
 // error (CodeNotFound: no live token of that id or name).
 func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
+	if unstorable(idOrName) {
+		return ledger.NotFound("no live token with id or name %q", idOrName)
+	}
 	var id, name string
 	err := s.d.db.QueryRowContext(ctx, "SELECT id, name FROM tokens WHERE (id = $1 OR name = $1) AND revoked_at IS NULL", idOrName).Scan(&id, &name)
 	if errors.Is(err, sql.ErrNoRows) {
