@@ -5,7 +5,7 @@ DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
-.PHONY: build run serve test test-short e2e bench soak load load-short fuzz fuzz-short vet device-bin clean
+.PHONY: build run serve test test-short e2e bench soak multiserver load load-short fuzz fuzz-short vet device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -65,6 +65,11 @@ bench:
 soak:
 	LEDGER_CRASH_ROUNDS=200 $(GO) test -run 'TestCrashDurability|TestDiskFull' -count 1 -timeout 60m -v ./cmd/ledger
 	LEDGER_RACE_ROUNDS=400 $(GO) test -run TestSharedDatabaseNoFalseAlarm -count 1 -timeout 30m -v ./ledger/sqlite
+
+# Two `ledger serve` on one PostgreSQL, 16 writers each, SIGKILL of either at
+# random moments, for 60 s (make test runs 15 s of it).
+multiserver:
+	LEDGER_MULTI_SECONDS=60 LEDGER_REQUIRE_POSTGRES=1 $(GO) test -run TestTwoServersOnePostgres -count 1 -timeout 20m -v ./cmd/ledger
 
 # Load: 64 writers + 64 readers against a real server (scripts/load.sh),
 # 20 s writers alone then 60 s mixed; LOAD_CHECK=1 fails on a missed target.
