@@ -95,6 +95,7 @@ func newRootCmd() *cobra.Command {
 		newAuditCmd(a),
 		newBackupCmd(a),
 		newRestoreCmd(a),
+		newCopyCmd(a),
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),

@@ -466,3 +466,17 @@ func idemKey(key string) string {
 	}
 	return "\x01" + hex.EncodeToString([]byte(key))
 }
+
+// EncodeIdempotencyKey is the idempotency table's key column for a key
+// (see idemKey), for tools that copy the table from another store.
+func EncodeIdempotencyKey(key string) string { return idemKey(key) }
+
+// DecodeIdempotencyKey inverts EncodeIdempotencyKey.
+func DecodeIdempotencyKey(col string) string {
+	if h, ok := strings.CutPrefix(col, "\x01"); ok {
+		if b, err := hex.DecodeString(h); err == nil {
+			return string(b)
+		}
+	}
+	return col
+}
