@@ -28,6 +28,7 @@ type Store struct {
 type driverStore interface {
 	ledger.Store
 	ledger.CheckpointLister
+	ledger.NodeReader
 	Origin() string
 	CheckStart(ctx context.Context, r ledger.EntryAtReader, state *ledger.SignedState) (ledger.Checkpoint, error)
 	ProbeStorage(ctx context.Context) error

@@ -36,6 +36,7 @@ type Store struct {
 type DriverStore interface {
 	ledger.Store
 	ledger.CheckpointLister
+	ledger.NodeReader
 	Origin() string
 	ProbeStorage(ctx context.Context) error
 }
