@@ -310,6 +310,8 @@ var routeScope = map[string]string{
 	"GET /api/v1/evidence/{id}":                  "read",
 	"GET /api/v1/evidence/{id}/proof":            "read",
 	"GET /api/v1/log/checkpoint":                 "read",
+	"GET /checkpoint":                            "read", // tlog-tiles (tiles.go)
+	"GET /tile/*":                                "read",
 	"GET /api/v1/log/key":                        "read",
 	"GET /api/v1/log/entries":                    "read",
 	"GET /api/v1/log/entries/{id}":               "read",
