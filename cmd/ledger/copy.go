@@ -198,60 +198,12 @@ func copyOne(ctx context.Context, rtx, wtx *sql.Tx, from, to copyEnd, tb copyTab
 		buf = buf[:0]
 		return nil
 	}
-	dst := make([]any, ncol)
 	for rows.Next() {
-		vals := make([]any, ncol)
-		for i, k := range kinds {
-			switch k {
-			case 'i':
-				vals[i] = new(int64)
-			case 'I':
-				vals[i] = new(sql.NullInt64)
-			case 't', 'k':
-				vals[i] = new(string)
-			case 'T':
-				vals[i] = new(sql.NullString)
-			case 'b':
-				vals[i] = new([]byte)
-			}
-		}
-		copy(dst, vals)
-		if err := rows.Scan(dst...); err != nil {
+		vals, err := scanCopyRow(rows, kinds)
+		if err != nil {
 			return total, err
 		}
-		for i, k := range kinds {
-			switch k {
-			case 'i':
-				buf = append(buf, *vals[i].(*int64))
-			case 'I':
-				v := *vals[i].(*sql.NullInt64)
-				if v.Valid {
-					buf = append(buf, v.Int64)
-				} else {
-					buf = append(buf, nil)
-				}
-			case 't':
-				buf = append(buf, *vals[i].(*string))
-			case 'k':
-				key := *vals[i].(*string)
-				if from.pg {
-					key = postgres.DecodeIdempotencyKey(key)
-				}
-				if to.pg {
-					key = postgres.EncodeIdempotencyKey(key)
-				}
-				buf = append(buf, key)
-			case 'T':
-				v := *vals[i].(*sql.NullString)
-				if v.Valid {
-					buf = append(buf, v.String)
-				} else {
-					buf = append(buf, nil)
-				}
-			case 'b':
-				buf = append(buf, *vals[i].(*[]byte))
-			}
-		}
+		buf = append(buf, copyValues(vals, kinds, from, to)...)
 		total++
 		if len(buf) >= copyRows*ncol {
 			if err := flush(); err != nil {
@@ -345,4 +297,58 @@ failed or the roots differ, 2 error.`,
 	cmd.Flags().StringVar(&from, "from", "", "the ledger to copy: a SQLite path (or sqlite://PATH) or a postgres:// URL")
 	cmd.Flags().StringVar(&to, "to", "", "the empty destination: a new SQLite path (or sqlite://PATH) or an empty PostgreSQL database's postgres:// URL")
 	return cmd
+}
+
+// scanCopyRow scans one row into values typed by kinds (see copyTable).
+func scanCopyRow(rows *sql.Rows, kinds string) ([]any, error) {
+	vals := make([]any, len(kinds))
+	for i, k := range kinds {
+		switch k {
+		case 'i':
+			vals[i] = new(int64)
+		case 'I':
+			vals[i] = new(sql.NullInt64)
+		case 't', 'k':
+			vals[i] = new(string)
+		case 'T':
+			vals[i] = new(sql.NullString)
+		case 'b':
+			vals[i] = new([]byte)
+		}
+	}
+	return vals, rows.Scan(vals...)
+}
+
+// copyValues turns scanned values into the destination's arguments: NULLs
+// as nil, idempotency keys re-encoded for the destination store.
+func copyValues(vals []any, kinds string, from, to copyEnd) []any {
+	out := make([]any, len(vals))
+	for i, k := range kinds {
+		switch k {
+		case 'i':
+			out[i] = *vals[i].(*int64)
+		case 'I':
+			if v := *vals[i].(*sql.NullInt64); v.Valid {
+				out[i] = v.Int64
+			}
+		case 't':
+			out[i] = *vals[i].(*string)
+		case 'k':
+			key := *vals[i].(*string)
+			if from.pg {
+				key = postgres.DecodeIdempotencyKey(key)
+			}
+			if to.pg {
+				key = postgres.EncodeIdempotencyKey(key)
+			}
+			out[i] = key
+		case 'T':
+			if v := *vals[i].(*sql.NullString); v.Valid {
+				out[i] = v.String
+			}
+		case 'b':
+			out[i] = *vals[i].(*[]byte)
+		}
+	}
+	return out
 }

@@ -225,18 +225,7 @@ func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 	p := &r.Proj
 	switch ledger.Kind(r.Kind) {
 	case ledger.KindEvidence:
-		if !p.eBackend.Valid || !p.eStatus.Valid || !p.eRepo.Valid || !p.eC.Valid ||
-			p.eBackend.String != b.Backend || p.eStatus.String != b.Status ||
-			p.eRepo.String != b.Subject.Repository || p.eC.String != b.Subject.Commit {
-			return "evidence projection columns do not match the leaf"
-		}
-		if len(b.Subject.Artifacts) != int(p.nArts.Int64) || (len(b.Subject.Artifacts) > 0 && p.arts.String != wantArts(b.Subject.Artifacts)) {
-			return fmt.Sprintf("evidence_artifacts rows of leaf %d do not match its body's artifacts (a digest, name or index was edited)", r.Index)
-		}
-		p.artifacts = int64(len(b.Subject.Artifacts))
-		if p.hRepo.Valid {
-			return "evidence leaf has a head index row"
-		}
+		return checkEvidenceRow(r, b)
 	case ledger.KindHead:
 		if !p.hRepo.Valid || p.hRepo.String != b.Repository || p.hRef.String != b.Ref || p.hCommit.String != b.Commit || p.hVerdict.String != b.Verdict || p.hDecision.String != b.Decision {
 			return "head index row does not match the leaf"
@@ -251,6 +240,25 @@ func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 		if k := ledger.Kind(r.Kind); k == ledger.KindToken || k == ledger.KindTokenRevocation {
 			return tokenLeafOf(r)
 		}
+	}
+	return ""
+}
+
+// checkEvidenceRow checks an evidence leaf's projection columns (the lane,
+// its key, was compared by the engine) and artifact rows.
+func checkEvidenceRow(r *auditRow, b *ledger.AuditBody) string {
+	p := &r.Proj
+	if !p.eBackend.Valid || !p.eStatus.Valid || !p.eRepo.Valid || !p.eC.Valid ||
+		p.eBackend.String != b.Backend || p.eStatus.String != b.Status ||
+		p.eRepo.String != b.Subject.Repository || p.eC.String != b.Subject.Commit {
+		return "evidence projection columns do not match the leaf"
+	}
+	if len(b.Subject.Artifacts) != int(p.nArts.Int64) || (len(b.Subject.Artifacts) > 0 && p.arts.String != wantArts(b.Subject.Artifacts)) {
+		return fmt.Sprintf("evidence_artifacts rows of leaf %d do not match its body's artifacts (a digest, name or index was edited)", r.Index)
+	}
+	p.artifacts = int64(len(b.Subject.Artifacts))
+	if p.hRepo.Valid {
+		return "evidence leaf has a head index row"
 	}
 	return ""
 }
