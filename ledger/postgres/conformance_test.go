@@ -294,3 +294,45 @@ func TestUnstorableStrings(t *testing.T) {
 		t.Fatalf("other key: %v", err)
 	}
 }
+
+// The projections the storetest edits do not reach: an edited or deleted
+// artifact row, a forged heads_index row and an edited tokens row are
+// each reported by the audit.
+func TestAuditProjectionTables(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, sql, want string
+	}{
+		{"artifact digest", "UPDATE evidence_artifacts SET digest = 'sha256:' || repeat('e', 64) WHERE idx = 3", "evidence_artifacts rows of leaf 3"},
+		{"artifact deleted", "DELETE FROM evidence_artifacts WHERE idx = 4", "evidence_artifacts rows of leaf 4"},
+		{"artifact added", "INSERT INTO evidence_artifacts(digest, idx, name) VALUES ('sha256:00', 5, 'extra')", "evidence_artifacts rows of leaf 5"},
+		{"head row forged", "INSERT INTO heads_index(idx, repository, ref, commit_id, verdict, decision) VALUES (6, 'r', 'refs/heads/main', 'c', 'good', 'trusted')", "evidence leaf has a head index row"},
+		{"token scope", "UPDATE tokens SET scope = 'admin'", "scope differs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, keyDir := pgtest.NewDatabase(t), t.TempDir()
+			s := openTest(t, dsn, keyDir, false)
+			for i := range 8 {
+				raw, _ := json.Marshal(storetest.Evidence(i))
+				if _, err := s.Append(ctx, []ledger.Record{{Kind: ledger.KindEvidence, Body: raw}}, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, _, err := s.CreateToken(ctx, "ci", ledger.ScopeRecord, nil); err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := s.Audit(ctx); err != nil || !rep.OK {
+				t.Fatalf("audit before the edit: %+v %v", rep, err)
+			}
+			s.Close()
+			rawExec(t, dsn, tc.sql)
+			rep, err := openTest(t, dsn, keyDir, true).Audit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK || !strings.Contains(rep.Problem, tc.want) {
+				t.Fatalf("audit after %s: ok=%v %q, want %q", tc.name, rep.OK, rep.Problem, tc.want)
+			}
+		})
+	}
+}
