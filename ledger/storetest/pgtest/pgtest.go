@@ -16,6 +16,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -139,12 +141,13 @@ func binDir() (string, error) {
 	}
 	p, err := exec.LookPath("initdb")
 	if err != nil {
-		for _, d := range []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"} {
-			if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-				return d, nil
-			}
+		// Debian's binaries are not on PATH; the newest version wins.
+		found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+		if len(found) == 0 {
+			return "", errAbsent
 		}
-		return "", errAbsent
+		slices.SortFunc(found, func(a, b string) int { return cmp.Compare(pgVersion(a), pgVersion(b)) })
+		return filepath.Dir(found[len(found)-1]), nil
 	}
 	if r, err := filepath.EvalSymlinks(p); err == nil {
 		p = r
@@ -255,6 +258,12 @@ func startCluster() (*cluster, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return c, nil
+}
+
+// pgVersion is the major version in a /usr/lib/postgresql/<v>/bin path.
+func pgVersion(p string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(p))))
+	return v
 }
 
 func lastLines(b []byte) string {
