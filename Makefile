@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # machine's default may be an older patch release with known vulnerabilities.
 export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench soak load load-short fuzz fuzz-short vet vulncheck device-bin clean
+.PHONY: build run serve test test-short e2e bench soak multiserver load load-short fuzz fuzz-short vet vulncheck device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -26,10 +26,30 @@ serve: build
 # The test command CI runs (.ci/run): every package, with the race detector.
 # The full log goes to var/test.log; the summary lists failures and, loudly,
 # every skipped test with its reason.
+#
+# Then the PostgreSQL pass: the API (web) and gates tests again, each on a
+# fresh database of a throwaway cluster (LEDGER_TEST_STORE=postgres; the
+# conformance suite, audit and two-server tests of ledger/postgres and
+# cmd/ledger ran in the first pass). Without PostgreSQL (no initdb on PATH
+# or in /usr/lib/postgresql/*/bin) it says loudly that it did not run; CI
+# sets LEDGER_REQUIRE_POSTGRES=1, which fails instead.
+PG_PACKAGES ?= ./web ./gates
 test:
 	@mkdir -p var
 	@echo "go test -race ./... (full log: var/test.log)"
-	@CGO_ENABLED=1 $(GO) test -race -timeout 45m -v ./... >var/test.log 2>&1; rc=$$?; ./scripts/test-summary.sh var/test.log; exit $$rc
+	@CGO_ENABLED=1 $(GO) test -race -timeout 45m -v ./... >var/test.log 2>&1; rc=$$?; ./scripts/test-summary.sh var/test.log; \
+	if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "PostgreSQL pass: LEDGER_TEST_STORE=postgres go test $(PG_PACKAGES) (full log: var/test-postgres.log)"; \
+	  LEDGER_TEST_STORE=postgres $(GO) test -timeout 30m -v $(PG_PACKAGES) >var/test-postgres.log 2>&1 || rc=1; \
+	  ./scripts/test-summary.sh var/test-postgres.log; \
+	elif [ "$${LEDGER_REQUIRE_POSTGRES:-}" = 1 ]; then \
+	  echo "!! LEDGER_REQUIRE_POSTGRES=1 but PostgreSQL is not installed (no initdb)"; rc=1; \
+	else \
+	  echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	  echo "!! POSTGRESQL PASS SKIPPED: PostgreSQL is not installed (no initdb); the"; \
+	  echo "!! API and gates tests ran on SQLite only. Install Debian's postgresql."; \
+	  echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"; \
+	fi; exit $$rc
 
 test-short:
 	$(GO) test -short ./...
@@ -48,6 +68,11 @@ bench:
 soak:
 	LEDGER_CRASH_ROUNDS=200 $(GO) test -run 'TestCrashDurability|TestDiskFull' -count 1 -timeout 60m -v ./cmd/ledger
 	LEDGER_RACE_ROUNDS=400 $(GO) test -run TestSharedDatabaseNoFalseAlarm -count 1 -timeout 30m -v ./ledger/sqlite
+
+# Two `ledger serve` on one PostgreSQL, 16 writers each, SIGKILL of either at
+# random moments, for 60 s (make test runs 15 s of it).
+multiserver:
+	LEDGER_MULTI_SECONDS=60 LEDGER_REQUIRE_POSTGRES=1 $(GO) test -run TestTwoServersOnePostgres -count 1 -timeout 20m -v ./cmd/ledger
 
 # Load: 64 writers + 64 readers against a real server (scripts/load.sh),
 # 20 s writers alone then 60 s mixed; LOAD_CHECK=1 fails on a missed target.

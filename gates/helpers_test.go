@@ -3,13 +3,12 @@ package gates
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
 )
 
 var (
@@ -24,15 +23,11 @@ var (
 	digestOld = "sha256:" + strings.Repeat("47", 32)
 )
 
-func openStore(t testing.TB) *sqlite.Store {
+// openStore opens an empty store whose clock is t0: SQLite, or
+// PostgreSQL under LEDGER_TEST_STORE=postgres (see teststore).
+func openStore(t testing.TB) *teststore.Store {
 	t.Helper()
-	dir := t.TempDir()
-	s, err := sqlite.Open(context.Background(), sqlite.Options{Path: filepath.Join(dir, "ledger.db"), Now: func() time.Time { return t0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return teststore.Open(t, teststore.Options{Now: func() time.Time { return t0 }})
 }
 
 const testYAML = `version: 1.0.0-test

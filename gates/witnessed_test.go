@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
 )
 
 // witnessedStore is a store whose witnesses last met the quorum at size.
 type witnessedStore struct {
-	*sqlite.Store
+	*teststore.Store
 	size uint64
 	root ledger.Hash
 }

@@ -410,3 +410,10 @@ func (l *Log) ConsistencyProof(ctx context.Context, from, to uint64) (Consistenc
 	p, err := consistency(ctx, l.d, from, to)
 	return p, internal("consistency proof", err)
 }
+
+// ReadNodes implements NodeReader over the driver: the stored hashes of
+// perfect-subtree nodes (level 0: leaf hashes), for tile readers (web's
+// c2sp.org/tlog-tiles routes). Safe for concurrent use.
+func (l *Log) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	return l.d.ReadNodes(ctx, ids)
+}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/transparency-dev/merkle/compact"
+
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 )
@@ -203,4 +205,10 @@ func (v *VerifiedStore) ProbeStorage(ctx context.Context) error {
 		return p.ProbeStorage(ctx)
 	}
 	return nil
+}
+
+// ReadNodes implements NodeReader through the log engine (tiles carry
+// hashes their readers check against a signed checkpoint themselves).
+func (v *VerifiedStore) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	return v.l.ReadNodes(ctx, ids)
 }

@@ -15,7 +15,7 @@ if [ "${skips:-0}" -gt 0 ]; then
   echo
   echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
   echo "!! $skips TEST(S) SKIPPED: they did not run; a skip is not a pass."
-  echo "!! (CI sets LEDGER_REQUIRE_BROWSER=1 and LEDGER_REQUIRE_DISKFULL=1 so those fail instead)"
+  echo "!! (CI sets LEDGER_REQUIRE_BROWSER=1, LEDGER_REQUIRE_DISKFULL=1 and LEDGER_REQUIRE_POSTGRES=1 so those fail instead)"
   echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
   grep -A1 -- '--- SKIP' "$log" | grep -v '^--$' | sed 's/^/   /'
 fi

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
@@ -405,7 +407,7 @@ func newTokenEnv(t *testing.T, cfg Config) *tokenEnv {
 		}
 		return secret
 	}
-	e.apiEnv = &apiEnv{srv: hs, store: st}
+	e.apiEnv = &apiEnv{srv: hs, store: &teststore.Store{DriverStore: st, Log: st.Log, Lite: st}} // SQLite: the tests below copy and edit its file
 	e.record = mk(ledger.TokenSpec{Name: "ci", Scope: ledger.ScopeRecord})
 	e.read = mk(ledger.TokenSpec{Name: "reader", Scope: ledger.ScopeRead})
 	e.admin = mk(ledger.TokenSpec{Name: "ops", Scope: ledger.ScopeAdmin})
@@ -495,6 +497,8 @@ var routeScope = map[string]string{
 	"GET /evidence/{id}":                         "read",
 	"GET /entries/{id}":                          "read",
 	"GET /heads":                                 "read",
+	"GET /checkpoint":                            "read", // tlog-tiles (tiles.go)
+	"GET /tile/*":                                "read",
 	"GET /runs":                                  "read",
 	"GET /agents":                                "read",
 	"GET /lanes/*":                               "read",

@@ -1045,7 +1045,7 @@ func TestAuditCatchesEditedTokensTable(t *testing.T) {
 	dir := t.TempDir()
 	copyOf := func(name string) string {
 		p := filepath.Join(dir, name+".db")
-		if err := e.store.Backup(ctx, p); err != nil {
+		if err := e.store.Lite.Backup(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		return p

@@ -8,14 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -23,7 +23,7 @@ import (
 
 type apiEnv struct {
 	srv    *httptest.Server
-	store  *sqlite.Store
+	store  *teststore.Store
 	record string // token secret with scope record
 	read   string // token secret with scope read
 	// base is the log size after the tokens' leaves (tokens are leaves):
@@ -34,11 +34,7 @@ type apiEnv struct {
 func newAPIEnv(t testing.TB, cfg Config) *apiEnv {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: filepath.Join(t.TempDir(), "ledger.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := teststore.Open(t, teststore.Options{})
 	cfg.Store = st
 	s, err := New(cfg)
 	if err != nil {

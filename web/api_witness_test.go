@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
 
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/ledger/tlogproof"
 	"github.com/evidence-ledger/ledger/witness"
 	"github.com/evidence-ledger/ledger/witness/witnesstest"
@@ -78,11 +78,7 @@ func TestTLogProofRoute(t *testing.T) {
 // the log is unwitnessed when the witness is down.
 func TestWitnessedOverview(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: filepath.Join(t.TempDir(), "ledger.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := teststore.Open(t, teststore.Options{})
 	lw := witnesstest.NewLitewitness(t, "witness.test/web", st.Origin(), st.VerifierKey())
 	pol, err := witness.ParsePolicy([]byte(lw.PolicyLine() + "quorum witness.test/web\n"))
 	if err != nil {

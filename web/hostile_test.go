@@ -10,15 +10,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -57,11 +57,7 @@ func newHostileEnv(t *testing.T, cfg Config) *hostileEnv {
 func newHostileEnvTimeout(t *testing.T, cfg Config, readTimeout time.Duration) *hostileEnv {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: filepath.Join(t.TempDir(), "ledger.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := teststore.Open(t, teststore.Options{})
 	logs := &syncBuffer{}
 	cfg.Store, cfg.Log = st, slog.New(slog.NewTextHandler(logs, nil))
 	if cfg.MaxBody == 0 {

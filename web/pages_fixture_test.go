@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 )
 
 // Fixtures shared by the page tests, the browser tests and the benchmark:
@@ -34,16 +35,11 @@ const (
 
 var pgT0 = time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
 
-// pgStore opens a fresh store under t.TempDir(); it is closed at cleanup.
-func pgStore(t testing.TB) *sqlite.Store {
+// pgStore opens a fresh store (SQLite, or PostgreSQL under
+// LEDGER_TEST_STORE=postgres); it is closed at cleanup.
+func pgStore(t testing.TB) *teststore.Store {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), sqlite.Options{Path: dir + "/ledger.db", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return teststore.Open(t, teststore.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // pgServer builds the web server over st.

@@ -95,6 +95,10 @@ func (s *Server) routes() chi.Router {
 		})
 	})
 
+	// The log as c2sp.org/tlog-tiles (tiles.go).
+	r.With(read).Get("/checkpoint", s.handleTileCheckpoint)
+	r.With(read).Get("/tile/*", s.handleTile)
+
 	r.Get("/", s.pageAuth(s.pageOverview))
 	r.Get("/evidence", s.pageAuth(s.pageEvidenceList))
 	r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -27,20 +28,26 @@ import (
 // statePath names a signed-state journal, every checkpoint size it
 // recorded (ledger.AuditSignedState). noState is true when statePath was
 // given but no journal is there.
-func runAudit(ctx context.Context, path, pubPath, statePath string) (rep ledger.AuditReport, noState bool, err error) {
-	if _, err := os.Stat(path); err != nil {
-		return rep, false, fmt.Errorf("database %s: %w", path, err)
-	}
+func runAudit(ctx context.Context, db, pubPath, statePath string) (rep ledger.AuditReport, noState bool, err error) {
 	failed := func(format string, args ...any) ledger.AuditReport {
 		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1, Problem: fmt.Sprintf(format, args...)}
 	}
-	if err := sqlite.CheckFile(ctx, path, true); err != nil {
-		if errors.Is(err, sqlite.ErrCorrupt) {
-			return failed("%v (PRAGMA integrity_check): the file is damaged, not only the log in it; restore the newest backup", err), false, nil
+	if !isPostgres(db) {
+		path, err := sqlitePath(db)
+		if err != nil {
+			return rep, false, err
 		}
-		return rep, false, err
+		if _, err := os.Stat(path); err != nil {
+			return rep, false, fmt.Errorf("database %s: %w", path, err)
+		}
+		if err := sqlite.CheckFile(ctx, path, true); err != nil {
+			if errors.Is(err, sqlite.ErrCorrupt) {
+				return failed("%v (PRAGMA integrity_check): the file is damaged, not only the log in it; restore the newest backup", err), false, nil
+			}
+			return rep, false, err
+		}
 	}
-	st, vkey, err := openPublic(ctx, path, pubPath, nil)
+	st, vkey, err := openPublic(ctx, db, pubPath, nil)
 	if err != nil {
 		return rep, false, err
 	}
@@ -72,7 +79,7 @@ func runAudit(ctx context.Context, path, pubPath, statePath string) (rep ledger.
 
 // keyProblem says why the verifier key vkey (read from pubPath) is not
 // the key that signed the log's latest checkpoint, or "" when it is.
-func keyProblem(ctx context.Context, st *sqlite.Store, vkey, pubPath string) (string, error) {
+func keyProblem(ctx context.Context, st *Store, vkey, pubPath string) (string, error) {
 	cp, err := st.CheckpointAt(ctx, 0)
 	if ledger.ErrorCode(err) == ledger.CodeNotFound || (err == nil && cp.Size == 0) {
 		return "", nil
@@ -165,10 +172,30 @@ func newMigrateCmd(a *app) *cobra.Command {
 			if status {
 				// Read the version without opening the store: that refuses
 				// an older schema read-only, and this is how to see it.
-				if _, err := os.Stat(a.DB); err != nil {
+				if isPostgres(a.DB) {
+					db, _, err := postgres.Connect(cmd.Context(), a.DB, 10*time.Second)
+					if err != nil {
+						return errExit(2, "migrate: %v", err)
+					}
+					defer db.Close()
+					cur, latest, err := postgres.MigrationStatus(cmd.Context(), db)
+					if err != nil {
+						return errExit(2, "migrate: %v", err)
+					}
+					if a.JSON {
+						return a.printJSON(map[string]int64{"version": cur, "newest": latest})
+					}
+					fmt.Fprintf(a.stdout, "schema version %d, newest %d\n", cur, latest)
+					return nil
+				}
+				path, err := sqlitePath(a.DB)
+				if err != nil {
 					return errExit(2, "migrate: %v", err)
 				}
-				db, err := sql.Open("sqlite", "file:"+a.DB+"?mode=ro&_busy_timeout=10000")
+				if _, err := os.Stat(path); err != nil {
+					return errExit(2, "migrate: %v", err)
+				}
+				db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_busy_timeout=10000")
 				if err != nil {
 					return errExit(2, "migrate: %v", err)
 				}
@@ -188,11 +215,11 @@ func newMigrateCmd(a *app) *cobra.Command {
 				return errExit(2, "migrate: %v", err)
 			}
 			defer st.Close()
-			cur, latest, err := sqlite.MigrationStatus(cmd.Context(), st.DB())
+			cur, latest, err := st.migrationStatus(cmd.Context())
 			if err != nil {
 				return errExit(2, "migrate: %v", err)
 			}
-			fmt.Fprintf(a.stdout, "database %s at schema version %d (newest %d)\n", a.DB, cur, latest)
+			fmt.Fprintf(a.stdout, "database %s at schema version %d (newest %d)\n", dbName(a.DB), cur, latest)
 			return nil
 		},
 	}
@@ -322,6 +349,9 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dest := args[0]
+			if isPostgres(a.DB) {
+				return errExit(2, "backup: --db is a PostgreSQL database: back it up with PostgreSQL's own tools (pg_dump, or a base backup with WAL archiving), or copy it to a SQLite file with `ledger copy --from DSN --to sqlite://DEST`")
+			}
 			if fi, err := os.Stat(dest); err == nil && fi.IsDir() || strings.HasSuffix(dest, string(filepath.Separator)) {
 				dest = filepath.Join(dest, "ledger.db") // a directory, existing or to be made
 			}
@@ -331,8 +361,10 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 			if err := os.MkdirAll(filepath.Dir(dest), 0o700); err != nil {
 				return errExit(2, "backup: create directory %s: %v", filepath.Dir(dest), err)
 			}
-			if _, err := os.Stat(a.DB); err != nil {
-				return errExit(2, "backup: database %s: %v", a.DB, err)
+			if p, err := sqlitePath(a.DB); err != nil {
+				return errExit(2, "backup: %v", err)
+			} else if _, err := os.Stat(p); err != nil {
+				return errExit(2, "backup: database %s: %v", p, err)
 			}
 			// The copy is verified with the key files beside it: refuse a
 			// directory that holds another ledger's keys.
@@ -350,7 +382,7 @@ Exit codes: 0 copied and audited clean, 1 the copy does not audit, 2 error.`,
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
-			if err := st.Backup(cmd.Context(), dest); err != nil {
+			if err := st.lite.Backup(cmd.Context(), dest); err != nil {
 				st.Close()
 				return errExit(2, "%v", err)
 			}

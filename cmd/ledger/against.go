@@ -120,8 +120,10 @@ func runAuditAgainst(ctx context.Context, a *app, sources []string, keyFlag stri
 		}
 		log = c
 	} else {
-		if _, err := os.Stat(a.DB); err != nil {
-			return errExit(2, "audit: database %s: %v", a.DB, err)
+		if p, err := sqlitePath(a.DB); err != nil {
+			return errExit(2, "audit: %v", err)
+		} else if _, err := os.Stat(p); err != nil && !isPostgres(a.DB) {
+			return errExit(2, "audit: database %s: %v", p, err)
 		}
 		st, _, err := openPublic(ctx, a.DB, a.keyPath(keyFlag), a.log)
 		if err != nil {

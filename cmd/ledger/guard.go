@@ -13,13 +13,15 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"golang.org/x/mod/sumdb/note"
 )
 
-// openChecked opens the database at path to sign over it (the server and
-// every local command that may append), refusing bad state first:
-//   - a file PRAGMA quick_check finds damaged;
+// openChecked opens the database db (a SQLite path or a PostgreSQL URL,
+// see openDriverStore) to sign over it (the server and every local command
+// that may append), refusing bad state first:
+//   - a SQLite file PRAGMA quick_check finds damaged;
 //   - a missing ledger.key when the database already holds signed leaves
 //     (a key is generated only for a new log);
 //   - a key that did not sign the latest checkpoint, a database behind or
@@ -31,19 +33,27 @@ import (
 // acceptRollback, a database behind or disagreeing with the journal is
 // opened anyway and returned with the *ledger.StartError (only `ledger
 // restore --accept-rollback` asks for it).
-func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*sqlite.Store, *ledger.SignedState, error) {
+func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*Store, *ledger.SignedState, error) {
 	dbExists := false
-	if _, err := os.Stat(path); err == nil {
-		dbExists = true
-		if err := sqlite.CheckFile(ctx, path, false); err != nil {
-			if errors.Is(err, sqlite.ErrCorrupt) {
-				return nil, nil, fmt.Errorf("refusing to open: %v; restore the newest backup (`ledger audit` says more)", err)
-			}
+	if isPostgres(db) {
+		dbExists = true // its size is read below when the key is missing
+	} else {
+		path, err := sqlitePath(db)
+		if err != nil {
 			return nil, nil, err
+		}
+		if _, err := os.Stat(path); err == nil {
+			dbExists = true
+			if err := sqlite.CheckFile(ctx, path, false); err != nil {
+				if errors.Is(err, sqlite.ErrCorrupt) {
+					return nil, nil, fmt.Errorf("refusing to open: %v; restore the newest backup (`ledger audit` says more)", err)
+				}
+				return nil, nil, err
+			}
 		}
 	}
 	if _, err := os.Stat(filepath.Join(keyDir, keys.KeyFile)); errors.Is(err, fs.ErrNotExist) && dbExists {
-		n, err := signedSizeNoKey(ctx, path, log)
+		n, err := signedSizeNoKey(ctx, db, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -59,7 +69,7 @@ func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acc
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: key, Logger: log, OnCheckpoint: state.Record, IdempotencyTTL: idemTTL})
+	st, err := openDriverStore(ctx, db, storeOptions{key: key, keyDir: keyDir, log: log, onCheckpoint: state.Record, idemTTL: idemTTL})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -86,8 +96,11 @@ func openChecked(ctx context.Context, path, keyDir string, log *slog.Logger, acc
 }
 
 // signedSizeNoKey returns the size of the latest stored checkpoint of the
-// database at path, read with a throwaway key (the log's own is missing).
-func signedSizeNoKey(ctx context.Context, path string, log *slog.Logger) (uint64, error) {
+// database db, read with a throwaway key (the log's own is missing).
+func signedSizeNoKey(ctx context.Context, db string, log *slog.Logger) (uint64, error) {
+	if isPostgres(db) {
+		return postgres.SignedSizeNoKey(ctx, db)
+	}
 	skey, _, err := note.GenerateKey(rand.Reader, "ledger.probe")
 	if err != nil {
 		return 0, err
@@ -96,7 +109,7 @@ func signedSizeNoKey(ctx context.Context, path string, log *slog.Logger) (uint64
 	if err != nil {
 		return 0, err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: k, Logger: log, ReadOnly: true})
+	st, err := openDriverStore(ctx, db, storeOptions{key: k, log: log, readOnly: true})
 	if err != nil {
 		return 0, err
 	}
@@ -108,9 +121,9 @@ func signedSizeNoKey(ctx context.Context, path string, log *slog.Logger) (uint64
 	return cp.Size, nil
 }
 
-// openPublic opens the database at path read-only with the verifier key
-// file pubPath alone (no private key).
-func openPublic(ctx context.Context, path, pubPath string, log *slog.Logger) (*sqlite.Store, string, error) {
+// openPublic opens the database db read-only with the verifier key file
+// pubPath alone (no private key).
+func openPublic(ctx context.Context, db, pubPath string, log *slog.Logger) (*Store, string, error) {
 	vkey, err := readVerifierKey(pubPath)
 	if err != nil {
 		return nil, "", err
@@ -119,7 +132,7 @@ func openPublic(ctx context.Context, path, pubPath string, log *slog.Logger) (*s
 	if err != nil {
 		return nil, "", fmt.Errorf("--key %s: %w", pubPath, err)
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: k, Logger: log, ReadOnly: true})
+	st, err := openDriverStore(ctx, db, storeOptions{key: k, log: log, readOnly: true})
 	if err != nil {
 		return nil, "", err
 	}

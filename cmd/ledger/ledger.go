@@ -8,7 +8,6 @@ import (
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 )
 
 // theLedger is what the commands that record and read through a ledger get:
@@ -66,7 +65,7 @@ func (a *app) openLedger(ctx context.Context, o ledgerOptions) (theLedger, error
 		if err != nil {
 			return nil, err
 		}
-		return &localLedger{Store: st, path: a.DB, as: o.as}, nil
+		return &localLedger{Store: st, path: dbName(a.DB), as: o.as}, nil
 	}
 	if o.as != "" {
 		return nil, ledger.FieldError("as", "--as names a token of the local database; with --server the --token's holder is the author")
@@ -91,7 +90,7 @@ func (r remoteLedger) Close() error  { return nil }
 // functions on it as the token named by as, whose scope is checked as the
 // API checks a bearer token's.
 type localLedger struct {
-	*sqlite.Store
+	*Store
 	path string
 	as   string
 }

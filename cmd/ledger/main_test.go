@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
 )
 
 // ledgerBin is the real binary, built once for the CLI tests.
@@ -30,6 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	code := m.Run()
+	pgtest.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

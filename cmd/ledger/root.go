@@ -13,7 +13,6 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -80,8 +79,8 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.DB, "db", envOr("LEDGER_DB", "./var/ledger.db"), "SQLite database path (env LEDGER_DB)")
-	pf.StringVar(&a.DataDir, "data-dir", envOr("LEDGER_DATA_DIR", ""), "directory of the log signing key (env LEDGER_DATA_DIR; default: the database's directory)")
+	pf.StringVar(&a.DB, "db", envOr("LEDGER_DB", "./var/ledger.db"), "the database: a SQLite file path (or sqlite://PATH), or a PostgreSQL URL postgres://USER@HOST/DB (env LEDGER_DB)")
+	pf.StringVar(&a.DataDir, "data-dir", envOr("LEDGER_DATA_DIR", ""), "directory of the log signing key and signed-state journal (env LEDGER_DATA_DIR; default: the SQLite database's directory, ./var for PostgreSQL)")
 	pf.BoolVar(&a.JSON, "json", false, "print machine-readable JSON")
 	pf.StringVar(&a.Server, "server", envOr("LEDGER_SERVER", ""), "ledger server base URL for client commands (env LEDGER_SERVER)")
 	pf.StringVar(&a.Token, "token", envOr("LEDGER_TOKEN", ""), "bearer token for the server (env LEDGER_TOKEN)")
@@ -97,6 +96,7 @@ func newRootCmd() *cobra.Command {
 		newAuditCmd(a),
 		newBackupCmd(a),
 		newRestoreCmd(a),
+		newCopyCmd(a),
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),
@@ -113,22 +113,33 @@ func (a *app) dataDir() string {
 	if a.DataDir != "" {
 		return a.DataDir
 	}
-	return filepath.Dir(a.DB)
+	if isPostgres(a.DB) {
+		return "./var"
+	}
+	path, _ := sqlitePath(a.DB)
+	return filepath.Dir(path)
 }
 
 // openStore opens (creating and migrating) the local database. A database
 // is created only where one was asked for: by --db or LEDGER_DB, or by a
 // command that exists to create one (serve, migrate, token); otherwise a
 // missing default database is an error rather than a silent new ledger.
-func (a *app) openStore(ctx context.Context) (*sqlite.Store, error) {
+func (a *app) openStore(ctx context.Context) (*Store, error) {
 	if strings.TrimSpace(a.DB) == "" {
 		return nil, fmt.Errorf("--db is empty")
 	}
-	if _, err := os.Stat(a.DB); err != nil {
+	path, err := sqlitePath(a.DB)
+	if err != nil {
+		return nil, err
+	}
+	if isPostgres(a.DB) {
+		// The database must exist on the server; its tables are created
+		// (migrated) on first use.
+	} else if _, err := os.Stat(path); err != nil {
 		if !a.dbExplicit && !a.mayCreate {
-			return nil, fmt.Errorf("no ledger database at %s: give --server URL (with --token) to use a server, or --db PATH (or LEDGER_DB) for a local database", a.DB)
+			return nil, fmt.Errorf("no ledger database at %s: give --server URL (with --token) to use a server, or --db PATH (or LEDGER_DB) for a local database", path)
 		}
-		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", a.DB)
+		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", path)
 	}
 	st, _, err := openChecked(ctx, a.DB, a.dataDir(), a.log, false, 0)
 	return st, err
@@ -147,4 +158,4 @@ func errExit(code int, format string, args ...any) error {
 	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-var _ ledger.Store = (*sqlite.Store)(nil)
+var _ ledger.Store = (*Store)(nil)

@@ -120,7 +120,14 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	keyDir := c.KeyDir
 	if keyDir == "" {
-		keyDir = filepath.Dir(c.DB)
+		if isPostgres(c.DB) {
+			return fmt.Errorf("serve: a PostgreSQL database needs the key directory (--data-dir)")
+		}
+		path, err := sqlitePath(c.DB)
+		if err != nil {
+			return err
+		}
+		keyDir = filepath.Dir(path)
 	}
 	st, _, err := openChecked(ctx, c.DB, keyDir, c.Log, false, c.IdempotencyTTL)
 	if err != nil {
@@ -156,7 +163,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return fmt.Errorf("listen on %s: %w", c.Addr, err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, WriteTimeout: 120 * time.Second, IdleTimeout: 120 * time.Second}
-	c.Log.Info("ledger serving", "url", "http://"+ln.Addr().String()+"/", "db", c.DB, "verifier_key", st.VerifierKey())
+	c.Log.Info("ledger serving", "url", "http://"+ln.Addr().String()+"/", "db", dbName(c.DB), "verifier_key", st.VerifierKey())
 	if c.Ready != nil {
 		c.Ready(ln.Addr())
 	}

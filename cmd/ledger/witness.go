@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/transparency-dev/merkle/compact"
+
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/witness"
 )
@@ -89,4 +91,13 @@ func (s notifyingStore) LastWitnessed() (uint64, ledger.Hash, bool) {
 		return 0, ledger.Hash{}, false
 	}
 	return lw.Size, lw.Root, true
+}
+
+// ReadNodes forwards to the wrapped store's node reader (web's tiles),
+// when it has one.
+func (s notifyingStore) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	if nr, ok := s.Store.(ledger.NodeReader); ok {
+		return nr.ReadNodes(ctx, ids)
+	}
+	return nil, ledger.Errorf(ledger.CodeInternal, "the store reads no tree nodes")
 }

@@ -1,0 +1,482 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/transparency-dev/merkle/compact"
+)
+
+// storedSizeQuery counts the stored leaves (the next leaf index).
+const storedSizeQuery = "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves"
+
+// ReadNodes implements ledger.NodeReader on the pool.
+func (d *driver) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	return fetchNodes(ctx, d.db, ids)
+}
+
+// StoredCheckpoint implements ledger.Driver.
+func (d *driver) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
+	return checkpointAt(ctx, d.db, size)
+}
+
+// SignedSize implements ledger.Driver.
+func (d *driver) SignedSize(ctx context.Context) (uint64, error) {
+	var n int64
+	err := d.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(size), 0) FROM checkpoints").Scan(&n)
+	return uint64(n), dbErr("size", err)
+}
+
+// LookupIDs implements ledger.Driver: the content ids are looked up
+// inside the batch (Batch.Find), under the lock, so there is no hint.
+func (d *driver) LookupIDs(context.Context, []ledger.Prepared) any { return nil }
+
+// BeginBatch implements ledger.Driver: a transaction that holds the
+// sequencer's advisory lock (SequencerLock) until it ends, so batches of
+// every process on the database run one at a time.
+func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, dbErr("begin", err)
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", SequencerLock); err != nil {
+		tx.Rollback()
+		return nil, dbErr("sequencer lock", err)
+	}
+	b := &batch{d: d, tx: tx, ids: map[string]uint64{}}
+	b.leaf = newRowBuf("leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash, backend, status, repository, commit_id", 11)
+	b.node = newRowBuf("tree_nodes", "ord, hash", 2)
+	b.art = newRowBuf("evidence_artifacts", "idx, name, digest", 3)
+	b.head = newRowBuf("heads_index", "idx, repository, ref, commit_id, verdict, decision", 6)
+	return b, nil
+}
+
+// batch is the PostgreSQL ledger.Batch: one transaction under the
+// sequencer lock and the rows it buffers. Used by the engine's sequencer
+// goroutine only.
+type batch struct {
+	d                     *driver
+	tx                    *sql.Tx
+	leaf, node, art, head *rowBuf
+	tokOps                []tokenOp
+	ids                   map[string]uint64 // content ids appended in this batch
+	reqIDs                []string          // of them, the current request's
+	sp                    bool
+}
+
+func (b *batch) bufs() []*rowBuf { return []*rowBuf{b.leaf, b.node, b.art, b.head} }
+
+// Size implements ledger.Batch; read after the lock was taken, it counts
+// what every other server committed.
+func (b *batch) Size(ctx context.Context) (uint64, error) {
+	var n int64
+	err := b.tx.QueryRowContext(ctx, storedSizeQuery).Scan(&n)
+	return uint64(n), dbErr("size", err)
+}
+
+// StoredCheckpoint implements ledger.Batch.
+func (b *batch) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
+	return checkpointAt(ctx, b.tx, size)
+}
+
+// ReadNodes implements ledger.NodeReader inside the transaction.
+func (b *batch) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	return fetchNodes(ctx, b.tx, ids)
+}
+
+// Start implements ledger.Batch: the driver derives nothing from the
+// stored log.
+func (b *batch) Start(context.Context, uint64, bool) error { return nil }
+
+// BeginRequest implements ledger.Batch (a savepoint is a SQL SAVEPOINT).
+func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
+	if savepoint {
+		if _, err := b.tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
+			return err
+		}
+	}
+	b.sp = savepoint
+	b.reqIDs = b.reqIDs[:0]
+	return nil
+}
+
+// EndRequest implements ledger.Batch.
+func (b *batch) EndRequest(ctx context.Context, ok bool) error {
+	if ok {
+		b.reqIDs = b.reqIDs[:0]
+		if b.sp {
+			_, err := b.tx.ExecContext(ctx, "RELEASE SAVEPOINT req")
+			return err
+		}
+		return nil
+	}
+	b.reset()
+	for _, id := range b.reqIDs {
+		delete(b.ids, id)
+	}
+	b.reqIDs = b.reqIDs[:0]
+	if !b.sp {
+		return nil
+	}
+	_, err := b.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT req")
+	if _, rerr := b.tx.ExecContext(ctx, "RELEASE SAVEPOINT req"); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Find implements ledger.Batch: ids appended in this batch, then the
+// leaves table (committed by any server, or flushed by this batch).
+func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, _ any) (map[string]uint64, error) {
+	var out map[string]uint64
+	var ask []string
+	for i := range recs {
+		if idx, ok := b.ids[recs[i].ID]; ok {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[recs[i].ID] = idx
+		} else {
+			ask = append(ask, recs[i].ID)
+		}
+	}
+	if len(ask) == 0 {
+		return out, nil
+	}
+	rows, err := b.tx.QueryContext(ctx, "SELECT id, idx FROM leaves WHERE id = ANY($1)", ask)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var idx int64
+		if err := rows.Scan(&id, &idx); err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		out[id] = uint64(idx)
+	}
+	return out, rows.Err()
+}
+
+// EntryAt implements ledger.Batch.
+func (b *batch) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
+	e, err := scanEntry(b.tx.QueryRowContext(ctx, entryAtQuery, int64(index)))
+	return e, dbErr("entry", err)
+}
+
+// EntryByID implements ledger.Batch.
+func (b *batch) EntryByID(ctx context.Context, id string) (ledger.Entry, error) {
+	return entryByID(ctx, b.tx, id)
+}
+
+// Idempotency implements ledger.Batch: keys older than
+// Options.IdempotencyTTL are not found.
+func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentAnswer, bool, error) {
+	var ans ledger.IdempotentAnswer
+	var idsJSON string
+	var size int64
+	cutoff := b.d.opts.Now().Add(-b.d.opts.IdempotencyTTL).UnixNano()
+	err := b.tx.QueryRowContext(ctx, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = $1 AND created_at >= $2", idemKey(key), cutoff).Scan(&ans.RequestHash, &idsJSON, &size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ans, false, nil
+	}
+	if err != nil {
+		return ans, false, err
+	}
+	ans.Size = uint64(size)
+	if err := json.Unmarshal([]byte(idsJSON), &ans.IDs); err != nil {
+		return ans, false, err
+	}
+	return ans, true, nil
+}
+
+// AddLeaf implements ledger.Batch: the leaf row (with the evidence
+// projection columns; the lane is p.Key) and the projection rows kept
+// outside it.
+func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
+	var backend, status, repo, commit any
+	if ev := p.Evidence; ev != nil {
+		backend, status, repo, commit = string(ev.Backend), string(ev.Status), ev.Subject.Repository, ev.Subject.Commit
+	}
+	lh := e.LeafHash
+	b.leaf.add(int64(e.Index), e.ID, string(e.Kind), p.Key, e.RecordedAt.UnixNano(), e.Raw, lh[:], backend, status, repo, commit)
+	b.ids[e.ID] = e.Index
+	b.reqIDs = append(b.reqIDs, e.ID)
+	switch {
+	case p.Evidence != nil:
+		for name, dg := range p.Evidence.Subject.Artifacts {
+			b.art.add(int64(e.Index), name, dg)
+		}
+	case p.Head != nil:
+		h := p.Head
+		b.head.add(int64(e.Index), h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
+	case p.Kind == ledger.KindToken || p.Kind == ledger.KindTokenRevocation:
+		b.addTokenLeaf(e.Index, p.Kind, p.Body)
+	}
+}
+
+// AddNode implements ledger.Batch; level-0 nodes are the leaf hashes,
+// kept in the leaves table.
+func (b *batch) AddNode(id compact.NodeID, hash []byte) {
+	if id.Level > 0 {
+		b.node.add(nodeOrd(id), hash)
+	}
+}
+
+// Flush implements ledger.Batch (leaves first: the projections refer to
+// them).
+func (b *batch) Flush(ctx context.Context) error {
+	for _, r := range b.bufs() {
+		if err := r.flush(ctx, b.tx); err != nil {
+			return err
+		}
+	}
+	return b.flushTokens(ctx)
+}
+
+func (b *batch) reset() {
+	for _, r := range b.bufs() {
+		r.args = r.args[:0]
+	}
+	b.tokOps = b.tokOps[:0]
+}
+
+// PutIdempotency implements ledger.Batch. An expired row of the same key
+// is replaced; a key another server stored first is kept (ON CONFLICT DO
+// NOTHING); at most once per idemPruneEvery puts (or idemPruneAge) the
+// expired keys and, beyond Options.IdempotencyMax rows, the oldest go.
+func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.IdempotentAnswer, at time.Time) error {
+	idsJSON, _ := json.Marshal(ans.IDs)
+	d := b.d
+	cutoff := at.Add(-d.opts.IdempotencyTTL).UnixNano()
+	if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE key = $1 AND created_at < $2", idemKey(key), cutoff); err != nil {
+		return err
+	}
+	if d.idemPuts++; d.idemPuts >= idemPruneEvery || at.Sub(d.idemPruned) >= idemPruneAge {
+		d.idemPuts, d.idemPruned = 0, at
+		if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at < $1", cutoff); err != nil {
+			return err
+		}
+		if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at <= (SELECT created_at FROM idempotency ORDER BY created_at DESC LIMIT 1 OFFSET $1)", d.opts.IdempotencyMax); err != nil {
+			return err
+		}
+	}
+	_, err := b.tx.ExecContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (key) DO NOTHING",
+		idemKey(key), ans.RequestHash, string(idsJSON), int64(ans.Size), at.UnixNano())
+	return err
+}
+
+// PutCheckpoint implements ledger.Batch.
+func (b *batch) PutCheckpoint(ctx context.Context, cp ledger.Checkpoint) error {
+	_, err := b.tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES ($1,$2,$3,$4)", int64(cp.Size), cp.Root[:], cp.Note, cp.CreatedAt.UnixNano())
+	return err
+}
+
+// Commit implements ledger.Batch: COMMIT, which releases the lock.
+func (b *batch) Commit(ctx context.Context, size uint64) error {
+	b.reset()
+	return b.tx.Commit()
+}
+
+// Rollback implements ledger.Batch.
+func (b *batch) Rollback() {
+	b.reset()
+	b.tx.Rollback()
+}
+
+// rowBuf buffers rows of one table and writes them with multi-row
+// INSERTs of at most maxRows rows.
+type rowBuf struct {
+	head string // "INSERT INTO t(a, b) VALUES "
+	ncol int
+	args []any
+}
+
+// maxRows keeps a statement under PostgreSQL's 65535 bind parameters.
+const maxRows = 1000
+
+func newRowBuf(table, cols string, ncol int) *rowBuf {
+	return &rowBuf{head: "INSERT INTO " + table + "(" + cols + ") VALUES ", ncol: ncol}
+}
+
+func (r *rowBuf) add(vals ...any) { r.args = append(r.args, vals...) }
+
+func (r *rowBuf) query(n int) string {
+	var sb strings.Builder
+	sb.WriteString(r.head)
+	p := 1
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteByte('(')
+		for c := range r.ncol {
+			if c > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteByte('$')
+			sb.WriteString(strconv.Itoa(p))
+			p++
+		}
+		sb.WriteByte(')')
+	}
+	return sb.String()
+}
+
+// flush writes the buffered rows inside tx.
+func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
+	n := len(r.args) / r.ncol
+	for lo := 0; lo < n; lo += maxRows {
+		k := min(maxRows, n-lo)
+		if _, err := tx.ExecContext(ctx, r.query(k), r.args[lo*r.ncol:(lo+k)*r.ncol]...); err != nil {
+			return err
+		}
+	}
+	r.args = r.args[:0]
+	return nil
+}
+
+// nodeOrd is the tree_nodes key of a node: (end_exclusive << 6) | level,
+// which sorts nodes in the order an appending compact range completes them
+// (the same key as ledger/sqlite's, so rows copy unchanged).
+func nodeOrd(id compact.NodeID) int64 {
+	end := (id.Index + 1) << id.Level
+	return int64(end<<6 | uint64(id.Level))
+}
+
+// ordNode is the inverse of nodeOrd; an ord nodeOrd never gives decodes
+// to a node of level 255, which no tree has.
+func ordNode(ord int64) compact.NodeID {
+	level := uint(ord & 63)
+	end := uint64(ord) >> 6
+	id := compact.NewNodeID(level, (end>>level)-1)
+	if ord < 0 || end == 0 || end&(1<<level-1) != 0 || nodeOrd(id) != ord {
+		return compact.NodeID{Level: 255, Index: uint64(ord)}
+	}
+	return id
+}
+
+// queryer is what both *sql.DB and *sql.Tx offer.
+type queryer interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+}
+
+// fetchNodes returns the hashes of the given perfect-subtree nodes: inner
+// nodes from tree_nodes, leaves' from leaves.leaf_hash, one query each.
+func fetchNodes(ctx context.Context, q queryer, ids []compact.NodeID) ([][]byte, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var inner, leaves []int64
+	for _, id := range ids {
+		if id.Level == 0 {
+			leaves = append(leaves, int64(id.Index))
+		} else {
+			inner = append(inner, nodeOrd(id))
+		}
+	}
+	got := make(map[int64][]byte, len(ids)) // by ord
+	if err := fetchAny(ctx, q, "SELECT ord, hash FROM tree_nodes WHERE ord = ANY($1)", inner, nil, got); err != nil {
+		return nil, err
+	}
+	if err := fetchAny(ctx, q, "SELECT idx, leaf_hash FROM leaves WHERE idx = ANY($1)", leaves, func(idx int64) int64 { return (idx + 1) << 6 }, got); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(ids))
+	for i, id := range ids {
+		h, ok := got[nodeOrd(id)]
+		if !ok || len(h) != 32 {
+			return nil, fmt.Errorf("tree node (level %d, index %d) is missing: the database is inconsistent, run ledger audit", id.Level, id.Index)
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+func fetchAny(ctx context.Context, q queryer, query string, keys []int64, toOrd func(int64) int64, got map[int64][]byte) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := q.QueryContext(ctx, query, keys)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k int64
+		var h []byte
+		if err := rows.Scan(&k, &h); err != nil {
+			return err
+		}
+		if toOrd != nil {
+			k = toOrd(k)
+		}
+		got[k] = h
+	}
+	return rows.Err()
+}
+
+// checkpointAt reads the stored checkpoint of size (0: the largest).
+func checkpointAt(ctx context.Context, q queryer, size uint64) (ledger.Checkpoint, error) {
+	var row *sql.Row
+	if size == 0 {
+		row = q.QueryRowContext(ctx, "SELECT size, root, note, created_at FROM checkpoints ORDER BY size DESC LIMIT 1")
+	} else {
+		row = q.QueryRowContext(ctx, "SELECT size, root, note, created_at FROM checkpoints WHERE size = $1", int64(size))
+	}
+	var cp ledger.Checkpoint
+	var root []byte
+	var n, created int64
+	if err := row.Scan(&n, &root, &cp.Note, &created); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			if size == 0 {
+				return cp, ledger.NotFound("the log is empty")
+			}
+			return cp, ledger.NotFound("no checkpoint of size %d", size)
+		}
+		return cp, dbErr("checkpoint", err)
+	}
+	cp.Size = uint64(n)
+	copy(cp.Root[:], root)
+	cp.CreatedAt = time.Unix(0, created).UTC()
+	return cp, nil
+}
+
+// idemKey is the idempotency table's key column for key: key itself when
+// TEXT holds it and it does not begin with U+0001, else "\x01" and the
+// hex of its bytes (an idempotency key is a header's bytes, which need be
+// neither UTF-8 nor free of NUL). The mapping is one-to-one.
+func idemKey(key string) string {
+	if !unstorable(key) && !strings.HasPrefix(key, "\x01") {
+		return key
+	}
+	return "\x01" + hex.EncodeToString([]byte(key))
+}
+
+// EncodeIdempotencyKey is the idempotency table's key column for a key
+// (see idemKey), for tools that copy the table from another store.
+func EncodeIdempotencyKey(key string) string { return idemKey(key) }
+
+// DecodeIdempotencyKey inverts EncodeIdempotencyKey.
+func DecodeIdempotencyKey(col string) string {
+	if h, ok := strings.CutPrefix(col, "\x01"); ok {
+		if b, err := hex.DecodeString(h); err == nil {
+			return string(b)
+		}
+	}
+	return col
+}

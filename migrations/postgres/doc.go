@@ -1,0 +1,15 @@
+// Package postgres holds the PostgreSQL migrations of the ledger schema
+// (goose, SQL only), one file per SQLite migration of package migrations,
+// with the same version and name: a migration added to one set is added
+// to the other (TestMigrationSetsInLockstep in ledger/postgres fails
+// otherwise). Columns keep SQLite's types where the bytes matter (times
+// as Unix nanoseconds in BIGINT, hashes and leaves as BYTEA), so that
+// `ledger copy` moves rows unchanged between the two.
+package postgres
+
+import "embed"
+
+// FS holds the *.sql migrations.
+//
+//go:embed *.sql
+var FS embed.FS

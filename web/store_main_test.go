@@ -1,0 +1,9 @@
+package web
+
+import (
+	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+)
+
+func TestMain(m *testing.M) { teststore.Main(m) }
