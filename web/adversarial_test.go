@@ -1174,7 +1174,7 @@ func TestAuthenticationRefusesEditedTokensTable(t *testing.T) {
 			if code, b := e.do(t, "GET", "/api/v1/evidence", e.record, nil); code != http.StatusOK {
 				t.Fatalf("before the edit: %d %s", code, b)
 			}
-			res, err := e.store.DB().Exec(c.sql, c.args...)
+			res, err := e.store.Lite.DB().Exec(c.sql, c.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1270,7 +1270,7 @@ func TestAuthenticationRefusesEditedTokenLeaf(t *testing.T) {
 	for _, rehash := range []bool{false, true} {
 		t.Run(map[bool]string{false: "bytes edited", true: "bytes edited and rehashed"}[rehash], func(t *testing.T) {
 			e := newTokenEnv(t, Config{})
-			db := e.store.DB()
+			db := e.store.Lite.DB()
 			var idx int64
 			var leaf []byte
 			if err := db.QueryRow(`SELECT l.idx, l.leaf FROM leaves l JOIN tokens t ON t.leaf_idx = l.idx WHERE t.name = 'ci'`).Scan(&idx, &leaf); err != nil {
