@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -80,6 +81,9 @@ type Server struct {
 	listings  chan struct{}
 	storage   storageHealth
 	readiness readinessCache
+	// lastCheckpoint is the latest checkpoint an append answered with,
+	// encoded (checkpointJSON).
+	lastCheckpoint atomic.Pointer[encodedCheckpoint]
 }
 
 // storageHealth is the degraded state /healthz reports after a write
