@@ -110,12 +110,12 @@ func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	rd, err := s.evaluate(r.Context(), rel)
+	v, err := s.evaluateVerdict(r.Context(), rel)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sv, err := gates.Sign(rd, s.store)
+	sv, err := s.signed(v)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -48,6 +48,16 @@ type Overview struct {
 // scans for each lane's latest run.
 const overviewScan = 1000
 
+// sharedOverview is the overview at the latest checkpoint or a newer one,
+// shared with concurrent readers through s.overviews (see freshCache).
+// The answer must not be modified.
+func (s *Server) sharedOverview(ctx context.Context) (*Overview, error) {
+	return s.overviews.get(ctx, "", func(ctx context.Context, _ uint64, _ time.Time) (*Overview, error) {
+		return s.overview(ctx)
+	})
+}
+
+// overview builds the overview at the latest checkpoint.
 func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	o := &Overview{VerifierKey: s.store.VerifierKey()}
 	var err error
@@ -99,7 +109,7 @@ type overviewPage struct {
 // pageOverview is GET /: every release with its gate summary, the latest
 // run of every lane, the latest evidence and the log's checkpoint.
 func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
-	o, err := s.overview(r.Context())
+	o, err := s.sharedOverview(r.Context())
 	if err != nil {
 		s.renderError(w, r, err)
 		return
@@ -109,7 +119,7 @@ func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 
 // apiOverview is GET /api/v1/overview, the overview page as JSON.
 func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
-	o, err := s.overview(r.Context())
+	o, err := s.sharedOverview(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return

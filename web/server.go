@@ -80,7 +80,11 @@ type Server struct {
 	// listings is the semaphore of list answers in progress.
 	listings  chan struct{}
 	storage   storageHealth
-	readiness readinessCache
+	// readiness, overviews and releasePages share the costliest answers
+	// among concurrent readers (freshCache).
+	readiness    *freshCache[*verdict]
+	overviews    *freshCache[*Overview]
+	releasePages *freshCache[*releasePage]
 	// lastCheckpoint is the latest checkpoint an append answered with,
 	// encoded (checkpointJSON).
 	lastCheckpoint atomic.Pointer[encodedCheckpoint]
@@ -181,6 +185,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reg.MustRegister(s.metrics.requests, s.metrics.duration, s.metrics.appended, s.metrics.logSize,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.readiness, s.overviews, s.releasePages = newFreshCache[*verdict](s), newFreshCache[*Overview](s), newFreshCache[*releasePage](s)
 	if err := s.initPages(); err != nil {
 		return nil, err
 	}
