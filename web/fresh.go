@@ -100,7 +100,7 @@ func (c *freshCache[V]) get(ctx context.Context, key string, compute func(ctx co
 	default:
 		f = &freshFlight[V]{done: make(chan struct{}), started: true, size: size, at: now, begun: time.Now()}
 		k.running = f
-		go c.run(k, f, compute)
+		go c.run(key, k, f, compute)
 	}
 	c.mu.Unlock()
 	select {
@@ -113,7 +113,11 @@ func (c *freshCache[V]) get(ctx context.Context, key string, compute func(ctx co
 
 // run computes f, then each computation readers queued after it, until
 // none is queued.
-func (c *freshCache[V]) run(k *freshKey[V], f *freshFlight[V], compute func(context.Context, uint64, time.Time) (V, error)) {
+//
+// A key whose computations only failed and that no reader waits for is
+// dropped, so that requests naming things that do not exist (unknown
+// release versions) leave nothing behind.
+func (c *freshCache[V]) run(key string, k *freshKey[V], f *freshFlight[V], compute func(context.Context, uint64, time.Time) (V, error)) {
 	ctx := context.Background()
 	for f != nil {
 		if f.err == nil {
@@ -126,6 +130,9 @@ func (c *freshCache[V]) run(k *freshKey[V], f *freshFlight[V], compute func(cont
 		close(f.done)
 		next := k.next
 		k.next, k.running = nil, next
+		if next == nil && !k.have && c.keys[key] == k {
+			delete(c.keys, key)
+		}
 		c.mu.Unlock()
 		if next == nil {
 			return

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,6 +146,16 @@ func TestFreshCacheAgeAndErrors(t *testing.T) {
 	}
 	if v, err := f.c.get(ctx, "other", f.compute); err != nil || v != 6 || f.computes.Load() != 6 {
 		t.Fatalf("another key: %d, %v after %d computations; want its own computation", v, err, f.computes.Load())
+	}
+	f.fail.Store(true)
+	for i := range 100 {
+		f.c.get(ctx, fmt.Sprintf("missing-%d", i), f.compute)
+	}
+	f.c.mu.Lock()
+	n := len(f.c.keys)
+	f.c.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d keys after 100 failed lookups of other keys, want the 2 that have values", n)
 	}
 }
 

@@ -105,12 +105,12 @@ func (p releasePage) Waived() int { return p.R.Counts[gates.StateWaived] }
 // an unknown version, store errors.
 func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage, error) {
 	ctx := r.Context()
-	rel, entry, err := gates.LoadRelease(ctx, s.store, version)
+	lr, err := s.sharedRelease(ctx, version)
 	if err != nil {
 		return nil, err
 	}
-	shared, err := s.releasePages.get(ctx, rel.EntryID, func(ctx context.Context, _ uint64, _ time.Time) (*releasePage, error) {
-		return s.buildReleasePage(ctx, rel, entry)
+	shared, err := s.releasePages.get(ctx, lr.rel.EntryID, func(ctx context.Context, _ uint64, _ time.Time) (*releasePage, error) {
+		return s.buildReleasePage(ctx, lr.rel, lr.entry)
 	})
 	if err != nil {
 		return nil, err

@@ -2,10 +2,12 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // freshMaxAge bounds how long a cached answer is served at an unchanged
@@ -19,20 +21,54 @@ const freshMaxAge = time.Second
 // most itself to a reader's wait.
 const freshMinGap = 100 * time.Millisecond
 
-// verdict is a cached readiness with its signed form, signed once on
-// first use (the readiness API's answer).
+// verdict is a cached readiness with the readiness API's answer (the
+// signed verdict as indented JSON), built once on first use.
 type verdict struct {
-	rd   *gates.Readiness
-	once sync.Once
-	sv   gates.SignedVerdict
-	err  error
+	rd     *gates.Readiness
+	once   sync.Once
+	answer []byte
+	err    error
 }
 
-// signed returns v's signed verdict, signing it with the server's key on
-// first use. Safe for concurrent use.
-func (s *Server) signed(v *verdict) (gates.SignedVerdict, error) {
-	v.once.Do(func() { v.sv, v.err = gates.Sign(v.rd, s.store) })
-	return v.sv, v.err
+// readinessAnswer returns the body of GET /api/v1/releases/{version}/readiness
+// for v: the signed verdict (gates.Sign with the server's key) as
+// writeJSON encodes it, built on first use. Safe for concurrent use.
+func (s *Server) readinessAnswer(v *verdict) ([]byte, error) {
+	v.once.Do(func() {
+		sv, err := gates.Sign(v.rd, s.store)
+		if err != nil {
+			v.err = err
+			return
+		}
+		if v.answer, v.err = json.MarshalIndent(sv, "", "  "); v.err == nil {
+			v.answer = append(v.answer, '\n')
+		}
+	})
+	return v.answer, v.err
+}
+
+// sharedRelease is gates.LoadRelease of version at the latest checkpoint
+// or a newer one, shared with concurrent readers through s.releases (the
+// readiness API and the release page load the definition on every
+// request). The release must not be modified.
+func (s *Server) sharedRelease(ctx context.Context, version string) (*loadedRelease, error) {
+	if !gates.ValidVersion(version) {
+		_, _, err := gates.LoadRelease(ctx, s.store, version) // its error names the field
+		return nil, err
+	}
+	return s.releases.get(ctx, version, func(ctx context.Context, _ uint64, _ time.Time) (*loadedRelease, error) {
+		rel, e, err := gates.LoadRelease(ctx, s.store, version)
+		if err != nil {
+			return nil, err
+		}
+		return &loadedRelease{rel: rel, entry: e}, nil
+	})
+}
+
+// loadedRelease is a release definition with its entry.
+type loadedRelease struct {
+	rel   *gates.Release
+	entry ledger.Entry
 }
 
 // newFreshCache returns a freshCache on the server's clock and store.

@@ -78,13 +78,14 @@ type Server struct {
 	// authFails counts failed authentications per client address.
 	authFails *httprate.RateLimiter
 	// listings is the semaphore of list answers in progress.
-	listings  chan struct{}
-	storage   storageHealth
+	listings chan struct{}
+	storage  storageHealth
 	// readiness, overviews and releasePages share the costliest answers
 	// among concurrent readers (freshCache).
 	readiness    *freshCache[*verdict]
 	overviews    *freshCache[*Overview]
 	releasePages *freshCache[*releasePage]
+	releases     *freshCache[*loadedRelease]
 	// lastCheckpoint is the latest checkpoint an append answered with,
 	// encoded (checkpointJSON).
 	lastCheckpoint atomic.Pointer[encodedCheckpoint]
@@ -185,7 +186,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reg.MustRegister(s.metrics.requests, s.metrics.duration, s.metrics.appended, s.metrics.logSize,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.readiness, s.overviews, s.releasePages = newFreshCache[*verdict](s), newFreshCache[*Overview](s), newFreshCache[*releasePage](s)
+	s.readiness, s.overviews = newFreshCache[*verdict](s), newFreshCache[*Overview](s)
+	s.releasePages, s.releases = newFreshCache[*releasePage](s), newFreshCache[*loadedRelease](s)
 	if err := s.initPages(); err != nil {
 		return nil, err
 	}
