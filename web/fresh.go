@@ -103,12 +103,18 @@ func (c *freshCache[V]) get(ctx context.Context, key string, compute func(ctx co
 		go c.run(key, k, f, compute)
 	}
 	c.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.val, f.err
-	case <-ctx.Done():
+	var done bool
+	waiting(ctx, func() {
+		select {
+		case <-f.done:
+			done = true
+		case <-ctx.Done():
+		}
+	})
+	if !done {
 		return zero, ctx.Err()
 	}
+	return f.val, f.err
 }
 
 // run computes f, then each computation readers queued after it, until

@@ -42,6 +42,8 @@ type Overview struct {
 	// Checkpoint.Note then carries their cosignatures.
 	Witnesses *witness.Status `json:"witnesses,omitempty"`
 	latest    []ledger.EvidenceEntry
+	// html is the overview page of this value, rendered once.
+	html renderCache
 }
 
 // overviewScan is how many of the newest evidence records the overview
@@ -114,7 +116,15 @@ func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest})
+	b, err := o.html.get("", func() ([]byte, error) {
+		return s.execute("overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest})
+	})
+	if err != nil {
+		s.log.Error("render page", "template", "overview", "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	s.writePage(w, http.StatusOK, b)
 }
 
 // apiOverview is GET /api/v1/overview, the overview page as JSON.

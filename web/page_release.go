@@ -73,6 +73,8 @@ type releasePage struct {
 	Failing []failingOption
 	Forms   releaseForms
 	Done    string // "waiver", "signoff", "approval" or "supersede" after a successful form post
+	// renders holds the renderings of a shared page value (renderRelease).
+	renders *renderCache
 }
 
 // failingOption is one record the supersede form offers: its id, the gate
@@ -127,6 +129,7 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 		return nil, err
 	}
 	p := &releasePage{
+		renders:   &renderCache{},
 		pageBase:  pageBase{Title: "Release " + rel.Version, JSON: "/api/v1/releases/" + url.PathEscape(rel.Version) + "/readiness"},
 		Rel:       rel,
 		Entry:     entry,
@@ -212,7 +215,7 @@ func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 		p.Done = d
 	}
 	p.Forms = s.releaseForms(w, r, p.Rel.Version, formValues{})
-	s.render(w, r, http.StatusOK, "release", p)
+	s.renderRelease(w, r, http.StatusOK, p)
 }
 
 // pageEntry is GET /entries/{id}: it sends the browser to the page that

@@ -26,7 +26,7 @@ func (s *Server) routes() chi.Router {
 	read, record, admin := s.require(ledger.ScopeRead), s.require(ledger.ScopeRecord), s.require(ledger.ScopeAdmin)
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders)
+	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders, s.admit)
 	r.Get("/healthz", s.handleHealth)
 	r.With(read).Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 

@@ -86,6 +86,8 @@ type Server struct {
 	overviews    *freshCache[*Overview]
 	releasePages *freshCache[*releasePage]
 	releases     *freshCache[*loadedRelease]
+	// gate is the read admission control (readGate).
+	gate *readGate
 	// lastCheckpoint is the latest checkpoint an append answered with,
 	// encoded (checkpointJSON).
 	lastCheckpoint atomic.Pointer[encodedCheckpoint]
@@ -188,6 +190,7 @@ func New(cfg Config) (*Server, error) {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.readiness, s.overviews = newFreshCache[*verdict](s), newFreshCache[*Overview](s)
 	s.releasePages, s.releases = newFreshCache[*releasePage](s), newFreshCache[*loadedRelease](s)
+	s.gate = newReadGate()
 	if err := s.initPages(); err != nil {
 		return nil, err
 	}
