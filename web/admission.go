@@ -23,7 +23,7 @@ import (
 // coming, reads get at most about half of one core and the writer the
 // rest; an idle writer costs reads nothing. A read holds the exclusive
 // slot at most readHoldMax (a slow client cannot stall the other reads),
-// and gives both slots up while it waits for a shared computation
+// and gives both slots up once it waits for a shared computation
 // (freshCache), which is not its own CPU. Waiting ends with the request's
 // context. Safe for concurrent use.
 type readGate struct {
@@ -113,17 +113,15 @@ func (t *readTicket) release() {
 	}
 }
 
-// waiting releases the ticket of ctx's read (if any) while wait runs and
-// takes it again afterwards (see freshCache).
+// waiting releases the ticket of ctx's read (if any) for good before wait
+// runs (see freshCache): what such a read does afterwards is serve the
+// shared value it waited for, which is cheap, and queueing for the gate a
+// second time would double its wait.
 func waiting(ctx context.Context, wait func()) {
-	t, _ := ctx.Value(ticketKey{}).(*readTicket)
-	if t == nil {
-		wait()
-		return
+	if t, _ := ctx.Value(ticketKey{}).(*readTicket); t != nil {
+		t.release()
 	}
-	t.release()
 	wait()
-	t.acquire(ctx)
 }
 
 // isGatedRead reports whether r is a read the gate admits.

@@ -2,12 +2,15 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // testFresh is a freshCache over a checkpoint size the test moves, with
@@ -171,5 +174,56 @@ func TestFreshCacheCallerGivesUp(t *testing.T) {
 	}
 	if v, err := f.c.get(context.Background(), "k", f.compute); err != nil || v != 1 || f.computes.Load() != 1 {
 		t.Fatalf("%d, %v after %d computations: the second reader should share the first one's", v, err, f.computes.Load())
+	}
+}
+
+// The overview's evidence window, read incrementally, is the same as a
+// full scan at every checkpoint: across small and large appends, past the
+// window's size, and with other kinds of leaves in between.
+func TestOverviewWindowMatchesFullScan(t *testing.T) {
+	e := newAPIEnv(t, Config{})
+	s := e.srv.Config.Handler.(*Server)
+	ctx := context.Background()
+	n, tokens := 0, 0
+	appendN := func(k int) {
+		recs := make([]ledger.Record, 0, k+1)
+		for range k {
+			b, _ := json.Marshal(testEvidence(n))
+			n++
+			recs = append(recs, ledger.Record{Kind: ledger.KindEvidence, Body: b})
+		}
+		if len(recs) > 0 {
+			if _, err := e.store.Append(ctx, recs, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A leaf of another kind between the evidence records.
+		tokens++
+		if _, _, err := e.store.CreateToken(ctx, fmt.Sprintf("t%d", tokens), ledger.ScopeRead, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []int{3, 1, 0, 40, 700, 2, 500, 1, 1100, 5} {
+		appendN(k)
+		cp, err := e.store.Checkpoint(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.overviewRecent(ctx, cp.Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, err := e.store.Evidence(ctx, ledger.EvidenceFilter{Limit: overviewScan, AsOfSize: cp.Size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("after +%d at size %d: window of %d records, full scan %d", k, cp.Size, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].ID != want[i].ID {
+				t.Fatalf("after +%d at size %d: record %d is %s, full scan %s", k, cp.Size, i, got[i].ID, want[i].ID)
+			}
+		}
 	}
 }

@@ -59,6 +59,48 @@ func (s *Server) sharedOverview(ctx context.Context) (*Overview, error) {
 	})
 }
 
+// overviewWindow is the newest evidence records at a checkpoint size, as
+// the overview scanned them.
+type overviewWindow struct {
+	size   uint64
+	recent []ledger.EvidenceEntry // newest first, at most overviewScan
+}
+
+// overviewRecent returns the newest overviewScan evidence records below
+// checkpoint size, newest first. It reads only the records appended since
+// the previous call's size when that is less than overviewScan leaves
+// ago, and keeps the rest from that call (they were read, and checked by
+// the verified store, then). Called by the overview's computation, which
+// freshCache runs one at a time.
+func (s *Server) overviewRecent(ctx context.Context, size uint64) ([]ledger.EvidenceEntry, error) {
+	prev := s.lastOverview.Load()
+	if prev == nil || prev.size > size || size-prev.size >= overviewScan {
+		recent, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: overviewScan, AsOfSize: size})
+		if err != nil {
+			return nil, err
+		}
+		s.lastOverview.Store(&overviewWindow{size: size, recent: recent})
+		return recent, nil
+	}
+	if size == prev.size {
+		return prev.recent, nil
+	}
+	// Fewer than size-prev.size evidence records can sit at the new leaves.
+	fresh, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: int(size - prev.size), AsOfSize: size})
+	if err != nil {
+		return nil, err
+	}
+	recent := make([]ledger.EvidenceEntry, 0, overviewScan)
+	for _, e := range fresh {
+		if e.Index >= prev.size {
+			recent = append(recent, e)
+		}
+	}
+	recent = append(recent, prev.recent[:min(len(prev.recent), overviewScan-len(recent))]...)
+	s.lastOverview.Store(&overviewWindow{size: size, recent: recent})
+	return recent, nil
+}
+
 // overview builds the overview at the latest checkpoint.
 func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	o := &Overview{VerifierKey: s.store.VerifierKey()}
@@ -70,7 +112,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	if o.Releases, err = s.releaseSummaries(ctx); err != nil {
 		return nil, err
 	}
-	recent, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: overviewScan})
+	recent, err := s.overviewRecent(ctx, o.Checkpoint.Size)
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,8 @@ type Server struct {
 	overviews    *freshCache[*Overview]
 	releasePages *freshCache[*releasePage]
 	releases     *freshCache[*loadedRelease]
+	// lastOverview is the overview's latest evidence window.
+	lastOverview atomic.Pointer[overviewWindow]
 	// gate is the read admission control (readGate).
 	gate *readGate
 	// lastCheckpoint is the latest checkpoint an append answered with,
