@@ -45,10 +45,9 @@ func newReadGate() *readGate {
 // read's goroutine only; the exclusive slot may also be released by a
 // timer, which exclusiveHold's once guards.
 type readTicket struct {
-	g        *readGate
-	slot     bool
-	excl     *exclusiveHold
-	released bool
+	g    *readGate
+	slot bool
+	excl *exclusiveHold
 }
 
 // exclusiveHold is one holding of the exclusive slot, released once:
