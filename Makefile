@@ -5,7 +5,7 @@ DB      ?= $(or $(LEDGER_DB),./var/ledger.db)
 ADDR    ?= $(or $(LEDGER_ADDR),127.0.0.1:8080)
 export CGO_ENABLED ?= 0
 
-.PHONY: build run serve test test-short e2e bench soak load load-short fuzz fuzz-short vet device-bin clean
+.PHONY: build run serve test test-short e2e bench bench-vs-base soak load load-short fuzz fuzz-short vet device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -39,6 +39,13 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+# Interleaved benchmark rounds of the working tree against BASE (ingest,
+# proof, audit, readiness); prints median new/old ratios (scripts/bench-vs-base.sh).
+BASE ?= 552dbca
+ROUNDS ?= 4
+bench-vs-base:
+	./scripts/bench-vs-base.sh $(BASE) $(ROUNDS)
 
 # Crash soak: 200 rounds of SIGKILL and SIGTERM restarts under appends,
 # and the shared-database race (CI runs 20 rounds of each through make test).
