@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # machine's default may be an older patch release with known vulnerabilities.
 export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench soak multiserver load load-short fuzz fuzz-short vet vulncheck device-bin clean
+.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short vet vulncheck device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -62,6 +62,13 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+# Interleaved benchmark rounds of the working tree against BASE (ingest,
+# proof, audit, readiness); prints median new/old ratios (scripts/bench-vs-base.sh).
+BASE ?= 552dbca
+ROUNDS ?= 4
+bench-vs-base:
+	./scripts/bench-vs-base.sh $(BASE) $(ROUNDS)
 
 # Crash soak: 200 rounds of SIGKILL and SIGTERM restarts under appends,
 # and the shared-database race (CI runs 20 rounds of each through make test).

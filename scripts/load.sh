@@ -5,6 +5,8 @@
 # LOAD_DURATION. Prints the JSON report with the machine's load average
 # and the server's peak RSS beside it; exits 1 on any error answer, and
 # with LOAD_CHECK=1 also when a target of RELIABILITY.md is missed.
+# LOAD_PROFILE=FILE writes the server's CPU profile of the whole run there
+# (ledger serve --cpuprofile; read it with go tool pprof bin/ledger FILE).
 set -euo pipefail
 BIN=${LEDGER_BIN:-./bin/ledger}
 LOADBIN=${LEDGER_LOAD_BIN:-./bin/ledger-load}
@@ -16,7 +18,9 @@ WORK=$(mktemp -d)
 DB="$WORK/ledger.db"
 ADMIN=$("$BIN" --db "$DB" token create --name load-admin --scope admin --role release-manager 2>/dev/null)
 REC=$("$BIN" --db "$DB" token create --name load --scope record 2>/dev/null)
-"$BIN" --db "$DB" serve --addr 127.0.0.1:0 ${LOAD_SERVE_FLAGS:-} >"$WORK/serve.out" 2>"$WORK/serve.err" &
+PROFILE_FLAGS=()
+[ -n "${LOAD_PROFILE:-}" ] && PROFILE_FLAGS=(--cpuprofile "$WORK/cpu.prof")
+"$BIN" --db "$DB" serve --addr 127.0.0.1:0 "${PROFILE_FLAGS[@]}" ${LOAD_SERVE_FLAGS:-} >"$WORK/serve.out" 2>"$WORK/serve.err" &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 URL=""
@@ -35,6 +39,10 @@ set -e
 cat "$WORK/report.json"
 echo "load: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "load: server peak RSS: $(sed -n 's/^VmHWM:\s*//p' /proc/$PID/status)"
+if [ -n "${LOAD_PROFILE:-}" ]; then
+  kill -TERM $PID && wait $PID || true
+  cp "$WORK/cpu.prof" "$LOAD_PROFILE" && echo "load: server CPU profile: $LOAD_PROFILE"
+fi
 [ $rc -eq 0 ] || { echo "LOAD FAIL: ledger-load exited $rc (errors above)"; exit 1; }
 if [ "${LOAD_CHECK:-0}" = 1 ]; then
   python3 - "$WORK/report.json" <<'PY'

@@ -48,23 +48,41 @@ type AppendedJSON struct {
 func (s *Server) appendAnswer(w http.ResponseWriter, res *ledger.AppendResult, single bool) {
 	status := http.StatusOK
 	entries := make([]AppendedJSON, len(res.Entries))
+	var kind ledger.Kind // counted in runs of one kind: one metric lookup per run
+	run := 0
 	for i, e := range res.Entries {
 		entries[i] = AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}
-		if !e.Existing {
-			status = http.StatusCreated
-			s.metrics.appended.WithLabelValues(string(e.Kind)).Inc()
+		if e.Existing {
+			continue
 		}
+		status = http.StatusCreated
+		if e.Kind != kind && run > 0 {
+			s.metrics.appended.WithLabelValues(string(kind)).Add(float64(run))
+			run = 0
+		}
+		kind = e.Kind
+		run++
+	}
+	if run > 0 {
+		s.metrics.appended.WithLabelValues(string(kind)).Add(float64(run))
 	}
 	s.metrics.logSize.Set(float64(res.Checkpoint.Size))
-	if single {
-		s.writeJSONCompact(w, status, struct {
-			AppendedJSON
-			Checkpoint ledger.Checkpoint `json:"checkpoint"`
-		}{entries[0], res.Checkpoint})
-		return
+	b, err := s.checkpointJSON(res.Checkpoint)
+	if err == nil {
+		if single {
+			b, err = appendSingleJSON(entries[0], b)
+		} else {
+			b, err = appendBatchJSON(entries, b)
+		}
 	}
-	b, err := appendBatchJSON(entries, res.Checkpoint)
 	if err != nil {
+		if single {
+			s.writeJSONCompact(w, status, struct {
+				AppendedJSON
+				Checkpoint ledger.Checkpoint `json:"checkpoint"`
+			}{entries[0], res.Checkpoint})
+			return
+		}
 		s.writeJSONCompact(w, status, map[string]any{"entries": entries, "checkpoint": res.Checkpoint})
 		return
 	}
@@ -78,67 +96,116 @@ func (s *Server) appendAnswer(w http.ResponseWriter, res *ledger.AppendResult, s
 // newline, without reflection for the entries: each carries an inclusion
 // proof, the bulk of a batch's answer, so this is on the ingest path (a test
 // checks the bytes against encoding/json). Every entry field is a number, a
-// boolean or lowercase hex, which need no escaping; the checkpoint goes
-// through encoding/json.
-func appendBatchJSON(entries []AppendedJSON, cp ledger.Checkpoint) ([]byte, error) {
-	cpJSON, err := json.Marshal(cp)
-	if err != nil {
-		return nil, err
-	}
+// boolean or lowercase hex, which need no escaping; cpJSON is
+// json.Marshal(cp) (Server.checkpointJSON). The error is a non-hex entry id (the caller then
+// falls back to encoding/json).
+func appendBatchJSON(entries []AppendedJSON, cpJSON []byte) ([]byte, error) {
+	var err error
 	n := len(cpJSON) + 32
 	for _, e := range entries {
-		n += 256 + len(e.ID) + 67*len(e.InclusionProof.Hashes)
+		n += entryJSONSize(e)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, `{"checkpoint":`...)
 	b = append(b, cpJSON...)
 	b = append(b, `,"entries":[`...)
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if b, err = appendEntryFields(b, e); err != nil {
+			return nil, err
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}\n"...)
+	return b, nil
+}
+
+// checkpointJSON is json.Marshal(cp), kept for the latest checkpoint: the
+// answers of one group commit all carry the same one. Safe for concurrent
+// use.
+func (s *Server) checkpointJSON(cp ledger.Checkpoint) ([]byte, error) {
+	if c := s.lastCheckpoint.Load(); c != nil && c.cp == cp {
+		return c.b, nil
+	}
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return nil, err
+	}
+	s.lastCheckpoint.Store(&encodedCheckpoint{cp: cp, b: b})
+	return b, nil
+}
+
+// encodedCheckpoint is a checkpoint with its JSON encoding (read-only once
+// stored).
+type encodedCheckpoint struct {
+	cp ledger.Checkpoint
+	b  []byte
+}
+
+// appendSingleJSON encodes the answer of a single-record append exactly as
+// encoding/json encodes struct{AppendedJSON; Checkpoint `json:"checkpoint"`}
+// plus a newline (the fields of e, then the checkpoint), with the same
+// fast path and error as appendBatchJSON.
+func appendSingleJSON(e AppendedJSON, cpJSON []byte) ([]byte, error) {
+	var err error
+	b := make([]byte, 0, entryJSONSize(e)+len(cpJSON)+32)
+	b = append(b, '{')
+	if b, err = appendEntryFields(b, e); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"checkpoint":`...)
+	b = append(b, cpJSON...)
+	return append(b, "}\n"...), nil
+}
+
+// entryJSONSize is an upper bound of the encoded size of e.
+func entryJSONSize(e AppendedJSON) int { return 256 + len(e.ID) + 67*len(e.InclusionProof.Hashes) }
+
+// appendEntryFields appends the members of e's JSON object (without the
+// braces) in AppendedJSON's field order; a non-hex id is an error.
+func appendEntryFields(b []byte, e AppendedJSON) ([]byte, error) {
 	hash := func(b []byte, h ledger.Hash) []byte {
 		b = append(b, '"')
 		b = hex.AppendEncode(b, h[:])
 		return append(b, '"')
 	}
-	for i, e := range entries {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if !ledger.LowerHex(e.ID) {
-			return nil, fmt.Errorf("entry id %q is not hex", e.ID)
-		}
-		b = append(b, `{"id":"`...)
-		b = append(b, e.ID...)
-		b = append(b, `","index":`...)
-		b = strconv.AppendUint(b, e.Index, 10)
-		b = append(b, `,"leaf_hash":`...)
-		b = hash(b, e.LeafHash)
-		b = append(b, `,"existing":`...)
-		b = strconv.AppendBool(b, e.Existing)
-		p := e.InclusionProof
-		b = append(b, `,"inclusion_proof":{"index":`...)
-		b = strconv.AppendUint(b, p.Index, 10)
-		b = append(b, `,"tree_size":`...)
-		b = strconv.AppendUint(b, p.TreeSize, 10)
-		b = append(b, `,"leaf_hash":`...)
-		b = hash(b, p.LeafHash)
-		b = append(b, `,"root":`...)
-		b = hash(b, p.Root)
-		b = append(b, `,"hashes":`...)
-		if p.Hashes == nil {
-			b = append(b, "null"...)
-		} else {
-			b = append(b, '[')
-			for j, h := range p.Hashes {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = hash(b, h)
-			}
-			b = append(b, ']')
-		}
-		b = append(b, "}}"...)
+	if !ledger.LowerHex(e.ID) {
+		return nil, fmt.Errorf("entry id %q is not hex", e.ID)
 	}
-	b = append(b, "]}\n"...)
-	return b, nil
+	b = append(b, `"id":"`...)
+	b = append(b, e.ID...)
+	b = append(b, `","index":`...)
+	b = strconv.AppendUint(b, e.Index, 10)
+	b = append(b, `,"leaf_hash":`...)
+	b = hash(b, e.LeafHash)
+	b = append(b, `,"existing":`...)
+	b = strconv.AppendBool(b, e.Existing)
+	p := e.InclusionProof
+	b = append(b, `,"inclusion_proof":{"index":`...)
+	b = strconv.AppendUint(b, p.Index, 10)
+	b = append(b, `,"tree_size":`...)
+	b = strconv.AppendUint(b, p.TreeSize, 10)
+	b = append(b, `,"leaf_hash":`...)
+	b = hash(b, p.LeafHash)
+	b = append(b, `,"root":`...)
+	b = hash(b, p.Root)
+	b = append(b, `,"hashes":`...)
+	if p.Hashes == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for j, h := range p.Hashes {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = hash(b, h)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
 }
 
 // handlePostEvidence appends one evidence object or an array of them,

@@ -105,22 +105,24 @@ func nonNilSlice[T any](s []T) []T {
 // handleReadiness answers a gates.SignedVerdict: the readiness at the
 // latest checkpoint and its signed note.
 func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
-	rel, _, err := gates.LoadRelease(r.Context(), s.store, chi.URLParam(r, "version"))
+	lr, err := s.sharedRelease(r.Context(), chi.URLParam(r, "version"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	rd, err := s.evaluate(r.Context(), rel)
+	v, err := s.evaluateVerdict(r.Context(), lr.rel)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sv, err := gates.Sign(rd, s.store)
+	b, err := s.readinessAnswer(v)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, sv)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }
 
 func actorOf(r *http.Request) (gates.Actor, error) {

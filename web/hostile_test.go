@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,12 +212,14 @@ func TestHostileInputEveryRoute(t *testing.T) {
 	}
 	before := e.size(t)
 	cases := 0
+	tally := newHostileTally()
 	for _, rt := range routes {
 		// Path parameters.
 		for _, v := range hostileValues {
 			for _, tok := range []string{"", e.admin} {
 				code, body := send(rt.method, concrete(rt.pattern, v), tok, "application/json", nil)
 				e.checkAnswer(t, "path "+v, rt, code, body, before, rt.method != http.MethodGet)
+				tally.add(rt, "path", code)
 				cases++
 			}
 		}
@@ -224,6 +228,7 @@ func TestHostileInputEveryRoute(t *testing.T) {
 				for _, v := range hostileValues {
 					code, body := send(rt.method, concrete(rt.pattern, "qmv-bias-sum%2Fv1")+"?"+name+"="+v, e.read, "", nil)
 					e.checkAnswer(t, name+"="+v, rt, code, body, before, false)
+					tally.add(rt, "query", code)
 					cases++
 				}
 			}
@@ -238,12 +243,73 @@ func TestHostileInputEveryRoute(t *testing.T) {
 					}
 					code, out := send(rt.method, concrete(rt.pattern, "1.0.0"), tok, ct, b)
 					e.checkAnswer(t, what+" as "+ct, rt, code, out, before, true)
+					tally.add(rt, "body", code)
 					cases++
 				}
 			}
 		}
 	}
+	if tally.total != cases {
+		t.Errorf("tally counted %d of %d requests", tally.total, cases)
+	}
 	t.Logf("%d routes, %d hostile requests, log size %d before and after", len(routes), cases, e.size(t))
+	t.Logf("hostile-input answers (a Markdown table for RELIABILITY.md):\n%s", tally.table())
+}
+
+// hostileTally counts the hostile requests' answers per route, per kind
+// of input (path value, query parameter, body) and per status class, and
+// over all routes per exact status.
+type hostileTally struct {
+	total    int
+	order    []route
+	byRoute  map[route]*[3][4]int // kind (path, query, body) x class (2xx, 3xx, 4xx, 5xx)
+	byStatus map[int]int
+}
+
+func newHostileTally() *hostileTally {
+	return &hostileTally{byRoute: map[route]*[3][4]int{}, byStatus: map[int]int{}}
+}
+
+var hostileKinds = []string{"path", "query", "body"}
+
+func (h *hostileTally) add(rt route, kind string, code int) {
+	c, ok := h.byRoute[rt]
+	if !ok {
+		c = new([3][4]int)
+		h.byRoute[rt] = c
+		h.order = append(h.order, rt)
+	}
+	k := slices.Index(hostileKinds, kind)
+	class := min(max(code/100-2, 0), 3)
+	c[k][class]++
+	h.byStatus[code]++
+	h.total++
+}
+
+// table renders the tally: one row per route (cells "2xx/3xx/4xx/5xx" per
+// kind of input, "-" where none was sent), then one row per status.
+func (h *hostileTally) table() string {
+	var b strings.Builder
+	b.WriteString("| route | path values 2xx/3xx/4xx/5xx | query parameters 2xx/3xx/4xx/5xx | bodies 2xx/3xx/4xx/5xx |\n|---|---|---|---|\n")
+	for _, rt := range h.order {
+		c := h.byRoute[rt]
+		fmt.Fprintf(&b, "| `%s %s` |", rt.method, rt.pattern)
+		for k := range hostileKinds {
+			if c[k] == [4]int{} {
+				b.WriteString(" - |")
+				continue
+			}
+			fmt.Fprintf(&b, " %d/%d/%d/%d |", c[k][0], c[k][1], c[k][2], c[k][3])
+		}
+		b.WriteString("\n")
+	}
+	codes := slices.Sorted(maps.Keys(h.byStatus))
+	b.WriteString("\n| status | answers |\n|---|---|\n")
+	for _, code := range codes {
+		fmt.Fprintf(&b, "| %d %s | %d |\n", code, http.StatusText(code), h.byStatus[code])
+	}
+	fmt.Fprintf(&b, "| all | %d |\n", h.total)
+	return b.String()
 }
 
 // TestSlowBodyEveryWriteRoute trickles a body slower than the server's

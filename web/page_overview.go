@@ -42,12 +42,66 @@ type Overview struct {
 	// Checkpoint.Note then carries their cosignatures.
 	Witnesses *witness.Status `json:"witnesses,omitempty"`
 	latest    []ledger.EvidenceEntry
+	// html is the overview page of this value, rendered once.
+	html renderCache
 }
 
 // overviewScan is how many of the newest evidence records the overview
 // scans for each lane's latest run.
 const overviewScan = 1000
 
+// sharedOverview is the overview at the latest checkpoint or a newer one,
+// shared with concurrent readers through s.overviews (see freshCache).
+// The answer must not be modified.
+func (s *Server) sharedOverview(ctx context.Context) (*Overview, error) {
+	return s.overviews.get(ctx, "", func(ctx context.Context, _ uint64, _ time.Time) (*Overview, error) {
+		return s.overview(ctx)
+	})
+}
+
+// overviewWindow is the newest evidence records at a checkpoint size, as
+// the overview scanned them.
+type overviewWindow struct {
+	size   uint64
+	recent []ledger.EvidenceEntry // newest first, at most overviewScan
+}
+
+// overviewRecent returns the newest overviewScan evidence records below
+// checkpoint size, newest first. It reads only the records appended since
+// the previous call's size when that is less than overviewScan leaves
+// ago, and keeps the rest from that call (they were read, and checked by
+// the verified store, then). Called by the overview's computation, which
+// freshCache runs one at a time.
+func (s *Server) overviewRecent(ctx context.Context, size uint64) ([]ledger.EvidenceEntry, error) {
+	prev := s.lastOverview.Load()
+	if prev == nil || prev.size > size || size-prev.size >= overviewScan {
+		recent, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: overviewScan, AsOfSize: size})
+		if err != nil {
+			return nil, err
+		}
+		s.lastOverview.Store(&overviewWindow{size: size, recent: recent})
+		return recent, nil
+	}
+	if size == prev.size {
+		return prev.recent, nil
+	}
+	// Fewer than size-prev.size evidence records can sit at the new leaves.
+	fresh, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: int(size - prev.size), AsOfSize: size})
+	if err != nil {
+		return nil, err
+	}
+	recent := make([]ledger.EvidenceEntry, 0, overviewScan)
+	for _, e := range fresh {
+		if e.Index >= prev.size {
+			recent = append(recent, e)
+		}
+	}
+	recent = append(recent, prev.recent[:min(len(prev.recent), overviewScan-len(recent))]...)
+	s.lastOverview.Store(&overviewWindow{size: size, recent: recent})
+	return recent, nil
+}
+
+// overview builds the overview at the latest checkpoint.
 func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	o := &Overview{VerifierKey: s.store.VerifierKey()}
 	var err error
@@ -58,7 +112,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	if o.Releases, err = s.releaseSummaries(ctx); err != nil {
 		return nil, err
 	}
-	recent, _, err := s.store.Evidence(ctx, ledger.EvidenceFilter{Limit: overviewScan})
+	recent, err := s.overviewRecent(ctx, o.Checkpoint.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -99,17 +153,25 @@ type overviewPage struct {
 // pageOverview is GET /: every release with its gate summary, the latest
 // run of every lane, the latest evidence and the log's checkpoint.
 func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
-	o, err := s.overview(r.Context())
+	o, err := s.sharedOverview(r.Context())
 	if err != nil {
 		s.renderError(w, r, err)
 		return
 	}
-	s.render(w, r, http.StatusOK, "overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest})
+	b, err := o.html.get("", func() ([]byte, error) {
+		return s.execute("overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest})
+	})
+	if err != nil {
+		s.log.Error("render page", "template", "overview", "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	s.writePage(w, http.StatusOK, b)
 }
 
 // apiOverview is GET /api/v1/overview, the overview page as JSON.
 func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request) {
-	o, err := s.overview(r.Context())
+	o, err := s.sharedOverview(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
@@ -72,6 +73,8 @@ type releasePage struct {
 	Failing []failingOption
 	Forms   releaseForms
 	Done    string // "waiver", "signoff", "approval" or "supersede" after a successful form post
+	// renders holds the renderings of a shared page value (renderRelease).
+	renders *renderCache
 }
 
 // failingOption is one record the supersede form offers: its id, the gate
@@ -97,19 +100,36 @@ func (p releasePage) Failed() int { return p.R.Counts[gates.StateFailed] }
 func (p releasePage) Open() int   { return p.R.Counts[gates.StateOpen] }
 func (p releasePage) Waived() int { return p.R.Counts[gates.StateWaived] }
 
-// loadReleasePage evaluates release version now and gathers what its page
-// shows. Errors: CodeNotFound for an unknown version, store errors.
+// loadReleasePage evaluates release version at the latest checkpoint (or
+// a newer one) and gathers what its page shows, shared with concurrent
+// readers through s.releasePages (keyed by the release's entry id); the
+// caller owns the returned copy's Forms and Done. Errors: CodeNotFound for
+// an unknown version, store errors.
 func (s *Server) loadReleasePage(r *http.Request, version string) (*releasePage, error) {
 	ctx := r.Context()
-	rel, entry, err := gates.LoadRelease(ctx, s.store, version)
+	lr, err := s.sharedRelease(ctx, version)
 	if err != nil {
 		return nil, err
 	}
+	shared, err := s.releasePages.get(ctx, lr.rel.EntryID, func(ctx context.Context, _ uint64, _ time.Time) (*releasePage, error) {
+		return s.buildReleasePage(ctx, lr.rel, lr.entry)
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := *shared
+	return &p, nil
+}
+
+// buildReleasePage gathers the page of rel (defined by entry) at the
+// latest checkpoint.
+func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry ledger.Entry) (*releasePage, error) {
 	rd, err := s.evaluate(ctx, rel)
 	if err != nil {
 		return nil, err
 	}
 	p := &releasePage{
+		renders:   &renderCache{},
 		pageBase:  pageBase{Title: "Release " + rel.Version, JSON: "/api/v1/releases/" + url.PathEscape(rel.Version) + "/readiness"},
 		Rel:       rel,
 		Entry:     entry,
@@ -195,7 +215,7 @@ func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 		p.Done = d
 	}
 	p.Forms = s.releaseForms(w, r, p.Rel.Version, formValues{})
-	s.render(w, r, http.StatusOK, "release", p)
+	s.renderRelease(w, r, http.StatusOK, p)
 }
 
 // pageEntry is GET /entries/{id}: it sends the browser to the page that

@@ -285,3 +285,44 @@ func TestSupersedeForm(t *testing.T) {
 	}
 	pgContains(t, "release page after supersede", body, "Supersede recorded", "superseded by", "alice", "verified on a host without the keyring")
 }
+
+// The release page is rendered once per shared page value, with each
+// request's own CSRF tokens put in: two browsers (two cookies) get
+// different tokens, each accepted only with its own cookie, and the
+// placeholders of the cached rendering never reach a page.
+func TestReleasePageCachedRenderKeepsCSRFPerBrowser(t *testing.T) {
+	st := pgStore(t)
+	pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	c1, tok1 := pgForm(t, s, "waiver", nil)
+	c2, tok2 := pgForm(t, s, "waiver", nil)
+	if c1.Value == c2.Value || tok1 == tok2 {
+		t.Fatalf("two browsers share a CSRF secret or token: %q %q", tok1, tok2)
+	}
+	if _, again := pgForm(t, s, "waiver", c1); again != tok1 {
+		t.Fatalf("the same browser got token %q, then %q", tok1, again)
+	}
+	code, body := pgGet(t, s, "/releases/0.32.1")
+	if code != 200 || strings.Contains(body, "csrfslot") {
+		t.Fatalf("release page %d leaks a CSRF placeholder or fails: %.200s", code, body)
+	}
+	admin, _, err := st.CreateToken(t.Context(), "alice", ledger.ScopeAdmin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := time.Now().UTC().AddDate(0, 0, 10).Format(time.DateOnly)
+	form := func(csrf string) url.Values {
+		return url.Values{"csrf": {csrf}, "gate": {"snapshot"}, "reason": {"cached page token"}, "expires": {expiry}, "token": {admin}}
+	}
+	if rec := pgPost(s, "/releases/0.32.1/waivers", c2, form(tok1), ""); rec.Code != 403 {
+		t.Fatalf("browser 1's token with browser 2's cookie: %d, want 403", rec.Code)
+	}
+	if rec := pgPost(s, "/releases/0.32.1/waivers", c2, form(tok2), ""); rec.Code != 303 {
+		t.Fatalf("browser 2's own token: %d %s, want 303", rec.Code, rec.Body)
+	}
+	// The waiver just recorded is on the next page, cached rendering or not.
+	if code, body := pgGet(t, s, "/releases/0.32.1"); code != 200 || !strings.Contains(body, "cached page token") {
+		t.Fatalf("the page after a waiver does not show it (%d)", code)
+	}
+}

@@ -39,6 +39,8 @@ type pages struct {
 	assets  map[string]*asset // logical name ("app.css") -> asset
 	byPath  map[string]*asset // served path ("/static/app.3f2a9c1d0b.css") -> asset
 	csrfKey []byte
+	// csrfSlots mark the CSRF tokens in cached release pages.
+	csrfSlots csrfPlaceholders
 }
 
 // asset is one embedded static file.
@@ -50,7 +52,7 @@ type asset struct {
 }
 
 func (s *Server) initPages() error {
-	p := &pages{assets: map[string]*asset{}, byPath: map[string]*asset{}, csrfKey: make([]byte, 32)}
+	p := &pages{assets: map[string]*asset{}, byPath: map[string]*asset{}, csrfKey: make([]byte, 32), csrfSlots: newCSRFPlaceholders()}
 	if _, err := rand.Read(p.csrfKey); err != nil {
 		return fmt.Errorf("csrf key: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -85,10 +86,22 @@ type Server struct {
 	// authFails counts failed authentications per client address.
 	authFails *httprate.RateLimiter
 	// listings is the semaphore of list answers in progress.
-	listings  chan struct{}
-	storage   storageHealth
-	readiness readinessCache
-	runs      *runState // nil without Config.Runs
+	listings chan struct{}
+	storage  storageHealth
+	// readiness, overviews and releasePages share the costliest answers
+	// among concurrent readers (freshCache).
+	readiness    *freshCache[*verdict]
+	overviews    *freshCache[*Overview]
+	releasePages *freshCache[*releasePage]
+	releases     *freshCache[*loadedRelease]
+	// lastOverview is the overview's latest evidence window.
+	lastOverview atomic.Pointer[overviewWindow]
+	// gate is the read admission control (readGate).
+	gate *readGate
+	// lastCheckpoint is the latest checkpoint an append answered with,
+	// encoded (checkpointJSON).
+	lastCheckpoint atomic.Pointer[encodedCheckpoint]
+	runs           *runState // nil without Config.Runs
 }
 
 // storageHealth is the degraded state /healthz reports after a write
@@ -186,6 +199,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.reg.MustRegister(s.metrics.requests, s.metrics.duration, s.metrics.appended, s.metrics.logSize,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.readiness, s.overviews = newFreshCache[*verdict](s), newFreshCache[*Overview](s)
+	s.releasePages, s.releases = newFreshCache[*releasePage](s), newFreshCache[*loadedRelease](s)
+	s.gate = newReadGate()
 	if err := s.initPages(); err != nil {
 		return nil, err
 	}

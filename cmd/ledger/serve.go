@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -39,6 +40,10 @@ type ServeConfig struct {
 	// verification may name a repository on this machine (--repo-root,
 	// repeatable); none: requests read no repository from disk.
 	RepoRoots []string
+	// CPUProfile, when set, is a file the server writes a CPU profile of
+	// its whole run to (runtime/pprof; read it with go tool pprof), created
+	// 0600 at start and complete once the server has stopped (--cpuprofile).
+	CPUProfile string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -117,6 +122,13 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.CPUProfile != "" {
+		stop, err := startCPUProfile(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	keyDir := c.KeyDir
 	if keyDir == "" {
@@ -209,10 +221,26 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
+	cmd.Flags().StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the server's run to this file (for go tool pprof; complete after shutdown)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	cmd.Flags().DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
 	cmd.Flags().DurationVar(&c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")
 	cmd.Flags().DurationVar(&c.LeaseSweep, "lease-sweep", 0, "how often expired leases are looked for (default: lease-ttl/4)")
 	return cmd
+}
+
+// startCPUProfile starts a CPU profile into a new file at path (0600, not
+// replacing an existing file) and returns the function that ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

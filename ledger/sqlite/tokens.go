@@ -116,23 +116,28 @@ func scanToken(sc scanner) (ledger.Token, error) {
 		e := time.Unix(0, expires.Int64).UTC()
 		t.ExpiresAt = &e
 	}
-	_ = json.Unmarshal([]byte(roles), &t.Roles)
-	_ = json.Unmarshal([]byte(repos), &t.Repositories)
-	_ = json.Unmarshal([]byte(lanes), &t.Lanes)
-	_ = json.Unmarshal([]byte(backends), &t.Backends)
-	if len(t.Roles) == 0 {
-		t.Roles = nil
-	}
-	if len(t.Repositories) == 0 {
-		t.Repositories = nil
-	}
-	if len(t.Lanes) == 0 {
-		t.Lanes = nil
-	}
-	if len(t.Backends) == 0 {
-		t.Backends = nil
-	}
+	t.Roles = stringList[string](roles)
+	t.Repositories = stringList[string](repos)
+	t.Lanes = stringList[string](lanes)
+	t.Backends = stringList[ledger.Backend](backends)
 	return t, nil
+}
+
+// stringList decodes a token column holding a JSON array of strings (as
+// json.Unmarshal does, ignoring its error); an empty list is nil.
+// Authentication scans a token per request and most columns are empty,
+// so "", null and [] skip the decoder.
+func stringList[S ~string](col string) []S {
+	switch col {
+	case "", "null", "[]":
+		return nil
+	}
+	var out []S
+	_ = json.Unmarshal([]byte(col), &out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // Tokens implements ledger.TokenStore.

@@ -1,0 +1,154 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// readGate is the admission control that keeps CPU for appends under read
+// load. The log has one writer (the sequencer and its group commit); on a
+// machine with few cores, dozens of readers in a loop would otherwise take
+// most of the CPU it needs and the write rate would fall far below what
+// the same writers reach alone.
+//
+// Reads (GET and HEAD, but static assets, /healthz and /metrics) take
+// one of GOMAXPROCS slots. While any write request is in flight they
+// also take the single exclusive slot, and on leaving keep it for a pause
+// as long as they held it (at most readPauseMax): while appends are
+// coming, reads get at most about half of one core and the writer the
+// rest; an idle writer costs reads nothing. A read holds the exclusive
+// slot at most readHoldMax (a slow client cannot stall the other reads),
+// and gives both slots up once it waits for a shared computation
+// (freshCache), which is not its own CPU. Waiting ends with the request's
+// context. Safe for concurrent use.
+type readGate struct {
+	slots     chan struct{} // GOMAXPROCS
+	exclusive chan struct{} // 1, taken only while writes are in flight
+	writes    atomic.Int64  // write requests in flight
+}
+
+const (
+	readPauseMax = 50 * time.Millisecond
+	readHoldMax  = 50 * time.Millisecond
+)
+
+func newReadGate() *readGate {
+	return &readGate{slots: make(chan struct{}, runtime.GOMAXPROCS(0)), exclusive: make(chan struct{}, 1)}
+}
+
+// readTicket is one read's admission. Its methods are called from the
+// read's goroutine only; the exclusive slot may also be released by a
+// timer, which exclusiveHold's once guards.
+type readTicket struct {
+	g    *readGate
+	slot bool
+	excl *exclusiveHold
+}
+
+// exclusiveHold is one holding of the exclusive slot, released once:
+// by the read (after its pause) or by the hold timer, whichever is first.
+type exclusiveHold struct {
+	once  sync.Once
+	g     *readGate
+	since time.Time
+	timer *time.Timer
+}
+
+func (h *exclusiveHold) release() { h.once.Do(func() { <-h.g.exclusive }) }
+
+type ticketKey struct{}
+
+// enter admits a read, waiting for its slots; false when ctx ended first.
+func (g *readGate) enter(ctx context.Context) (*readTicket, bool) {
+	t := &readTicket{g: g}
+	return t, t.acquire(ctx)
+}
+
+func (t *readTicket) acquire(ctx context.Context) bool {
+	select {
+	case t.g.slots <- struct{}{}:
+		t.slot = true
+	case <-ctx.Done():
+		return false
+	}
+	if t.g.writes.Load() == 0 {
+		return true
+	}
+	select {
+	case t.g.exclusive <- struct{}{}:
+		h := &exclusiveHold{g: t.g, since: time.Now()}
+		h.timer = time.AfterFunc(readHoldMax, h.release)
+		t.excl = h
+		return true
+	case <-ctx.Done():
+		<-t.g.slots
+		t.slot = false
+		return false
+	}
+}
+
+// release gives the slots back: the exclusive one after a pause as long as
+// it was held, while writes are in flight.
+func (t *readTicket) release() {
+	if h := t.excl; h != nil {
+		t.excl = nil
+		if h.timer.Stop() {
+			pause := min(time.Since(h.since), readPauseMax)
+			if pause > 0 && t.g.writes.Load() > 0 {
+				time.AfterFunc(pause, h.release)
+			} else {
+				h.release()
+			}
+		}
+	}
+	if t.slot {
+		t.slot = false
+		<-t.g.slots
+	}
+}
+
+// waiting releases the ticket of ctx's read (if any) for good before wait
+// runs (see freshCache): what such a read does afterwards is serve the
+// shared value it waited for, which is cheap, and queueing for the gate a
+// second time would double its wait.
+func waiting(ctx context.Context, wait func()) {
+	if t, _ := ctx.Value(ticketKey{}).(*readTicket); t != nil {
+		t.release()
+	}
+	wait()
+}
+
+// isGatedRead reports whether r is a read the gate admits.
+func isGatedRead(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	p := r.URL.Path
+	return p != "/healthz" && p != "/metrics" && !strings.HasPrefix(p, "/static/")
+}
+
+// admit is the middleware of the read gate: reads wait for admission,
+// every other request counts as a write in flight.
+func (s *Server) admit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isGatedRead(r) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				s.gate.writes.Add(1)
+				defer s.gate.writes.Add(-1)
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		t, ok := s.gate.enter(r.Context())
+		if !ok {
+			return // the client went away while waiting
+		}
+		defer t.release()
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ticketKey{}, t)))
+	})
+}
