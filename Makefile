@@ -33,7 +33,7 @@ serve: build
 # cmd/ledger ran in the first pass). Without PostgreSQL (no initdb on PATH
 # or in /usr/lib/postgresql/*/bin) it says loudly that it did not run; CI
 # sets LEDGER_REQUIRE_POSTGRES=1, which fails instead.
-PG_PACKAGES ?= ./web ./gates
+PG_PACKAGES ?= ./web ./gates ./runs
 test:
 	@mkdir -p var
 	@echo "go test -race ./... (full log: var/test.log)"

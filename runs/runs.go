@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -198,14 +199,65 @@ func (s *Spec) Validate() error {
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
+	// dollar: the driver takes $1, $2, ... placeholders (PostgreSQL); the
+	// statements are written with ? (SQLite) and rebound once per call.
+	dollar bool
 }
 
-// New returns a Store over db; now is the clock (nil: time.Now).
+// New returns a Store over db, a SQLite handle; now is the clock (nil:
+// time.Now).
 func New(db *sql.DB, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
 	return &Store{db: db, now: now}
+}
+
+// NewPostgres returns a Store over db, a PostgreSQL handle (pgx's
+// database/sql driver) migrated to schema 9 or later.
+func NewPostgres(db *sql.DB, now func() time.Time) *Store {
+	s := New(db, now)
+	s.dollar = true
+	return s
+}
+
+// bind rewrites q's ? placeholders as $1, $2, ... for PostgreSQL. The
+// statements of this package hold no ? inside string literals.
+func (s *Store) bind(q string) string {
+	if !s.dollar {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return s.db.ExecContext(ctx, s.bind(q), args...)
+}
+
+func (s *Store) execIn(ctx context.Context, tx execer, q string, args ...any) (sql.Result, error) {
+	return tx.ExecContext(ctx, s.bind(q), args...)
+}
+
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return s.db.QueryContext(ctx, s.bind(q), args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	return s.db.QueryRowContext(ctx, s.bind(q), args...)
 }
 
 // Close closes the database handle.
@@ -271,7 +323,7 @@ func (s *Store) Create(ctx context.Context, spec Spec, by string) (Run, error) {
 	r := Run{ID: newID("run_"), State: Queued, Backend: spec.Backend, Lanes: spec.Lanes, Labels: spec.Labels,
 		Repository: spec.Repository, Commit: spec.Commit, MaxAttempts: spec.MaxAttempts, Attempts: []ledger.RunAttempt{},
 		Evidence: []string{}, CreatedBy: by, CreatedAt: fromMS(ms(now)), UpdatedAt: fromMS(ms(now))}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, '', '', 0, ?, '[]', '[]', '', '')`,
+	_, err := s.exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, '', '', 0, ?, '[]', '[]', '', '')`,
 		r.ID, ms(now), ms(now), by, Queued, string(r.Backend), mustJSON(r.Lanes), mustJSON(r.Labels), r.Repository, r.Commit, r.MaxAttempts, mustJSON(r.Progress))
 	if err != nil {
 		return Run{}, fmt.Errorf("queue run: %w", err)
@@ -281,7 +333,7 @@ func (s *Store) Create(ctx context.Context, spec Spec, by string) (Run, error) {
 
 // Get returns run id; CodeNotFound when there is none.
 func (s *Store) Get(ctx context.Context, id string) (Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	r, err := scanRun(s.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Run{}, ledger.NotFound("no run %q", clip(id))
 	}
@@ -306,7 +358,7 @@ func (s *Store) List(ctx context.Context, state string, limit int) ([]Run, error
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +395,7 @@ func Serves(r Run, backend ledger.Backend, labels map[string]string, commit stri
 // run matches. Two claims of one run cannot both win: the update is a
 // compare-and-set on (state, attempt).
 func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, ttl time.Duration) (*Run, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE state = 'queued' ORDER BY created_at, id LIMIT 200`)
+	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state = 'queued' ORDER BY created_at, id LIMIT 200`)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +417,7 @@ func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, 
 	for _, r := range cands {
 		now := s.now()
 		lease := newID("lease_")
-		res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = 'leased', attempt = attempt + 1, agent = ?, lease_id = ?, lease_until = ?, updated_at = ?, progress = ?
+		res, err := s.exec(ctx, `UPDATE runs SET state = 'leased', attempt = attempt + 1, agent = ?, lease_id = ?, lease_until = ?, updated_at = ?, progress = ?
 			WHERE id = ? AND state = 'queued' AND attempt = ?`, agent, lease, ms(now.Add(ttl)), ms(now), mustJSON(Progress{}), r.ID, r.Attempt)
 		if err != nil {
 			return nil, err
@@ -409,7 +461,7 @@ func (s *Store) Extend(ctx context.Context, id, agent string, attempt int, lease
 			state = Running
 		}
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE runs SET lease_until = ?, updated_at = ?, progress = ?, state = ?
+	res, err := s.exec(ctx, `UPDATE runs SET lease_until = ?, updated_at = ?, progress = ?, state = ?
 		WHERE id = ? AND lease_id = ? AND state = ?`, ms(now.Add(ttl)), ms(now), mustJSON(prog), state, id, lease, r.State)
 	if err != nil {
 		return r, err
@@ -433,7 +485,7 @@ func (s *Store) CheckLease(ctx context.Context, id, agent string, attempt int, l
 // when another change came first.
 func (s *Store) Finish(ctx context.Context, id, lease, state string, attempts []ledger.RunAttempt, evidence []string, entry, message string) (Run, error) {
 	now := s.now()
-	res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, attempts = ?, evidence = ?, outcome_entry = ?, message = ?, lease_until = 0, updated_at = ?
+	res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, evidence = ?, outcome_entry = ?, message = ?, lease_until = 0, updated_at = ?
 		WHERE id = ? AND lease_id = ? AND state IN ('leased', 'running', 'canceling')`,
 		state, mustJSON(attempts), mustJSON(evidence), entry, clipN(message, 1024), ms(now), id, lease)
 	if err != nil {
@@ -465,7 +517,7 @@ func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.Ru
 	case r.Attempt >= r.MaxAttempts:
 		next, agent = Expired, r.Agent
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?
+	res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?
 		WHERE id = ? AND lease_id = ? AND state = ?`, next, mustJSON(att), agent, ms(s.now()), clipN(attempt.Reason, 1024), id, lease, r.State)
 	if err != nil {
 		return r, err
@@ -481,7 +533,7 @@ func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.Ru
 // outcome reached the log while its row did not change (a crash between
 // the two).
 func (s *Store) Adopt(ctx context.Context, o ledger.RunOutcome, entry string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, agent = ?, attempts = ?, evidence = ?, outcome_entry = ?, lease_id = '', lease_until = 0, updated_at = ?
+	_, err := s.exec(ctx, `UPDATE runs SET state = ?, agent = ?, attempts = ?, evidence = ?, outcome_entry = ?, lease_id = '', lease_until = 0, updated_at = ?
 		WHERE id = ? AND state IN ('queued', 'leased', 'running', 'canceling')`,
 		o.State, o.Agent, mustJSON(o.Attempts), mustJSON(o.Evidence), entry, ms(s.now()), o.Run)
 	return err
@@ -489,7 +541,7 @@ func (s *Store) Adopt(ctx context.Context, o ledger.RunOutcome, entry string) er
 
 // SetOutcome stores the run-outcome entry id of a final run.
 func (s *Store) SetOutcome(ctx context.Context, id, entry string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE runs SET outcome_entry = ?, updated_at = ? WHERE id = ?`, entry, ms(s.now()), id)
+	_, err := s.exec(ctx, `UPDATE runs SET outcome_entry = ?, updated_at = ? WHERE id = ?`, entry, ms(s.now()), id)
 	return err
 }
 
@@ -512,7 +564,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (r Run, final bool, err e
 		default:
 			return r, false, nil
 		}
-		res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, updated_at = ? WHERE id = ? AND state = ? AND attempt = ?`, next, ms(s.now()), id, r.State, r.Attempt)
+		res, err := s.exec(ctx, `UPDATE runs SET state = ?, updated_at = ? WHERE id = ? AND state = ? AND attempt = ?`, next, ms(s.now()), id, r.State, r.Attempt)
 		if err != nil {
 			return r, false, err
 		}
@@ -532,7 +584,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (r Run, final bool, err e
 // (the caller appends their outcomes) and how many were requeued.
 func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, err error) {
 	now := s.now()
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND lease_until <= ?`, ms(now))
+	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND lease_until <= ?`, ms(now))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -559,7 +611,7 @@ func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, er
 		case r.Attempt >= r.MaxAttempts:
 			next, agent = Expired, r.Agent
 		}
-		res, err := s.db.ExecContext(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?
+		res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?
 			WHERE id = ? AND lease_id = ? AND state = ? AND lease_until <= ?`, next, mustJSON(att), agent, ms(now), r.ID, r.LeaseID, r.State, ms(now))
 		if err != nil {
 			return final, requeued, err
@@ -583,7 +635,7 @@ func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, er
 // Unrecorded returns the final runs whose outcome leaf is not appended
 // yet (a crash between the state change and the append), oldest first.
 func (s *Store) Unrecorded(ctx context.Context) ([]Run, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('done', 'failed', 'canceled', 'expired') AND outcome_entry = '' ORDER BY created_at`)
+	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('done', 'failed', 'canceled', 'expired') AND outcome_entry = '' ORDER BY created_at`)
 	if err != nil {
 		return nil, err
 	}
@@ -660,10 +712,10 @@ func (s *Store) Register(ctx context.Context, a Agent) error {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM agents WHERE name = ?`, a.Name); err != nil {
+	if _, err := s.execIn(ctx, tx, `DELETE FROM agents WHERE name = ?`, a.Name); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')`,
+	if _, err := s.execIn(ctx, tx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')`,
 		a.Name, a.KeyID, a.PublicKey, string(a.Backend), mustJSON(a.Labels), mustJSON(a.Spec), a.Health, now, now); err != nil {
 		return err
 	}
@@ -672,7 +724,7 @@ func (s *Store) Register(ctx context.Context, a Agent) error {
 
 // GetAgent returns agent name's registration; CodeNotFound when none.
 func (s *Store) GetAgent(ctx context.Context, name string) (Agent, error) {
-	a, err := scanAgent(s.db.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE name = ?`, name))
+	a, err := scanAgent(s.queryRow(ctx, `SELECT `+agentCols+` FROM agents WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, ledger.NotFound("no agent %q registered", clip(name))
 	}
@@ -681,7 +733,7 @@ func (s *Store) GetAgent(ctx context.Context, name string) (Agent, error) {
 
 // Agents returns every registered agent, by name.
 func (s *Store) Agents(ctx context.Context) ([]Agent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+agentCols+` FROM agents ORDER BY name`)
+	rows, err := s.query(ctx, `SELECT `+agentCols+` FROM agents ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -701,10 +753,10 @@ func (s *Store) Agents(ctx context.Context) ([]Agent, error) {
 // and the run it holds ("" none).
 func (s *Store) Seen(ctx context.Context, name, health, run string) error {
 	if health == "" {
-		_, err := s.db.ExecContext(ctx, `UPDATE agents SET last_seen = ?, current_run = ? WHERE name = ?`, ms(s.now()), run, name)
+		_, err := s.exec(ctx, `UPDATE agents SET last_seen = ?, current_run = ? WHERE name = ?`, ms(s.now()), run, name)
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, `UPDATE agents SET last_seen = ?, current_run = ?, health = ? WHERE name = ?`, ms(s.now()), run, clipN(health, 512), name)
+	_, err := s.exec(ctx, `UPDATE agents SET last_seen = ?, current_run = ?, health = ? WHERE name = ?`, ms(s.now()), run, clipN(health, 512), name)
 	return err
 }
 

@@ -3,13 +3,16 @@ package runs_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
 	"github.com/evidence-ledger/ledger/runs"
 )
 
@@ -25,9 +28,30 @@ func (c *clock) add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// open returns a run store on a new SQLite database or, under
+// LEDGER_TEST_STORE=postgres, on a new PostgreSQL database, migrated by
+// the ledger's store.
 func open(t *testing.T) (*runs.Store, *clock) {
 	t.Helper()
 	ctx := context.Background()
+	c := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	if os.Getenv("LEDGER_TEST_STORE") == "postgres" {
+		dsn := pgtest.NewDatabase(t)
+		st, err := postgres.Open(ctx, postgres.Options{DSN: dsn, KeyDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		db, _, err := postgres.Connect(ctx, dsn, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := runs.NewPostgres(db, c.now)
+		t.Cleanup(func() { rs.Close() })
+		return rs, c
+	}
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	st, err := sqlite.Open(ctx, sqlite.Options{Path: path})
 	if err != nil {
@@ -38,7 +62,6 @@ func open(t *testing.T) (*runs.Store, *clock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	rs := runs.New(db, c.now)
 	t.Cleanup(func() { rs.Close() })
 	return rs, c

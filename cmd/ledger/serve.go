@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/web"
@@ -154,11 +155,25 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer stopWitnesser()
-	rdb, err := sqlite.OpenAux(c.DB)
-	if err != nil {
-		return err
+	// Run state has its own handle on the same database.
+	var runStore *runs.Store
+	if isPostgres(c.DB) {
+		rdb, _, err := postgres.Connect(ctx, c.DB, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		runStore = runs.NewPostgres(rdb, nil)
+	} else {
+		path, err := sqlitePath(c.DB)
+		if err != nil {
+			return err
+		}
+		rdb, err := sqlite.OpenAux(path)
+		if err != nil {
+			return err
+		}
+		runStore = runs.New(rdb, nil)
 	}
-	runStore := runs.New(rdb, nil)
 	defer runStore.Close()
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
 		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait})
