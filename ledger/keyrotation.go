@@ -232,3 +232,43 @@ func RotationLeaves(ctx context.Context, q EntriesLister, size uint64) ([]Rotati
 	}
 	return out, nil
 }
+
+// LogKeys is the answer of GET /api/v1/log/keys: the log's key chain and
+// the rotation leaves it comes from (index and body), so a client that
+// trusts one key of the chain can check every rotation itself
+// (BuildKeyChain) rather than trust the server's chain.
+type LogKeys struct {
+	Keys      KeyChain      `json:"keys"`
+	Rotations []RotationRef `json:"rotations"`
+}
+
+// RotationRef is one key-rotation leaf: its index and body (a KeyRotation).
+type RotationRef struct {
+	Index uint64          `json:"index"`
+	Body  json.RawMessage `json:"body"`
+}
+
+// LogKeysOf reads q's rotation leaves and builds the LogKeys of a log
+// whose current key is vkey (its name the origin).
+func LogKeysOf(ctx context.Context, q EntriesLister, vkey string) (LogKeys, error) {
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return LogKeys{}, err
+	}
+	rots, err := RotationLeaves(ctx, q, 0)
+	if err != nil {
+		return LogKeys{}, err
+	}
+	chain, err := BuildKeyChain(v.Name(), vkey, rots)
+	if err != nil {
+		return LogKeys{}, err
+	}
+	if chain.Head() != vkey {
+		return LogKeys{}, fmt.Errorf("the log's key chain ends at %s, not at the key in force %s", keyID(chain.Head()), keyID(vkey))
+	}
+	out := LogKeys{Keys: chain, Rotations: make([]RotationRef, len(rots))}
+	for i, r := range rots {
+		out.Rotations[i] = RotationRef{Index: r.Index, Body: r.Body}
+	}
+	return out, nil
+}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 )
 
 // SignedStateFile is the name of the signed-state journal in the key
@@ -129,7 +131,7 @@ func parseSignedLine(line string) (SignedEntry, error) {
 			return e, errors.New("bad size")
 		}
 		e.Key = f[2]
-		if strings.Count(e.Key, "+") != 2 {
+		if _, err := note.NewVerifier(e.Key); err != nil {
 			return e, errors.New("bad key")
 		}
 	case len(f) == 3 && f[0] == "signed":
@@ -187,7 +189,7 @@ func (s *SignedState) LastKey() (e SignedEntry, ok bool) {
 func (s *SignedState) RecordKey(from uint64, vkey string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if strings.ContainsAny(vkey, " \n\t") || strings.Count(vkey, "+") != 2 {
+	if _, err := note.NewVerifier(vkey); err != nil || strings.ContainsAny(vkey, " \n\t") {
 		return errors.New("signed state: malformed verifier key")
 	}
 	if s.anyKey && s.lastKey.Key == vkey {

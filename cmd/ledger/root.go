@@ -96,6 +96,7 @@ func newRootCmd() *cobra.Command {
 		newAuditCmd(a),
 		newBackupCmd(a),
 		newRestoreCmd(a),
+		newKeyCmd(a),
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),
