@@ -153,8 +153,8 @@ type Log struct {
 
 	reqs      chan *appendReq
 	rots      chan *appendReq // key rotations, each committed in a batch of its own
-	done      chan struct{} // closed by Close
-	exited    chan struct{} // closed when the sequencer has returned
+	done      chan struct{}   // closed by Close
+	exited    chan struct{}   // closed when the sequencer has returned
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 

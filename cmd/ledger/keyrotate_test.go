@@ -211,9 +211,9 @@ func (s rotationSigner) Sign(msg []byte) ([]byte, error) {
 func TestKeyRotationBadSignature(t *testing.T) {
 	tmpl := integrityTemplate(t, 4)
 	for _, tc := range []struct {
-		name           string
-		oldBad, drop   bool
-		want           string
+		name         string
+		oldBad, drop bool
+		want         string
 	}{
 		{"new-flipped", false, false, "the new key's signature does not verify"},
 		{"new-missing", false, true, "the new key's signature is missing"},
