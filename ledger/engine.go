@@ -150,6 +150,7 @@ type Log struct {
 	key    atomic.Pointer[logKey] // the key that signs new checkpoints
 	chainM sync.Mutex
 	chain  KeyChain // the key chain as last loaded or rotated (nil: not loaded)
+	tamper atomic.Pointer[TamperState] // set once a full scan found a bad leaf
 
 	reqs      chan *appendReq
 	rots      chan *appendReq // key rotations, each committed in a batch of its own
@@ -244,6 +245,9 @@ func (l *Log) Origin() string { return l.origin }
 // SignNote implements Keys: text (a newline is added when missing) signed
 // as a note with the log key.
 func (l *Log) SignNote(text string) (string, error) {
+	if err := l.refuseTampered(); err != nil {
+		return "", err
+	}
 	if !strings.HasSuffix(text, "\n") {
 		text += "\n"
 	}
@@ -261,6 +265,9 @@ func (l *Log) SignNote(text string) (string, error) {
 func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*AppendResult, error) {
 	if l.opts.ReadOnly {
 		return nil, Errorf(CodeInternal, "store opened read-only")
+	}
+	if err := l.refuseTampered(); err != nil {
+		return nil, err
 	}
 	if len(recs) == 0 {
 		return nil, FieldError("", "no records to append")

@@ -73,6 +73,9 @@ func (l *Log) Rotate(ctx context.Context, next note.Signer, nextVKey string) (En
 	if l.opts.ReadOnly {
 		return Entry{}, Checkpoint{}, Errorf(CodeInternal, "store opened read-only")
 	}
+	if err := l.refuseTampered(); err != nil {
+		return Entry{}, Checkpoint{}, err
+	}
 	nv, err := note.NewVerifier(nextVKey)
 	if err != nil {
 		return Entry{}, Checkpoint{}, fmt.Errorf("rotate: new verifier key: %w", err)
