@@ -1,12 +1,11 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
-
-	"github.com/transparency-dev/merkle/proof"
-	"github.com/transparency-dev/merkle/rfc6962"
 )
 
 // TamperState is what a full scan found: the first leaf that fails its
@@ -53,11 +52,15 @@ type ScanOptions struct {
 // FullScan verifies the whole log up to size (the signed size at start):
 // the stored checkpoint of that size must verify with the key in force
 // there; then, a chunk of leaves at a time, every leaf's bytes must match
-// its leaf hash and the index, kind and id they carry, and its leaf hash
-// must be in the signed tree (an inclusion proof from the stored tree,
-// verified against the checkpoint's root). The first failing leaf puts
-// the log in the tampered state (Tampered; Append, SignNote and Rotate
-// then fail with CodeUnavailable) and is returned as a *TamperError.
+// its leaf hash and the index, kind and id they carry, and the tree
+// recomputed from the leaf hashes must give the root of every stored
+// checkpoint on the way (when r lists them: a CheckpointLister) and the
+// verified root at size. The first failure puts the log in the tampered
+// state (Tampered; Append, SignNote and Rotate then fail with
+// CodeUnavailable) and is returned as a *TamperError naming the leaf: the
+// leaf itself when its bytes fail, else the first leaf after the last
+// checkpoint whose root still matched (exact when checkpoints are one
+// leaf apart; otherwise the first of the range, which the message gives).
 // Cancelling ctx stops the scan between chunks (ctx's error). Read
 // failures are other errors and change no state. Safe to run beside
 // appends: leaves below size never change.
@@ -78,14 +81,18 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 	if err := l.checkNote(cp); err != nil {
 		return l.tampered(size-1, fmt.Sprintf("is under a checkpoint (size %d) that %v", size, err), o.Now())
 	}
-	idx := make([]uint64, 0, o.Chunk)
-	es := make([]Entry, 0, o.Chunk)
+	cps, err := checkpointRoots(ctx, r, size)
+	if err != nil {
+		return fmt.Errorf("full scan: %w", err)
+	}
+	cps = append(cps, auditCP{size: size, root: cp.Root})
+	rng := rangeFactory.NewEmptyRange(0)
+	ci, good := 0, uint64(0)
 	for lo := uint64(0); lo < size; lo += uint64(o.Chunk) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		hi := min(size, lo+uint64(o.Chunk))
-		idx, es = idx[:0], es[:0]
 		for i := lo; i < hi; i++ {
 			e, err := r.EntryAt(ctx, i)
 			if err != nil {
@@ -97,20 +104,15 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 			if p := leafProblem(e); p != "" {
 				return l.tampered(i, p, o.Now())
 			}
-			idx, es = append(idx, i), append(es, e)
-		}
-		ps, err := inclusionMany(ctx, l.d, idx, size, cp.Root)
-		if err != nil {
-			return fmt.Errorf("full scan: inclusion proofs of leaves %d..%d: %w", lo, hi-1, err)
-		}
-		for j, p := range ps {
-			e := es[j]
-			hs := make([][]byte, len(p.Hashes))
-			for k := range p.Hashes {
-				hs[k] = p.Hashes[k][:]
+			if err := rng.Append(e.LeafHash[:], nil); err != nil {
+				return err
 			}
-			if proof.VerifyInclusion(rfc6962.DefaultHasher, e.Index, size, e.LeafHash[:], hs, cp.Root[:]) != nil {
-				return l.tampered(e.Index, "is not in the signed tree", o.Now())
+			for ci < len(cps) && cps[ci].size == i+1 {
+				if rangeRoot(rng) != cps[ci].root {
+					return l.tampered(good, fmt.Sprintf("is the first of the leaves %d..%d, which do not give the root signed at size %d", good, i, i+1), o.Now())
+				}
+				good = i + 1
+				ci++
 			}
 		}
 		if o.Pause > 0 && hi < size {
@@ -122,6 +124,34 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 		}
 	}
 	return nil
+}
+
+// checkpointRoots lists the stored checkpoints below size, in increasing
+// size, when r is a CheckpointLister (none otherwise).
+func checkpointRoots(ctx context.Context, r EntryAtReader, size uint64) ([]auditCP, error) {
+	cl, ok := r.(CheckpointLister)
+	if !ok {
+		return nil, nil
+	}
+	var out []auditCP
+	cur := ""
+	for {
+		page, next, err := cl.Checkpoints(ctx, CheckpointFilter{Cursor: cur, Limit: 1000})
+		if err != nil {
+			return nil, fmt.Errorf("list checkpoints: %w", err)
+		}
+		for _, c := range page {
+			if c.Size < size && c.Size > 0 {
+				out = append(out, auditCP{size: c.Size, root: c.Root})
+			}
+		}
+		if next == "" {
+			break
+		}
+		cur = next
+	}
+	slices.SortFunc(out, func(a, b auditCP) int { return cmp.Compare(a.size, b.size) })
+	return out, nil
 }
 
 // tampered sets the tamper state (the first finding stays), logs it as
