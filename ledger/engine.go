@@ -149,7 +149,7 @@ type Log struct {
 	origin string
 	key    atomic.Pointer[logKey] // the key that signs new checkpoints
 	chainM sync.Mutex
-	chain  KeyChain // the key chain as last loaded or rotated (nil: not loaded)
+	chain  KeyChain                    // the key chain as last loaded or rotated (nil: not loaded)
 	tamper atomic.Pointer[TamperState] // set once a full scan found a bad leaf
 
 	reqs      chan *appendReq

@@ -183,12 +183,12 @@ func TestKeyRotation(t *testing.T) {
 }
 
 // rotationSigner signs like its key, except that RotationMessage bytes
-// get a flipped signature (flip) or none (drop): a key-rotation leaf
+// get a flipped signature or, with drop, none: a key-rotation leaf
 // whose one signature is bad, appended and checkpointed by the real
 // engine.
 type rotationSigner struct {
 	note.Signer
-	flip, drop bool
+	drop bool
 }
 
 func (s rotationSigner) Sign(msg []byte) ([]byte, error) {
