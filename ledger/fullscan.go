@@ -93,14 +93,15 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 			return err
 		}
 		hi := min(size, lo+uint64(o.Chunk))
+		es, err := readRange(ctx, r, lo, hi)
+		if err != nil {
+			return err
+		}
 		for i := lo; i < hi; i++ {
-			e, err := r.EntryAt(ctx, i)
-			if err != nil {
-				if ErrorCode(err) == CodeNotFound {
-					return l.tampered(i, "is missing", o.Now())
-				}
-				return fmt.Errorf("full scan: leaf %d: %w", i, err)
+			if i-lo >= uint64(len(es)) || es[i-lo].Index != i {
+				return l.tampered(i, "is missing", o.Now())
 			}
+			e := es[i-lo]
 			if p := leafProblem(e); p != "" {
 				return l.tampered(i, p, o.Now())
 			}
@@ -124,6 +125,36 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 		}
 	}
 	return nil
+}
+
+// EntryRangeReader reads the stored leaves of indexes [lo, hi) in index
+// order in one go (missing leaves are absent from the answer).
+type EntryRangeReader interface {
+	EntriesRange(ctx context.Context, lo, hi uint64) ([]Entry, error)
+}
+
+// readRange reads [lo, hi) through r's EntriesRange when it has one, else
+// leaf by leaf (a missing leaf ends the answer early).
+func readRange(ctx context.Context, r EntryAtReader, lo, hi uint64) ([]Entry, error) {
+	if rr, ok := r.(EntryRangeReader); ok {
+		es, err := rr.EntriesRange(ctx, lo, hi)
+		if err != nil {
+			return nil, fmt.Errorf("full scan: leaves %d..%d: %w", lo, hi-1, err)
+		}
+		return es, nil
+	}
+	es := make([]Entry, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		e, err := r.EntryAt(ctx, i)
+		if ErrorCode(err) == CodeNotFound {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("full scan: leaf %d: %w", i, err)
+		}
+		es = append(es, e)
+	}
+	return es, nil
 }
 
 // checkpointRoots lists the stored checkpoints below size, in increasing
