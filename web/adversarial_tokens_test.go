@@ -310,6 +310,7 @@ var routeScope = map[string]string{
 	"GET /api/v1/evidence/{id}/proof":            "read",
 	"GET /api/v1/log/checkpoint":                 "read",
 	"GET /api/v1/log/key":                        "read",
+	"GET /api/v1/log/keys":                       "read",
 	"GET /api/v1/log/entries":                    "read",
 	"GET /api/v1/log/entries/{id}":               "read",
 	"GET /api/v1/log/leaves/{index}":             "read",
