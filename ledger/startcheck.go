@@ -37,6 +37,10 @@ type EntryAtReader interface {
 //     database is not behind it and its checkpoint of size S has root R
 //     (a restore or rollback fails here, Rollback true); a journal
 //     missing beside a non-empty log fails too (Rollback and NoJournal);
+//   - when r also lists entries (EntriesLister), the key chain built from
+//     the key-rotation leaves verifies, the log's key is its head, and a
+//     key the journal recorded is in it; the latest checkpoint verifies
+//     with the chain's key at its size;
 //   - every leaf of the tail since S (since 0 without a journal) matches
 //     its leaf hash, its own index, kind and id, and the tail's leaf
 //     hashes extend the stored tree at S to the latest signed root.
@@ -48,6 +52,12 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 	n, err := l.d.SignedSize(ctx)
 	if err != nil {
 		return latest, err
+	}
+	if q, ok := r.(EntriesLister); ok && n == 0 {
+		// An empty log's chain is its key alone.
+		if _, err := l.LoadKeyChain(ctx, q, 0); err != nil {
+			return latest, err
+		}
 	}
 	if n > 0 {
 		if latest, err = l.CheckpointAt(ctx, n); err != nil {
