@@ -130,10 +130,24 @@ type AgainstReport struct {
 // error only when vkey is malformed or the log cannot be read; every
 // finding is in the report. It reads the log through CheckpointReader only and is
 // safe to call on a log that is being appended to.
+//
+// vkey may hold several verifier keys, one a line (a key chain, as `ledger
+// key chain` prints it after a key rotation): a checkpoint signed by any of
+// them is accepted. They must share one name (the origin).
 func AuditAgainst(ctx context.Context, log CheckpointReader, vkey string, saved []SavedCheckpoint) (AgainstReport, error) {
-	v, err := note.NewVerifier(strings.TrimSpace(vkey))
-	if err != nil {
-		return AgainstReport{}, fmt.Errorf("verifier key: %w", err)
+	var v []note.Verifier
+	for _, k := range strings.Fields(vkey) {
+		kv, err := note.NewVerifier(k)
+		if err != nil {
+			return AgainstReport{}, fmt.Errorf("verifier key: %w", err)
+		}
+		if len(v) > 0 && kv.Name() != v[0].Name() {
+			return AgainstReport{}, fmt.Errorf("verifier keys: %s and %s name different logs", v[0].Name(), kv.Name())
+		}
+		v = append(v, kv)
+	}
+	if len(v) == 0 {
+		return AgainstReport{}, errors.New("verifier key: none given")
 	}
 	cur, err := log.Checkpoint(ctx)
 	if err != nil {
@@ -169,7 +183,7 @@ func AuditAgainst(ctx context.Context, log CheckpointReader, vkey string, saved 
 	return rep, nil
 }
 
-func auditOne(ctx context.Context, log CheckpointReader, v note.Verifier, cur Checkpoint, s SavedCheckpoint) AgainstResult {
+func auditOne(ctx context.Context, log CheckpointReader, v []note.Verifier, cur Checkpoint, s SavedCheckpoint) AgainstResult {
 	r := AgainstResult{Source: s.Source}
 	size, root, st, msg := openCheckpoint(s.Note, v)
 	r.Size, r.Root, r.Status, r.Problem = size, root, st, msg
@@ -227,8 +241,9 @@ func auditOne(ctx context.Context, log CheckpointReader, v note.Verifier, cur Ch
 // openCheckpoint verifies a checkpoint note with v and parses its text
 // (c2sp.org/tlog-checkpoint: origin, size, base64 root, optional extension
 // lines); the origin must be v's name. Messages never quote the note.
-func openCheckpoint(b []byte, v note.Verifier) (size uint64, root Hash, st AgainstStatus, msg string) {
-	n, err := note.Open(b, note.VerifierList(v))
+func openCheckpoint(b []byte, vs []note.Verifier) (size uint64, root Hash, st AgainstStatus, msg string) {
+	v := vs[0]
+	n, err := note.Open(b, note.VerifierList(vs...))
 	if err != nil {
 		var inv *note.InvalidSignatureError
 		var unv *note.UnverifiedNoteError
@@ -238,7 +253,11 @@ func openCheckpoint(b []byte, v note.Verifier) (size uint64, root Hash, st Again
 		case errors.As(err, &unv):
 			for _, s := range unv.Note.UnverifiedSigs {
 				if s.Name == v.Name() {
-					return 0, Hash{}, AgainstKeyMismatch, fmt.Sprintf("signed by another key named %s (key id %08x; the key given has %08x)", s.Name, s.Hash, v.KeyHash())
+					given := make([]string, len(vs))
+					for i, kv := range vs {
+						given[i] = fmt.Sprintf("%08x", kv.KeyHash())
+					}
+					return 0, Hash{}, AgainstKeyMismatch, fmt.Sprintf("signed by another key named %s (key id %08x; the key given has %s)", s.Name, s.Hash, strings.Join(given, ", "))
 				}
 			}
 			return 0, Hash{}, AgainstKeyMismatch, "no signature by a key named " + v.Name() + " (the key given): another log's checkpoint, or the wrong key"

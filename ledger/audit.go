@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,19 +107,38 @@ type AuditSource[P any] interface {
 	Finish(ctx context.Context, n uint64) (AuditFinding, error)
 }
 
+// KeyRotationSource is implemented by AuditSources that read their
+// snapshot's key-rotation leaves up front, in index order; RunAudit
+// builds the log's key chain from them before it verifies checkpoints,
+// and checks each against the same leaf in the stream.
+type KeyRotationSource interface {
+	KeyRotations(ctx context.Context) ([]AuditLeaf, error)
+}
+
 // auditBatch is how many leaves the reader hands the checkers at a time.
 const auditBatch = 2048
 
-// RunAudit audits the log of src against the checkpoints signed by
-// verifierKey with origin. Problems go in the report (OK false); the
-// error is for failures to read. It audits the snapshot src reads.
+// RunAudit audits the log of src against the checkpoints signed by its
+// key chain with origin. verifierKey is the key the caller trusts: with
+// no key rotation it is the log's only key; otherwise it must be a key of
+// the chain the rotation leaves build (each rotation signed by the key
+// before it and the key after it), and every checkpoint must verify with
+// the chain's key at its size (a checkpoint the retired key signed past
+// its rotation fails). Problems go in the report (OK false); the error is
+// for failures to read. It audits the snapshot src reads.
 func RunAudit[P any](ctx context.Context, src AuditSource[P], verifierKey, origin string) (AuditReport, error) {
 	a := &auditRun[P]{src: src, rep: AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, nodeBad: -1, rng: rangeFactory.NewEmptyRange(0)}
-	if bad, err := a.checkpoints(ctx, verifierKey, origin); bad || err != nil {
+	if bad, err := a.keyChain(ctx, verifierKey, origin); bad || err != nil {
+		return a.rep, err
+	}
+	if bad, err := a.checkpoints(ctx, origin); bad || err != nil {
 		return a.rep, err
 	}
 	if bad, err := a.leaves(ctx); bad || err != nil {
 		return a.rep, err
+	}
+	if a.rotSeen != len(a.rots) {
+		return a.bad(-1, "the snapshot lists %d key rotation leaves but %d were read in the log", len(a.rots), a.rotSeen)
 	}
 	if a.expect < a.latest {
 		return a.bad(int64(a.expect), "the log has %d leaves but a signed checkpoint covers %d: leaves from %d on were deleted", a.expect, a.latest, a.expect)
@@ -165,6 +185,67 @@ type auditRun[P any] struct {
 	verified    uint64
 	nodeProblem string
 	nodeBad     int64
+
+	chain   KeyChain
+	rots    map[uint64][]byte // rotation leaf index -> its leaf hash
+	rotSeen int
+}
+
+// keyChain reads the rotation leaves (when src lists them), checks their
+// bytes, builds the key chain and checks that verifierKey is in it.
+func (a *auditRun[P]) keyChain(ctx context.Context, verifierKey, origin string) (bad bool, err error) {
+	verifierKey = strings.TrimSpace(verifierKey)
+	if _, err := note.NewVerifier(verifierKey); err != nil {
+		return false, fmt.Errorf("audit: verifier key: %w", err)
+	}
+	var leaves []AuditLeaf
+	if ks, ok := a.src.(KeyRotationSource); ok {
+		if leaves, err = ks.KeyRotations(ctx); err != nil {
+			return false, err
+		}
+	}
+	a.rots = make(map[uint64][]byte, len(leaves))
+	rots := make([]RotationLeaf, 0, len(leaves))
+	for i := range leaves {
+		l := &leaves[i]
+		if h := LeafHash(l.Raw); !bytes.Equal(h[:], l.LeafHash) {
+			a.bad(int64(l.Index), "leaf %d: stored bytes do not hash to the stored leaf hash (edited)", l.Index)
+			return true, nil
+		}
+		body, problem := leafBody(l)
+		if problem != "" {
+			a.bad(int64(l.Index), "leaf %d: %s", l.Index, problem)
+			return true, nil
+		}
+		a.rots[l.Index] = l.LeafHash
+		rots = append(rots, RotationLeaf{Index: l.Index, Body: body})
+	}
+	chain, err := BuildKeyChain(origin, verifierKey, rots)
+	if err != nil {
+		idx := int64(-1)
+		for _, r := range rots {
+			if strings.HasPrefix(err.Error(), fmt.Sprintf("key rotation leaf %d:", r.Index)) {
+				idx = int64(r.Index)
+			}
+		}
+		a.bad(idx, "%v", err)
+		return true, nil
+	}
+	if chain.Index(verifierKey) < 0 {
+		a.bad(-1, "the key given (%s) is not in the log's key chain (%s): the public key was replaced, or this is another log", KeyID(verifierKey), strings.Join(keyIDs(chain), " -> "))
+		return true, nil
+	}
+	a.chain = chain
+	a.rep.KeyChain = chain
+	return false, nil
+}
+
+func keyIDs(c KeyChain) []string {
+	out := make([]string, len(c))
+	for i, e := range c {
+		out[i] = KeyID(e.Key)
+	}
+	return out
 }
 
 func (a *auditRun[P]) bad(idx int64, format string, args ...any) (AuditReport, error) {
@@ -174,21 +255,28 @@ func (a *auditRun[P]) bad(idx int64, format string, args ...any) (AuditReport, e
 	return a.rep, nil
 }
 
-// checkpoints verifies every stored checkpoint's signature and that its
-// signed text matches its stored size and root.
-func (a *auditRun[P]) checkpoints(ctx context.Context, verifierKey, origin string) (bad bool, err error) {
-	verifier, err := note.NewVerifier(verifierKey)
-	if err != nil {
-		return false, fmt.Errorf("audit: verifier key: %w", err)
+// checkpoints verifies every stored checkpoint's signature, with the key
+// the chain puts in force at its size, and that its signed text matches
+// its stored size and root.
+func (a *auditRun[P]) checkpoints(ctx context.Context, origin string) (bad bool, err error) {
+	vs := map[string]note.Verifier{}
+	verifier := func(k string) note.Verifier {
+		if v, ok := vs[k]; ok {
+			return v
+		}
+		v, _ := note.NewVerifier(k) // the chain's keys parsed in BuildKeyChain
+		vs[k] = v
+		return v
 	}
 	cps, err := a.src.Checkpoints(ctx)
 	if err != nil {
 		return false, err
 	}
 	for _, cp := range cps {
-		n, err := note.Open([]byte(cp.Note), note.VerifierList(verifier))
+		k := a.chain.KeyFor(cp.Size)
+		n, err := note.Open([]byte(cp.Note), note.VerifierList(verifier(k)))
 		if err != nil {
-			a.bad(int64(cp.Size)-1, "checkpoint of size %d: signature does not verify with %s: %v", cp.Size, verifierKey, err)
+			a.bad(int64(cp.Size)-1, "checkpoint of size %d: signature does not verify with %s, the key in force at that size%s: %v", cp.Size, k, a.otherSigner(cp, k, verifier), err)
 			return true, nil
 		}
 		o, nsize, nroot, err := ParseCheckpointText(n.Text)
@@ -203,6 +291,24 @@ func (a *auditRun[P]) checkpoints(ctx context.Context, verifierKey, origin strin
 		a.latest = a.cps[len(a.cps)-1].size
 	}
 	return false, nil
+}
+
+// otherSigner names the chain's other key that signed cp, when one did
+// ("" when none): a retired key signing past its rotation, or a key
+// signing before it took over.
+func (a *auditRun[P]) otherSigner(cp Checkpoint, inForce string, verifier func(string) note.Verifier) string {
+	for _, e := range a.chain {
+		if e.Key == inForce {
+			continue
+		}
+		if _, err := note.Open([]byte(cp.Note), note.VerifierList(verifier(e.Key))); err == nil {
+			if e.From > cp.Size {
+				return fmt.Sprintf(" (it is signed by %s, which takes over only at size %d)", KeyID(e.Key), e.From)
+			}
+			return fmt.Sprintf(" (it is signed by %s, retired before size %d: a retired key signed past its rotation)", KeyID(e.Key), cp.Size)
+		}
+	}
+	return ""
 }
 
 // leaves streams the leaves: one goroutine reads them in order, GOMAXPROCS
@@ -273,6 +379,13 @@ func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
 		case r.problem != "":
 			a.bad(int64(idx), "leaf %d: %s", idx, r.problem)
 			return true, nil
+		}
+		if Kind(r.Kind) == KindKeyRotation {
+			if h, ok := a.rots[idx]; !ok || !bytes.Equal(h, r.LeafHash) {
+				a.bad(int64(idx), "key rotation leaf %d is not the one the snapshot listed", idx)
+				return true, nil
+			}
+			a.rotSeen++
 		}
 		a.src.AddLeaf(r)
 		if err := a.rng.Append(r.Hash[:], a.visit); err != nil {

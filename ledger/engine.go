@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/transparency-dev/merkle/compact"
@@ -143,21 +144,38 @@ type LogOptions struct {
 // audit (Audit). It implements LogWriter, LogReader's checkpoint and proof
 // methods, and Keys. Safe for concurrent use.
 type Log struct {
-	d        Driver
-	opts     LogOptions
-	origin   string
-	verifier note.Verifier // of opts.VerifierKey
+	d      Driver
+	opts   LogOptions
+	origin string
+	key    atomic.Pointer[logKey] // the key that signs new checkpoints
+	chainM sync.Mutex
+	chain  KeyChain                    // the key chain as last loaded or rotated (nil: not loaded)
+	tamper atomic.Pointer[TamperState] // set once a full scan found a bad leaf
 
 	reqs      chan *appendReq
-	done      chan struct{} // closed by Close
-	exited    chan struct{} // closed when the sequencer has returned
+	rots      chan *appendReq // key rotations, each committed in a batch of its own
+	done      chan struct{}   // closed by Close
+	exited    chan struct{}   // closed when the sequencer has returned
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
 	tree *treeState // sequencer goroutine only; nil until loaded
 }
 
+// logKey is the signing key in force: the signer, its verifier key and
+// verifier.
+type logKey struct {
+	signer   note.Signer
+	vkey     string
+	verifier note.Verifier
+}
+
 type appendReq struct {
+	// rotate, set on a key rotation request, builds its one record for a
+	// log of the given size inside the batch; after runs once the batch
+	// committed, before the request is answered.
+	rotate  func(size uint64) (Prepared, error)
+	after   func(cp Checkpoint)
 	ctx     context.Context
 	recs    []Prepared
 	hint    any // Driver.LookupIDs' answer
@@ -199,7 +217,8 @@ func NewLog(d Driver, opts LogOptions) (*Log, error) {
 	if opts.Linger == 0 {
 		opts.Linger = 500 * time.Microsecond
 	}
-	l := &Log{d: d, opts: opts, origin: opts.Signer.Name(), verifier: v, done: make(chan struct{}), exited: make(chan struct{}), reqs: make(chan *appendReq, 1024)}
+	l := &Log{d: d, opts: opts, origin: opts.Signer.Name(), done: make(chan struct{}), exited: make(chan struct{}), reqs: make(chan *appendReq, 1024), rots: make(chan *appendReq)}
+	l.key.Store(&logKey{signer: opts.Signer, vkey: opts.VerifierKey, verifier: v})
 	if !opts.ReadOnly {
 		l.wg.Add(1)
 		go l.sequencer()
@@ -216,8 +235,9 @@ func (l *Log) Close() {
 	})
 }
 
-// VerifierKey implements Keys.
-func (l *Log) VerifierKey() string { return l.opts.VerifierKey }
+// VerifierKey implements Keys: the verifier key of the key in force (the
+// new key once Rotate has returned).
+func (l *Log) VerifierKey() string { return l.key.Load().vkey }
 
 // Origin returns the log origin (the first line of every checkpoint).
 func (l *Log) Origin() string { return l.origin }
@@ -225,10 +245,13 @@ func (l *Log) Origin() string { return l.origin }
 // SignNote implements Keys: text (a newline is added when missing) signed
 // as a note with the log key.
 func (l *Log) SignNote(text string) (string, error) {
+	if err := l.refuseTampered(); err != nil {
+		return "", err
+	}
 	if !strings.HasSuffix(text, "\n") {
 		text += "\n"
 	}
-	b, err := note.Sign(&note.Note{Text: text}, l.opts.Signer)
+	b, err := note.Sign(&note.Note{Text: text}, l.key.Load().signer)
 	if err != nil {
 		return "", fmt.Errorf("sign note: %w", err)
 	}
@@ -243,8 +266,16 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	if l.opts.ReadOnly {
 		return nil, Errorf(CodeInternal, "store opened read-only")
 	}
+	if err := l.refuseTampered(); err != nil {
+		return nil, err
+	}
 	if len(recs) == 0 {
 		return nil, FieldError("", "no records to append")
+	}
+	for _, r := range recs {
+		if r.Kind == KindKeyRotation {
+			return nil, FieldError("kind", "key-rotation leaves are appended only by `ledger key rotate` (Log.Rotate), never through Append")
+		}
 	}
 	if len(recs) > MaxRecordsPerAppend {
 		return nil, FieldError("", "at most %d records per append, got %d: split them over several requests", MaxRecordsPerAppend, len(recs))

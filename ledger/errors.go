@@ -24,6 +24,7 @@ const (
 	CodePrecondition Code = "precondition" // a state requirement not met (e.g. approve an unready release): HTTP 409
 	CodeRateLimited  Code = "rate_limited" // too many failed authentications from one client address: HTTP 429
 	CodeStorageFull  Code = "storage_full" // the disk holding the database is full: HTTP 507
+	CodeUnavailable  Code = "unavailable"  // the service refuses the act in its present state (a tampered log): HTTP 503
 )
 
 // IsStorageFull reports whether err is (or wraps) a full disk: ENOSPC, or

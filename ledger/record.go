@@ -142,6 +142,8 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 		return c, nil
 	case KindToken, KindTokenRevocation:
 		return prepareTokenLeaf(k, body)
+	case KindKeyRotation:
+		return nil, FieldError("kind", "key-rotation leaves are appended only by `ledger key rotate` (Log.Rotate), never through Append")
 	}
 	return nil, FieldError("kind", "unknown entry kind %q", clip(string(k)))
 }

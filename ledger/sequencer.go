@@ -33,6 +33,10 @@ func (l *Log) sequencer() {
 			batch := l.gather(r, lastBatch)
 			lastBatch = len(batch)
 			l.commitBatch(batch)
+		case r := <-l.rots:
+			// A key rotation is a batch of its own: its checkpoint is the
+			// last the old key signs.
+			l.commitBatch([]*appendReq{r})
 		}
 	}
 }
@@ -179,6 +183,12 @@ func (run *batchRun) open(ctx context.Context) error {
 			l.tree = nil
 			return internal("load log", err)
 		}
+		if err := l.checkSignerInForce(ctx, b, t.latest); err != nil {
+			b.Rollback()
+			l.tree = nil
+			l.opts.Logger.Error("refusing to sign", "problem", err.Error())
+			return &Error{Code: CodeInternal, Message: "refusing to sign: " + err.Error(), Err: err}
+		}
 		l.tree = t
 	}
 	run.b, run.before = b, l.tree.clone()
@@ -269,6 +279,13 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 // log (by content id) are answered with their original entries; only new
 // records are buffered for insertion.
 func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, replay bool, err error) {
+	if r.rotate != nil {
+		p, err := r.rotate(run.l.tree.size())
+		if err != nil {
+			return res, false, err
+		}
+		r.recs = []Prepared{p}
+	}
 	if r.idemKey != "" {
 		ans, found, err := run.b.Idempotency(ctx, r.idemKey)
 		if err != nil {
@@ -383,6 +400,11 @@ func (run *batchRun) finish(ctx context.Context) {
 		return
 	}
 	latest := l.tree.latest
+	for _, r := range run.reqs {
+		if r.after != nil && size != run.before.size() {
+			r.after(latest)
+		}
+	}
 	if l.opts.OnCheckpoint != nil && size != run.before.size() {
 		if err := l.opts.OnCheckpoint(latest); err != nil {
 			run.fail(internal("committed, but the signed state was not recorded", err))

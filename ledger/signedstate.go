@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 )
 
 // SignedStateFile is the name of the signed-state journal in the key
@@ -23,8 +25,10 @@ const SignedStateFile = "signed-state"
 // log signed (Restore false), or a restore the operator accepted with
 // `ledger restore --accept-rollback` (Restore true: the journal's history
 // before it was given up at FromSize/FromRoot for the database's
-// Size/Root).
+// Size/Root), or a key rotation (Key set: the log's key from checkpoint
+// size Size on is the verifier key Key).
 type SignedEntry struct {
+	Key      string
 	Size     uint64
 	Root     Hash
 	Restore  bool
@@ -39,13 +43,17 @@ type SignedEntry struct {
 // the checkpoint is answered or served, kept outside the database so that
 // a restored or rolled-back database cannot carry it back. A restore the
 // operator accepted is a line "restore FROMSIZE FROMROOT SIZE ROOT UNIX";
-// only the lines after the last restore line bind the database. Safe for
+// only the lines after the last restore line bind the database. A key
+// rotation (`ledger key rotate`) is a line "key SIZE VKEY": the verifier
+// key VKEY signs the checkpoints of size SIZE and more. Safe for
 // concurrent use.
 type SignedState struct {
-	path string
-	mu   sync.Mutex
-	last SignedEntry
-	any  bool
+	path    string
+	mu      sync.Mutex
+	last    SignedEntry
+	any     bool
+	lastKey SignedEntry
+	anyKey  bool
 }
 
 // OpenSignedState opens (creating, mode 0600) the journal at path. A last
@@ -65,8 +73,12 @@ func OpenSignedState(path string) (*SignedState, error) {
 		}
 	}
 	s := &SignedState{path: path}
-	if len(ents) > 0 {
-		s.last, s.any = ents[len(ents)-1], true
+	for _, e := range ents {
+		if e.Key != "" {
+			s.lastKey, s.anyKey = e, true
+		} else {
+			s.last, s.any = e, true
+		}
 	}
 	return s, nil
 }
@@ -114,6 +126,14 @@ func parseSignedLine(line string) (SignedEntry, error) {
 	var e SignedEntry
 	var err error
 	switch {
+	case len(f) == 3 && f[0] == "key":
+		if e.Size, err = strconv.ParseUint(f[1], 10, 64); err != nil {
+			return e, errors.New("bad size")
+		}
+		e.Key = f[2]
+		if _, err := note.NewVerifier(e.Key); err != nil {
+			return e, errors.New("bad key")
+		}
 	case len(f) == 3 && f[0] == "signed":
 		if e.Size, err = strconv.ParseUint(f[1], 10, 64); err != nil {
 			return e, errors.New("bad size")
@@ -141,7 +161,7 @@ func parseSignedLine(line string) (SignedEntry, error) {
 		}
 		e.At = time.Unix(sec, 0).UTC()
 	default:
-		return e, errors.New("not a signed or restore line")
+		return e, errors.New("not a signed, restore or key line")
 	}
 	return e, nil
 }
@@ -156,7 +176,30 @@ func decodeHashHex(h *Hash, s string) error {
 	return nil
 }
 
-// Last returns the journal's last entry (ok false when it is empty).
+// LastKey returns the journal's last key line (ok false when it has none).
+func (s *SignedState) LastKey() (e SignedEntry, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastKey, s.anyKey
+}
+
+// RecordKey appends a key line (the verifier key vkey signs the
+// checkpoints of size from and more) and fsyncs the journal. The same
+// key recorded last again is not written twice.
+func (s *SignedState) RecordKey(from uint64, vkey string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := note.NewVerifier(vkey); err != nil || strings.ContainsAny(vkey, " \n\t") {
+		return errors.New("signed state: malformed verifier key")
+	}
+	if s.anyKey && s.lastKey.Key == vkey {
+		return nil
+	}
+	return s.write(SignedEntry{Key: vkey, Size: from}, fmt.Sprintf("key %d %s\n", from, vkey))
+}
+
+// Last returns the journal's last signed or restore entry (ok false when
+// it has none).
 func (s *SignedState) Last() (e SignedEntry, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,6 +253,10 @@ func (s *SignedState) write(e SignedEntry, line string) error {
 			d.Close()
 		}
 	}
-	s.last, s.any = e, true
+	if e.Key != "" {
+		s.lastKey, s.anyKey = e, true
+	} else {
+		s.last, s.any = e, true
+	}
 	return nil
 }

@@ -37,6 +37,10 @@ type EntryAtReader interface {
 //     database is not behind it and its checkpoint of size S has root R
 //     (a restore or rollback fails here, Rollback true); a journal
 //     missing beside a non-empty log fails too (Rollback and NoJournal);
+//   - when r also lists entries (EntriesLister), the key chain built from
+//     the key-rotation leaves verifies, the log's key is its head, and a
+//     key the journal recorded is in it; the latest checkpoint verifies
+//     with the chain's key at its size;
 //   - every leaf of the tail since S (since 0 without a journal) matches
 //     its leaf hash, its own index, kind and id, and the tail's leaf
 //     hashes extend the stored tree at S to the latest signed root.
@@ -49,12 +53,23 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 	if err != nil {
 		return latest, err
 	}
+	if q, ok := r.(EntriesLister); ok && n == 0 {
+		// An empty log's chain is its key alone.
+		if _, err := l.LoadKeyChain(ctx, q, 0); err != nil {
+			return latest, err
+		}
+	}
 	if n > 0 {
 		if latest, err = l.CheckpointAt(ctx, n); err != nil {
 			return latest, err
 		}
+		if q, ok := r.(EntriesLister); ok {
+			if err := l.checkKeyChain(ctx, q, n, state); err != nil {
+				return latest, err
+			}
+		}
 		if err := l.checkNote(latest); err != nil {
-			return latest, &StartError{Msg: fmt.Sprintf("the latest checkpoint (size %d) %v: the signing key was replaced or lost, or this database is another log's; the log's key is the one that signed its checkpoints (a log keeps its key for life)", n, err)}
+			return latest, &StartError{Msg: fmt.Sprintf("the latest checkpoint (size %d) %v: the signing key was replaced or lost, or this database is another log's; the log's key is the one that signed its checkpoints (a log keeps its key until `ledger key rotate` records a new one)", n, err)}
 		}
 	}
 	from := uint64(0)
@@ -86,9 +101,13 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 // checkNote verifies cp's note with the log's key and that its text is
 // cp's size and root.
 func (l *Log) checkNote(cp Checkpoint) error {
-	nt, err := note.Open([]byte(cp.Note), note.VerifierList(l.verifier))
+	v, err := l.verifierFor(cp.Size)
 	if err != nil {
-		return fmt.Errorf("does not verify with the key %s", l.verifier.Name())
+		return fmt.Errorf("has no valid key in the key chain: %v", err)
+	}
+	nt, err := note.Open([]byte(cp.Note), note.VerifierList(v))
+	if err != nil {
+		return fmt.Errorf("does not verify with the key %s+%08x", v.Name(), v.KeyHash())
 	}
 	_, size, root, err := ParseCheckpointText(nt.Text)
 	if err != nil || size != cp.Size || root != cp.Root {
@@ -96,6 +115,36 @@ func (l *Log) checkNote(cp Checkpoint) error {
 	}
 	return nil
 }
+
+// checkKeyChain loads the key chain from the rotation leaves below n and
+// checks the log's key against it and the journal: the key must be the
+// chain's head (a retired key or one outside the chain is refused), and a
+// key the journal recorded must be in the chain.
+func (l *Log) checkKeyChain(ctx context.Context, q EntriesLister, n uint64, state *SignedState) error {
+	chain, err := l.LoadKeyChain(ctx, q, n)
+	if err != nil {
+		return &StartError{Msg: fmt.Sprintf("the log's key chain does not verify: %v: run `ledger audit`", err)}
+	}
+	cur := l.VerifierKey()
+	if i := chain.Index(cur); i < 0 {
+		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) is not a key of the log's key chain (now %s): the signing key was replaced or lost, or this database is another log's; a log keeps its key until `ledger key rotate` records a new one", keyID(cur), keyID(chain.Head()))}
+	} else if i < len(chain)-1 {
+		e := chain[i+1]
+		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) was retired by the key rotation leaf %d: the log's key since size %d is %s. Put that key in place; if `ledger key rotate` was interrupted, run it again (it finishes from %s)", keyID(cur), e.RotationIndex, e.From, keyID(chain.Head()), NextKeyFile)}
+	}
+	if state == nil {
+		return nil
+	}
+	if jk, ok := state.LastKey(); ok && chain.Index(jk.Key) < 0 {
+		return &StartError{Msg: fmt.Sprintf("the signed-state journal %s records the key %s (from size %d), which the log's key chain does not hold: this database is another log's, or its rotation leaves were removed", state.Path(), keyID(jk.Key), jk.Size)}
+	}
+	return nil
+}
+
+// NextKeyFile is the file, beside ledger.key, where `ledger key rotate`
+// keeps the new signing key until the rotation leaf is committed and the
+// key takes ledger.key's place.
+const NextKeyFile = "ledger.key.next"
 
 // checkTail recomputes the leaves [from, latest.Size) from their bytes and
 // appends them to the stored tree at from; the result must be latest's

@@ -19,7 +19,7 @@ type CheckpointAtReader interface {
 // deleted or replaced checkpoint row. Read failures are errors.
 func AuditSignedState(ctx context.Context, r CheckpointAtReader, size uint64, ents []SignedEntry) (problem string, at uint64, err error) {
 	for _, e := range ents {
-		if e.Size == 0 {
+		if e.Size == 0 || e.Key != "" {
 			continue
 		}
 		if e.Size > size {

@@ -144,6 +144,10 @@ type AuditReport struct {
 	// smallest such index (-1 when none). Duplicates do not fail an audit.
 	DuplicateLeaves uint64 `json:"duplicate_leaves"`
 	FirstDuplicate  int64  `json:"first_duplicate"`
+	// KeyChain is the log's signing keys, first to last, as its rotation
+	// leaves give them (one key when it never rotated); empty when the
+	// audit stopped before building it.
+	KeyChain KeyChain `json:"key_chain,omitempty"`
 }
 
 // LogWriter appends facts to the log. Implementations are safe for

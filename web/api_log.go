@@ -31,6 +31,17 @@ func (s *Server) handleKey(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, map[string]string{"verifier_key": s.store.VerifierKey()})
 }
 
+// handleKeys answers the log's key chain (ledger.LogKeys): every signing
+// key with the size it signs from, and the rotation leaves that link them.
+func (s *Server) handleKeys(w http.ResponseWriter, r *http.Request) {
+	lk, err := ledger.LogKeysOf(r.Context(), s.store, s.store.VerifierKey())
+	if err != nil {
+		s.writeError(w, r, ledger.Errorf(ledger.CodeInternal, "key chain: %v", err))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, lk)
+}
+
 func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	from, err := queryUint(q.Get("from"), "from", 0, true)

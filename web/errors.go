@@ -22,6 +22,7 @@ var statusOf = map[ledger.Code]int{
 	ledger.CodeInternal:     http.StatusInternalServerError,
 	ledger.CodeRateLimited:  http.StatusTooManyRequests,
 	ledger.CodeStorageFull:  http.StatusInsufficientStorage,
+	ledger.CodeUnavailable:  http.StatusServiceUnavailable,
 }
 
 // APIError is the JSON body of every API error.

@@ -42,6 +42,7 @@ func (s *Server) routes() chi.Router {
 		api.With(read).Get("/log/checkpoint", s.handleCheckpoint)
 		api.With(read).Get("/log/checkpoints", s.handleCheckpoints)
 		api.With(read).Get("/log/key", s.handleKey)
+		api.With(read).Get("/log/keys", s.handleKeys)
 		api.With(read).Get("/log/entries", s.handleListEntries)
 		api.With(read).Get("/log/entries/{id}", s.handleEntry)
 		api.With(read).Get("/log/leaves/{index}", s.handleLeaf)

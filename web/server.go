@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -67,6 +68,10 @@ type Config struct {
 	// (default 30s); PollWait caps an agent's long poll (default 25s).
 	LeaseTTL time.Duration
 	PollWait time.Duration
+	// Integrity, when set, reports the log's tamper state (ledger.Log's
+	// Tampered): while set, /healthz answers 503 degraded naming the leaf
+	// (the store refuses appends and signatures itself).
+	Integrity func() (ledger.TamperState, bool)
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent
@@ -341,7 +346,19 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": "store not readable"})
 		return
 	}
-	if !s.healthFigures(w, r) {
+	figures := s.healthFigures(w, r)
+	if s.cfg.Integrity != nil {
+		if ts, bad := s.cfg.Integrity(); bad {
+			out := map[string]any{"status": "degraded", "reason": "tampering: the full verification found a stored leaf that fails its check; appends, readiness verdicts and approvals are refused"}
+			if figures {
+				out["reason"] = fmt.Sprintf("tampering: leaf %d %s; appends, readiness verdicts and approvals are refused until the database is repaired (run `ledger audit`)", ts.Index, ts.Problem)
+				out["tampered_index"], out["since"], out["log_size"] = ts.Index, ts.Since.Format(time.RFC3339), cp.Size
+			}
+			s.writeJSON(w, http.StatusServiceUnavailable, out)
+			return
+		}
+	}
+	if !figures {
 		s.writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 		return
 	}

@@ -95,6 +95,20 @@ func keyProblem(ctx context.Context, st *Store, vkey, pubPath string) (string, e
 	if err == nil {
 		return "", nil
 	}
+	// After a rotation the latest checkpoint is signed by a later key of
+	// the chain: the key given is good when the chain holds it (the audit
+	// then checks every link and checkpoint).
+	if rots, rerr := ledger.RotationLeaves(ctx, st, cp.Size); rerr == nil && len(rots) > 0 {
+		chain, cerr := ledger.BuildKeyChain(st.Origin(), vkey, rots)
+		if cerr != nil || chain.Index(vkey) >= 0 {
+			return "", nil // RunAudit checks every link (and reports a broken one with its index)
+		}
+		ids := make([]string, len(chain))
+		for i, e := range chain {
+			ids[i] = ledger.KeyID(e.Key)
+		}
+		return fmt.Sprintf("the key in %s (%s) is not in the log's key chain (%s): the public key was replaced, or this is another log", pubPath, ledger.KeyID(vkey), strings.Join(ids, " -> ")), nil
+	}
 	signers := "an unknown key"
 	var ue *note.UnverifiedNoteError
 	if errors.As(err, &ue) && len(ue.Note.UnverifiedSigs) > 0 {
@@ -144,6 +158,13 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 				a.printJSON(rep)
 			} else if rep.OK {
 				fmt.Fprintf(a.stdout, "audit passed: %d leaves, %d signed checkpoints, root %s\n", rep.Leaves, rep.Checkpoints, rep.Root)
+				if len(rep.KeyChain) > 1 {
+					fmt.Fprintf(a.stdout, "key chain: %d keys:", len(rep.KeyChain))
+					for _, e := range rep.KeyChain {
+						fmt.Fprintf(a.stdout, " %s from size %d;", ledger.KeyID(e.Key), e.From)
+					}
+					fmt.Fprintln(a.stdout)
+				}
 				if rep.DuplicateLeaves > 0 {
 					fmt.Fprintf(a.stdout, "note: %d leaves repeat an earlier leaf's content id (the first at index %d), appended by a ledger older than schema 5; they stay in the log, and their id names the earlier leaf\n", rep.DuplicateLeaves, rep.FirstDuplicate)
 				}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -58,7 +59,7 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 			return nil, nil, err
 		}
 		if n > 0 {
-			return nil, nil, fmt.Errorf("refusing to open: %s is missing but the database holds a log of %d signed leaves: restore the log's key from its backup (a new key would sign over the old log as another log; a log keeps its key for life: key rotation is not implemented)", filepath.Join(keyDir, keys.KeyFile), n)
+			return nil, nil, fmt.Errorf("refusing to open: %s is missing but the database holds a log of %d signed leaves: restore the log's key from its backup (a new key would sign over the old log as another log; a log changes its key only by `ledger key rotate`, which needs the old key)", filepath.Join(keyDir, keys.KeyFile), n)
 		}
 	}
 	key, err := keys.Load(keyDir, true)
@@ -127,6 +128,11 @@ func openPublic(ctx context.Context, db, pubPath string, log *slog.Logger) (*Sto
 	vkey, err := readVerifierKey(pubPath)
 	if err != nil {
 		return nil, "", err
+	}
+	// A key-chain file (one key a line, `ledger key chain`) anchors at its
+	// first key.
+	if ks := strings.Fields(vkey); len(ks) > 1 {
+		vkey = ks[0]
 	}
 	k, err := keys.Public(vkey)
 	if err != nil {

@@ -195,7 +195,7 @@ func TestIntegrityAttacks(t *testing.T) {
 			b, _ := os.ReadFile(filepath.Join(filepath.Dir(other), f))
 			os.WriteFile(filepath.Join(filepath.Dir(db), f), b, 0o600)
 		}
-		serveRefused(t, db, "the latest checkpoint (size "+itoa(size)+") does not verify with the key", "keeps its key for life")
+		serveRefused(t, db, "the latest checkpoint (size "+itoa(size)+") does not verify with the key", "a log keeps its key until `ledger key rotate` records a new one")
 	})
 
 	t.Run("missing-ledger-key", func(t *testing.T) {

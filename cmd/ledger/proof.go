@@ -73,9 +73,18 @@ func runProofVerify(a *app, file, key, policyPath, leafPath string) error {
 	if err != nil {
 		return errExit(2, "proof verify: %v", err)
 	}
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		return errExit(2, "proof verify: --key: %v", err)
+	// --key may be a key chain (one verifier key a line, `ledger key
+	// chain`): the proof's checkpoint may be signed by any of its keys.
+	var vs []note.Verifier
+	for _, k := range strings.Fields(vkey) {
+		v, err := note.NewVerifier(k)
+		if err != nil {
+			return errExit(2, "proof verify: --key: %v", err)
+		}
+		vs = append(vs, v)
+	}
+	if len(vs) == 0 {
+		return errExit(2, "proof verify: --key: no verifier key in %s", a.keyPath(key))
 	}
 	var pol *witness.Policy
 	if policyPath != "" {
@@ -97,7 +106,13 @@ func runProofVerify(a *app, file, key, policyPath, leafPath string) error {
 	if err != nil {
 		return errExit(2, "proof verify: %v", err)
 	}
-	res, verr := tlogproof.Verify(b, leaf, v, pol)
+	var res tlogproof.Result
+	var verr error
+	for _, v := range vs {
+		if res, verr = tlogproof.Verify(b, leaf, v, pol); verr == nil || errors.Is(verr, witness.ErrQuorum) {
+			break
+		}
+	}
 	if verr != nil && !errors.Is(verr, witness.ErrQuorum) {
 		fmt.Fprintf(a.stdout, "proof FAILED: %v\n", verr)
 		return &exitError{code: 1}

@@ -97,6 +97,7 @@ func newRootCmd() *cobra.Command {
 		newBackupCmd(a),
 		newRestoreCmd(a),
 		newCopyCmd(a),
+		newKeyCmd(a),
 		newMigrateCmd(a),
 		newTokenCmd(a),
 		newProofCmd(a),

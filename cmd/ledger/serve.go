@@ -45,6 +45,14 @@ type ServeConfig struct {
 	// its whole run to (runtime/pprof; read it with go tool pprof), created
 	// 0600 at start and complete once the server has stopped (--cpuprofile).
 	CPUProfile string
+	// FullScan runs the background full verification after start
+	// (LEDGER_FULL_SCAN; default true): every leaf up to the signed size at
+	// start, checked against its leaf hash and the signed tree, in chunks
+	// of ScanChunk leaves with ScanPause between them. A failing leaf puts
+	// the server in the tampered state (see ledger.Log.FullScan).
+	FullScan  bool
+	ScanChunk int
+	ScanPause time.Duration
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -61,7 +69,14 @@ type ServeConfig struct {
 // environment variables; envErr reports a variable that does not parse (a
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
-	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", "")}
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond}
+	if v := os.Getenv("LEDGER_FULL_SCAN"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("LEDGER_FULL_SCAN=%q: want true or false (1/0, t/f)", v)
+		}
+		c.FullScan = b
+	}
 	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -176,7 +191,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	defer runStore.Close()
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
-		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait})
+		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Tampered})
 	if err != nil {
 		return err
 	}
@@ -194,6 +209,11 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if c.Ready != nil {
 		c.Ready(ln.Addr())
 	}
+	scanCtx, stopScan := context.WithCancel(ctx)
+	defer stopScan()
+	if c.FullScan {
+		go fullScan(scanCtx, st, c)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -209,6 +229,30 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	c.Log.Info("ledger stopped")
 	return nil
+}
+
+// fullScan is the server's background full verification of the log up
+// to its signed size at start (ledger.Log.FullScan), logged when it ends.
+func fullScan(ctx context.Context, st *sqlite.Store, c ServeConfig) {
+	cp, err := st.Checkpoint(ctx)
+	if err != nil {
+		c.Log.Error("full verification: read the checkpoint", "err", err.Error())
+		return
+	}
+	start := time.Now()
+	c.Log.Info("full verification started", "size", cp.Size)
+	err = st.FullScan(ctx, st, cp.Size, ledger.ScanOptions{Chunk: c.ScanChunk, Pause: c.ScanPause})
+	var te *ledger.TamperError
+	switch {
+	case err == nil:
+		c.Log.Info("full verification passed", "size", cp.Size, "took", time.Since(start).Round(time.Millisecond).String())
+	case errors.As(err, &te):
+		// FullScan logged the tampering and set the state.
+	case ctx.Err() != nil:
+		c.Log.Info("full verification stopped", "size", cp.Size)
+	default:
+		c.Log.Error("full verification could not finish", "err", err.Error())
+	}
 }
 
 func newServeCmd(a *app) *cobra.Command {
@@ -238,6 +282,9 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the server's run to this file (for go tool pprof; complete after shutdown)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
+	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served")
+	cmd.Flags().IntVar(&c.ScanChunk, "full-scan-chunk", c.ScanChunk, "leaves the full verification checks at a time")
+	cmd.Flags().DurationVar(&c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	cmd.Flags().DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
 	cmd.Flags().DurationVar(&c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")

@@ -332,3 +332,12 @@ func (c *Client) TLogProof(ctx context.Context, id string) ([]byte, error) {
 	}
 	return raw, nil
 }
+
+// LogKeys returns the log's key chain and its rotation leaves (GET
+// /api/v1/log/keys). The answer is the server's: check it with
+// ledger.BuildKeyChain from a key you trust.
+func (c *Client) LogKeys(ctx context.Context) (ledger.LogKeys, error) {
+	var lk ledger.LogKeys
+	err := c.do(ctx, request{method: http.MethodGet, path: "/log/keys"}, &lk, nil)
+	return lk, err
+}

@@ -135,3 +135,72 @@ func verifierFromSigner(skey string) (string, error) {
 	}
 	return vk, nil
 }
+
+// Generate makes a new Ed25519 signer key named name and returns it as a
+// Key with its signer key text ("PRIVATE+KEY+name+hash+base64"); nothing
+// is written. A rotation keeps the log's name (its origin), so the new
+// key differs from the old one in its key hash and public key only.
+func Generate(name string) (Key, string, error) {
+	skey, _, err := note.GenerateKey(rand.Reader, name)
+	if err != nil {
+		return Key{}, "", fmt.Errorf("generate signing key: %w", err)
+	}
+	k, err := Parse(skey)
+	if err != nil {
+		return Key{}, "", err
+	}
+	return k, skey, nil
+}
+
+// WriteNew writes b to path, which must not exist (O_EXCL), with mode
+// perm, fsyncs it and its directory. Errors name the file, never b.
+func WriteNew(path string, b []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// WriteAtomic replaces path with b (mode perm) atomically: b goes to a
+// temporary file in path's directory, which is fsynced and renamed over
+// path, and the directory is fsynced; a crash leaves the old or the new
+// content, never a mix. Errors name the file, never b.
+func WriteAtomic(path string, b []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	if err := WriteNew(tmp, b, perm); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs the directory dir, making the renames and creations in
+// it durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	err = d.Sync()
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -160,6 +160,26 @@ func (a *auditSrc) Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error)
 	return out, rows.Err()
 }
 
+// KeyRotations implements ledger.KeyRotationSource: the snapshot's
+// key-rotation leaves in index order (through the partial index
+// leaves_kind_key).
+func (a *auditSrc) KeyRotations(ctx context.Context) ([]ledger.AuditLeaf, error) {
+	rows, err := a.tx.QueryContext(ctx, "SELECT idx, id, kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE kind = ? AND kind <> 'evidence' ORDER BY idx", string(ledger.KindKeyRotation))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.AuditLeaf
+	for rows.Next() {
+		var l ledger.AuditLeaf
+		if err := rows.Scan(&l.Index, &l.ID, &l.Kind, &l.Key, &l.RecordedAt, &l.Raw, &l.LeafHash); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
 // ReadLeaves implements ledger.AuditSource.
 func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow, error) {
 	if a.leafRows == nil {

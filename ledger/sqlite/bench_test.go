@@ -197,3 +197,39 @@ func BenchmarkResubmitBatch100(b *testing.B) {
 	}
 	b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkFullScan100k: the server's background full verification
+// (ledger.Log.FullScan, no pause) of a 100,000-leaf log; compare with
+// BenchmarkAudit100k on the same file.
+func BenchmarkFullScan100k(b *testing.B) {
+	path := bigLog(b, 100_000)
+	s, err := Open(context.Background(), Options{Path: path, ReadOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.FullScan(context.Background(), s, 100_000, ledger.ScanOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(100_000, "leaves")
+}
+
+// BenchmarkAudit100k: `ledger audit` of the log BenchmarkFullScan100k
+// scans.
+func BenchmarkAudit100k(b *testing.B) {
+	path := bigLog(b, 100_000)
+	s, err := Open(context.Background(), Options{Path: path, ReadOnly: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if rep, err := s.Audit(context.Background()); err != nil || !rep.OK {
+			b.Fatalf("%+v %v", rep, err)
+		}
+	}
+}

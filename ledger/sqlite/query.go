@@ -63,6 +63,25 @@ func (s *Store) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error)
 	return e, dbErr("entry", err)
 }
 
+// EntriesRange implements ledger.EntryRangeReader: the stored leaves of
+// indexes [lo, hi) in index order, in one query (missing ones are absent).
+func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error) {
+	rows, err := s.d.r.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx >= ? AND l.idx < ? ORDER BY l.idx", lo, hi)
+	if err != nil {
+		return nil, dbErr("entries range", err)
+	}
+	defer rows.Close()
+	out := make([]ledger.Entry, 0, hi-lo)
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, dbErr("entries range", err)
+		}
+		out = append(out, e)
+	}
+	return out, dbErr("entries range", rows.Err())
+}
+
 func limitOf(n int) int {
 	switch {
 	case n <= 0:
