@@ -75,7 +75,7 @@ func runKeyRotate(ctx context.Context, a *app) (rotation, error) {
 			return rotation{}, err
 		}
 	}
-	e, cp, err := st.Rotate(ctx, next.Signer, next.VerifierKey)
+	e, cp, err := st.Log.Rotate(ctx, next.Signer, next.VerifierKey)
 	if err != nil {
 		return rotation{}, fmt.Errorf("append the rotation: %w", err)
 	}

@@ -191,7 +191,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	defer runStore.Close()
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
-		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Tampered})
+		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered})
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 
 // fullScan is the server's background full verification of the log up
 // to its signed size at start (ledger.Log.FullScan), logged when it ends.
-func fullScan(ctx context.Context, st *sqlite.Store, c ServeConfig) {
+func fullScan(ctx context.Context, st *Store, c ServeConfig) {
 	cp, err := st.Checkpoint(ctx)
 	if err != nil {
 		c.Log.Error("full verification: read the checkpoint", "err", err.Error())
@@ -241,7 +241,7 @@ func fullScan(ctx context.Context, st *sqlite.Store, c ServeConfig) {
 	}
 	start := time.Now()
 	c.Log.Info("full verification started", "size", cp.Size)
-	err = st.FullScan(ctx, st, cp.Size, ledger.ScanOptions{Chunk: c.ScanChunk, Pause: c.ScanPause})
+	err = st.Log.FullScan(ctx, st, cp.Size, ledger.ScanOptions{Chunk: c.ScanChunk, Pause: c.ScanPause})
 	var te *ledger.TamperError
 	switch {
 	case err == nil:

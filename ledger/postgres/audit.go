@@ -439,3 +439,22 @@ func sameTime(a, b *time.Time) bool {
 	}
 	return a.Equal(*b)
 }
+
+// KeyRotations implements ledger.KeyRotationSource: the snapshot's
+// key-rotation leaves in index order, read before the leaf stream.
+func (a *auditSrc) KeyRotations(ctx context.Context) ([]ledger.AuditLeaf, error) {
+	rows, err := a.tx.QueryContext(ctx, "SELECT idx, id, kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE kind = $1 ORDER BY idx", string(ledger.KindKeyRotation))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.AuditLeaf
+	for rows.Next() {
+		var l ledger.AuditLeaf
+		if err := rows.Scan(&l.Index, &l.ID, &l.Kind, &l.Key, &l.RecordedAt, &l.Raw, &l.LeafHash); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
