@@ -170,22 +170,54 @@ func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
 // "unknown token", "token expired", "token … was revoked"; none names the
 // secret.
 func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, error) {
-	h := sha256.Sum256([]byte(secret))
-	t, err := scanToken(s.d.db.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM tokens WHERE secret_hash = $1", h[:]))
-	if errors.Is(err, sql.ErrNoRows) {
-		return t, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
-	}
+	row, err := s.AuthenticateRow(ctx, secret)
 	if err != nil {
-		return t, dbErr("authenticate", err)
+		return ledger.Token{}, err
 	}
+	t := row.Token
 	if t.RevokedAt != nil {
 		return t, ledger.Errorf(ledger.CodeUnauthorized, "token %q was revoked", t.Name)
 	}
-	if t.Expired(s.d.opts.Now()) {
+	if t.Expired(row.ReadAt) {
 		return t, ledger.Errorf(ledger.CodeUnauthorized, "token expired: %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
 	}
 	return t, nil
 }
+
+// authRowQuery reads a tokens row by secret hash with the count of token
+// leaves ("kind <> 'evidence'" matches the partial index leaves_kind_key).
+const authRowQuery = "SELECT " + tokenCols + ", secret_hash, leaf_idx, revoked_idx, " +
+	"(SELECT COUNT(*) FROM leaves WHERE kind IN ('token', 'token-revocation') AND kind <> 'evidence') FROM tokens WHERE secret_hash = $1"
+
+// AuthenticateRow implements ledger.TokenRowAuthenticator: one query
+// reads the row whose secret_hash is SHA-256(secret) with the count of
+// token and token-revocation leaves, so ledger.VerifiedStore can check
+// the row against its leaves (and cache that check by the count).
+func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
+	h := sha256.Sum256([]byte(secret))
+	var row ledger.TokenRow
+	var hash []byte
+	var leafIdx, revIdx sql.NullInt64
+	var n int64
+	t, err := scanToken(s.d.db.QueryRowContext(ctx, authRowQuery, h[:]), &hash, &leafIdx, &revIdx, &n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
+	}
+	if err != nil {
+		return row, dbErr("authenticate", err)
+	}
+	row.Token, row.SecretSHA256, row.TokenLeaves, row.ReadAt = t, hex.EncodeToString(hash), uint64(n), s.d.opts.Now()
+	row.LeafIndex, row.RevokedIndex = -1, -1
+	if leafIdx.Valid {
+		row.LeafIndex = leafIdx.Int64
+	}
+	if revIdx.Valid {
+		row.RevokedIndex = revIdx.Int64
+	}
+	return row, nil
+}
+
+var _ ledger.TokenRowAuthenticator = (*Store)(nil)
 
 // tokenOp is one tokens-table write a token leaf implies.
 type tokenOp struct {
