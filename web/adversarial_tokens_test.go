@@ -307,6 +307,8 @@ var routeScope = map[string]string{
 	"POST /api/v1/evidence":                      "record",
 	"GET /api/v1/evidence":                       "read",
 	"GET /api/v1/evidence/{id}":                  "read",
+	"GET /api/v1/originals/{id}":                 "read",
+	"GET /originals/{id}":                        "read",
 	"GET /api/v1/evidence/{id}/proof":            "read",
 	"GET /api/v1/log/checkpoint":                 "read",
 	"GET /api/v1/log/key":                        "read",

@@ -115,6 +115,9 @@ func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if s.serveReadinessFormat(w, r, rd) {
+		return
+	}
 	sv, err := gates.Sign(rd, s.store)
 	if err != nil {
 		s.writeError(w, r, err)

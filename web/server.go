@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/witness"
 	"github.com/go-chi/chi/v5"
@@ -58,6 +59,10 @@ type Config struct {
 	// place that happens): for audit logs and for tests that prove no
 	// caller-named path is opened.
 	FileAccess func(path string)
+	// Sigstore is the Sigstore trust setting (trusted root and identity
+	// rules) Sigstore bundles are verified with; nil refuses every bundle
+	// with a 409 naming the missing setting.
+	Sigstore *ingest.SigstoreConfig
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent
