@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/web"
@@ -38,6 +39,14 @@ type ServeConfig struct {
 	// verification may name a repository on this machine (--repo-root,
 	// repeatable); none: requests read no repository from disk.
 	RepoRoots []string
+	// SigstoreTrustedRoot is a Sigstore trusted_root.json and
+	// SigstorePolicy the identity rules file (ingest.ParseSigstoreRules)
+	// Sigstore bundles posted to /api/v1/evidence are verified with
+	// (--sigstore-trusted-root, --sigstore-policy; env
+	// LEDGER_SIGSTORE_TRUSTED_ROOT, LEDGER_SIGSTORE_POLICY). Both or
+	// neither; neither: bundles are refused with a 409 naming the setting.
+	SigstoreTrustedRoot string
+	SigstorePolicy      string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -47,7 +56,8 @@ type ServeConfig struct {
 // environment variables; envErr reports a variable that does not parse (a
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
-	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", "")}
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""),
+		SigstoreTrustedRoot: envOr("LEDGER_SIGSTORE_TRUSTED_ROOT", ""), SigstorePolicy: envOr("LEDGER_SIGSTORE_POLICY", "")}
 	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -95,6 +105,9 @@ func (c ServeConfig) Validate() error {
 			return fmt.Errorf("--repo-root %q: not a directory", r)
 		}
 	}
+	if (c.SigstoreTrustedRoot == "") != (c.SigstorePolicy == "") {
+		return errors.New("--sigstore-trusted-root and --sigstore-policy go together: a trusted root without identity rules would accept any certificate")
+	}
 	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
 		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
 	}
@@ -127,7 +140,13 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer stopWitnesser()
-	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots})
+	var sig *ingest.SigstoreConfig
+	if c.SigstoreTrustedRoot != "" {
+		if sig, err = ingest.LoadSigstoreConfig(c.SigstoreTrustedRoot, c.SigstorePolicy); err != nil {
+			return err
+		}
+	}
+	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots, Sigstore: sig})
 	if err != nil {
 		return err
 	}
@@ -183,6 +202,8 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
+	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
+	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of identity rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp, san|san_regexp}] (env LEDGER_SIGSTORE_POLICY)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	return cmd
 }
