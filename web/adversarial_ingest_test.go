@@ -149,7 +149,7 @@ func TestIngestScopeAndSignatures(t *testing.T) {
 	// claims are not carried, and the record is baseline for signed_by.
 	claims := qmvStatement(t, mlx, 216, map[string]any{
 		"computed_by": "server", "details": map[string]any{"computed_by": "server"},
-		"signer":      map[string]any{"runner": "ci-mac"}, "recorded_by": map[string]any{"token": map[string]any{"name": "admin"}},
+		"signer": map[string]any{"runner": "ci-mac"}, "recorded_by": map[string]any{"token": map[string]any{"name": "admin"}},
 	})
 	code, body := e.postAs(t, scoped, query("", lane, "cpu"), "application/vnd.in-toto+json", claims)
 	if code >= 500 {
