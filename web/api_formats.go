@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ingest"
@@ -15,7 +16,10 @@ import (
 
 // serveEvidenceFormat answers GET /api/v1/evidence/{id}?format=in-toto:
 // the evidence as an in-toto Statement v1 with the test-result predicate
-// (ingest.ExportStatement), Content-Type application/vnd.in-toto+json.
+// (ingest.ExportStatement), Content-Type application/vnd.in-toto+json;
+// format=dsse: that Statement in a DSSE envelope (payloadType
+// application/vnd.in-toto+json) signed with the log key
+// (ServiceEnvelope), Content-Type application/vnd.dsse.envelope.v1+json.
 // It reports whether it answered (false for format "" or json).
 func (s *Server) serveEvidenceFormat(w http.ResponseWriter, r *http.Request, e ledger.EvidenceEntry) bool {
 	switch f := r.URL.Query().Get("format"); f {
@@ -31,8 +35,18 @@ func (s *Server) serveEvidenceFormat(w http.ResponseWriter, r *http.Request, e l
 		w.WriteHeader(http.StatusOK)
 		w.Write(append(b, '\n'))
 		return true
+	case "dsse":
+		b, err := signedStatement(s.store, ingest.ExportStatement(e.Evidence))
+		if err != nil {
+			s.writeError(w, r, err)
+			return true
+		}
+		w.Header().Set("Content-Type", ledger.ContentTypeDSSE)
+		w.WriteHeader(http.StatusOK)
+		w.Write(append(b, '\n'))
+		return true
 	default:
-		s.writeError(w, r, ledger.FieldError("format", "must be json or in-toto, got %q", f))
+		s.writeError(w, r, ledger.FieldError("format", "must be json, in-toto or dsse, got %q", clipText(f)))
 		return true
 	}
 }
@@ -115,9 +129,10 @@ func ReadinessJUnit(rd *gates.Readiness) ([]byte, error) {
 }
 
 // serveReadinessFormat answers GET /api/v1/releases/{version}/readiness
-// ?format=junit with ReadinessJUnit; it reports whether it answered
-// (false for format "" or json).
-func (s *Server) serveReadinessFormat(w http.ResponseWriter, r *http.Request, rd *gates.Readiness) bool {
+// ?format=junit with ReadinessJUnit, and ?format=vsa with ReadinessVSA in
+// a DSSE envelope signed with the log key (ServiceEnvelope); it reports
+// whether it answered (false for format "" or json).
+func (s *Server) serveReadinessFormat(w http.ResponseWriter, r *http.Request, rel *gates.Release, rd *gates.Readiness) bool {
 	switch f := r.URL.Query().Get("format"); f {
 	case "", "json":
 		return false
@@ -131,8 +146,19 @@ func (s *Server) serveReadinessFormat(w http.ResponseWriter, r *http.Request, rd
 		w.WriteHeader(http.StatusOK)
 		w.Write(b)
 		return true
+	case "vsa":
+		origin, _, _ := strings.Cut(s.store.VerifierKey(), "+")
+		b, err := signedStatement(s.store, ReadinessVSA(origin, rel, rd))
+		if err != nil {
+			s.writeError(w, r, err)
+			return true
+		}
+		w.Header().Set("Content-Type", ledger.ContentTypeDSSE)
+		w.WriteHeader(http.StatusOK)
+		w.Write(append(b, '\n'))
+		return true
 	default:
-		s.writeError(w, r, ledger.FieldError("format", "must be json or junit, got %q", f))
+		s.writeError(w, r, ledger.FieldError("format", "must be json, junit or vsa, got %q", clipText(f)))
 		return true
 	}
 }

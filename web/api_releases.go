@@ -115,7 +115,7 @@ func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if s.serveReadinessFormat(w, r, rd) {
+	if s.serveReadinessFormat(w, r, rel, rd) {
 		return
 	}
 	sv, err := gates.Sign(rd, s.store)
