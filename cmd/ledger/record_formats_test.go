@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/verify"
 )
 
 const cliJUnit = `<?xml version="1.0" encoding="UTF-8"?>
@@ -102,7 +105,25 @@ func TestRecordFormats(t *testing.T) {
 	}
 
 	// Through a server: the server decodes.
-	db2 := filepath.Join(dir, "server.db")
+	// An in-toto DSSE envelope by a key the local registry does not hold.
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	good := `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"github.com/example/repo","digest":{"gitCommit":"` + commit +
+		`"}}],"predicateType":"https://in-toto.io/attestation/test-result/v0.1","predicate":{"result":"PASSED","passedTests":["a"],"warnedTests":[],"failedTests":[]}}`
+	envBytes, err := verify.SignRunnerEnvelope(context.Background(), priv, ledger.PayloadTypeInToto, []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := write("env.json", string(envBytes))
+	if _, se, code := runBin(t, "", append([]string{"--db", db, "record", env}, pins...)...); code != 2 || !strings.Contains(se, "no registered runner key") {
+		t.Fatalf("envelope by an unregistered key: %d %s", code, se)
+	}
+	if _, se, code := runBin(t, "", append([]string{"--db", db, "record", "--sign-key", env, junit}, pins...)...); code != 2 || !strings.Contains(se, "sign-key") {
+		t.Fatalf("--sign-key with JUnit: %d %s", code, se)
+	}
+
+	// A server on its own database (and data directory: its signed state).
+	dir2 := t.TempDir()
+	db2 := filepath.Join(dir2, "server.db")
 	runBin(t, "", "--db", db2, "migrate")
 	secret, se, code := runBin(t, "", "--db", db2, "token", "create", "--name", "ci", "--scope", "record")
 	if code != 0 {
