@@ -194,7 +194,8 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 }
 
 // Detect guesses the format of a file from its name and first bytes:
-// XML is JUnit; a JSON object with "payloadType" a DSSE envelope, with
+// XML is JUnit; a JSON object with "payloadType" a DSSE envelope (of an
+// in-toto Statement; other envelopes are the native format's), with
 // "_type" an in-toto Statement, with "Action" a test2json stream; any other
 // JSON the native format. It returns a CodeInvalid error when nothing fits.
 func Detect(name string, body []byte) (string, error) {
@@ -228,6 +229,8 @@ func Detect(name string, body []byte) (string, error) {
 	switch {
 	case strings.HasPrefix(mt, "application/vnd.dev.sigstore.bundle"):
 		return FormatSigstore, nil
+	case probe["payloadType"] != nil && !IsInTotoEnvelope(b):
+		return FormatEvidence, nil // an envelope of the ledger's own evidence
 	case probe["payloadType"] != nil:
 		return FormatDSSE, nil
 	case probe["_type"] != nil:

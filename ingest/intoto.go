@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,18 @@ type TestResult struct {
 // and one verifier for every signed input). Implementations must be safe
 // for concurrent use.
 type EnvelopeVerifier func(ctx context.Context, envelope []byte, payloadType string) (payload []byte, signer ledger.Signer, err error)
+
+// IsInTotoEnvelope reports whether body is one DSSE envelope whose
+// payloadType is an in-toto Statement's (MediaInToto). Envelopes of the
+// ledger's own evidence (ledger.PayloadTypeEvidence), and arrays of them,
+// are the native format's, not this package's.
+func IsInTotoEnvelope(body []byte) bool {
+	var probe struct {
+		PayloadType string `json:"payloadType"`
+	}
+	b := bytes.TrimSpace(body)
+	return len(b) > 0 && b[0] == '{' && json.Unmarshal(b, &probe) == nil && probe.PayloadType == MediaInToto
+}
 
 // DecodeStatement reads an in-toto Statement and checks its type and
 // subjects; it does not check the predicate type (see Params).

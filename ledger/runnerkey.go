@@ -489,15 +489,21 @@ func (s *Signer) Check(pub string) error {
 	return fmt.Errorf("no signature of the envelope verifies under %s", s.KeyID)
 }
 
-// decodeSignerEnvelope decodes the envelope a Signer keeps: one of
-// evidence (its payload is the record) or of an in-toto Statement (the
-// record was decoded from it by package ingest).
-func decodeSignerEnvelope(data []byte) (Envelope, []byte, error) {
+// EnvelopePayloadType returns the payloadType member of a DSSE envelope
+// ("" when data is not a JSON object that has one).
+func EnvelopePayloadType(data []byte) string {
 	var probe struct {
 		PayloadType string `json:"payloadType"`
 	}
 	_ = json.Unmarshal(data, &probe)
-	if probe.PayloadType == PayloadTypeInToto {
+	return probe.PayloadType
+}
+
+// decodeSignerEnvelope decodes the envelope a Signer keeps: one of
+// evidence (its payload is the record) or of an in-toto Statement (the
+// record was decoded from it by package ingest).
+func decodeSignerEnvelope(data []byte) (Envelope, []byte, error) {
+	if EnvelopePayloadType(data) == PayloadTypeInToto {
 		return DecodeEnvelopeOf(data, PayloadTypeInToto)
 	}
 	return DecodeEnvelope(data)

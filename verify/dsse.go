@@ -303,6 +303,9 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 	}
 	only := ledger.RunnerRegistry{Runners: []ledger.RunnerState{r}}
 	only.Runners[0].Revoked = false
+	if ledger.EnvelopePayloadType(s.Envelope) == ledger.PayloadTypeInToto {
+		return reverifyInToto(ctx, e, only)
+	}
 	body, err := VerifyEvidenceEnvelope(ctx, s.Envelope, only)
 	if err != nil {
 		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
@@ -325,6 +328,29 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 	}
 	if !bytes.Equal(stored, signed) {
 		return fmt.Errorf("entry %s (index %d): the record differs from its verified envelope", e.ID, e.Index)
+	}
+	return nil
+}
+
+// reverifyInToto is ReverifySigned for a record decoded from an in-toto
+// Statement (package ingest): the kept envelope verifies under the
+// runner's key, and the record binds what the Statement names
+// (ledger.PrepareEvidence checks the record's pins against its subjects).
+func reverifyInToto(ctx context.Context, e ledger.EvidenceEntry, only ledger.RunnerRegistry) error {
+	s := e.Evidence.Signer
+	if _, got, err := VerifyRunnerEnvelope(ctx, s.Envelope, ledger.PayloadTypeInToto, only); err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
+	} else if got.Runner != s.Runner || got.KeyID != s.KeyID {
+		return fmt.Errorf("entry %s (index %d): the envelope verifies under %s, not the signer's %s", e.ID, e.Index, got.KeyID, s.KeyID)
+	}
+	rec := e.Evidence
+	rec.RecordedBy = nil
+	b, err := ledger.CanonicalBody(&rec)
+	if err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
+	}
+	if _, _, err := ledger.PrepareEvidence(b); err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
 	}
 	return nil
 }

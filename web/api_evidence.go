@@ -163,7 +163,7 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if format == ingest.FormatDSSE && !inTotoEnvelope(body) {
+	if format == ingest.FormatDSSE && !ingest.IsInTotoEnvelope(body) {
 		format = ingest.FormatEvidence // envelopes of ledger evidence
 	}
 	var recs []ledger.Record

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -36,16 +35,6 @@ func evidenceFormat(r *http.Request) (string, error) {
 		return "", err
 	}
 	return f, nil
-}
-
-// inTotoEnvelope reports whether body is one DSSE envelope whose payload
-// type is an in-toto Statement's.
-func inTotoEnvelope(body []byte) bool {
-	var probe struct {
-		PayloadType string `json:"payloadType"`
-	}
-	b := bytes.TrimSpace(body)
-	return len(b) > 0 && b[0] == '{' && json.Unmarshal(b, &probe) == nil && probe.PayloadType == ledger.PayloadTypeInToto
 }
 
 // ingestParams reads what a format lacks from the query string of

@@ -69,6 +69,9 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 					return errExit(2, "record %s: %v", args[0], err)
 				}
 			}
+			if format == ingest.FormatDSSE && !ingest.IsInTotoEnvelope(data) {
+				format = ingest.FormatEvidence // envelopes of the ledger's own evidence
+			}
 			mediaType, err := ingest.MediaTypeOf(format)
 			if err != nil {
 				return errExit(2, "%v", err)
