@@ -269,3 +269,37 @@ func (e *apiEnv) evidenceOf(t *testing.T, answer []byte) ledger.Evidence {
 }
 
 func dsseEnvelopePayload(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// TestIngestRoundTrip: evidence answered as an in-toto Statement
+// (?format=in-toto), signed by a registered runner and recorded again
+// through the API, has the same pins and case counts, and the runner as
+// its signer and recorded_by runner.
+func TestIngestRoundTrip(t *testing.T) {
+	e := newRunnerEnv(t)
+	code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, testEvidence(3))
+	if code != http.StatusCreated {
+		t.Fatalf("post: %d %s", code, body)
+	}
+	var ans AppendedJSON
+	_ = json.Unmarshal(body, &ans)
+	_, orig := e.do(t, http.MethodGet, "/api/v1/evidence/"+ans.ID, "", nil)
+	var first EvidenceJSON
+	_ = json.Unmarshal(orig, &first)
+	code, st := e.do(t, http.MethodGet, "/api/v1/evidence/"+ans.ID+"?format=in-toto", "", nil)
+	if code != http.StatusOK {
+		t.Fatalf("in-toto: %d %s", code, st)
+	}
+	env := dsseEnvelope(t, e.mac, ledger.PayloadTypeInToto, st)
+	code, body = e.postAs(t, e.record, "/api/v1/evidence?lane=qmv-bias-sum/v1&backend=cpu", ledger.ContentTypeDSSE, env)
+	if code != http.StatusCreated {
+		t.Fatalf("record again: %d %s", code, body)
+	}
+	again := e.evidenceOf(t, body)
+	a, b := first.Evidence, again
+	if fmt.Sprint(a.Subject) != fmt.Sprint(b.Subject) || a.CasesExact != b.CasesExact || a.CasesTotal != b.CasesTotal || a.Status != b.Status {
+		t.Fatalf("recorded again as %+v %d/%d %s, want %+v %d/%d %s", b.Subject, b.CasesExact, b.CasesTotal, b.Status, a.Subject, a.CasesExact, a.CasesTotal, a.Status)
+	}
+	if b.Signer == nil || b.Signer.Runner != "ci-mac" || b.RecordedBy == nil || b.RecordedBy.Runner == nil || b.RecordedBy.Runner.Name != "ci-mac" {
+		t.Fatalf("runner identity: signer %+v recorded_by %+v", b.Signer, b.RecordedBy)
+	}
+}
