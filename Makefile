@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # machine's default may be an older patch release with known vulnerabilities.
 export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short vet vulncheck device-bin clean
+.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean
 
 build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
@@ -93,6 +93,14 @@ load-short: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPrepareEvidence -fuzztime 30s ./ledger
 	$(GO) test -run '^$$' -fuzz FuzzPostEvidence -fuzztime 30s ./web
+	$(MAKE) fuzz-ingest FUZZTIME=30s
+
+# Each ingest decoder's fuzz target in turn for FUZZTIME each (CI runs them
+# through fuzz-short, which lists every Fuzz* target).
+fuzz-ingest:
+	for f in FuzzJUnit FuzzGoTest FuzzStatement FuzzDSSE FuzzBundle FuzzDetect; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./ingest || exit 1; \
+	done
 
 # Every Fuzz* target of the repository for FUZZTIME each (CI runs this after
 # `make test`); targets are listed by `go test -list`, so a new fuzzer runs

@@ -34,7 +34,7 @@ const (
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
 	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation, KindLog, KindRunOutcome, KindKeyRotation:
+	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation, KindLog, KindRunOutcome, KindKeyRotation, KindOriginal:
 		return true
 	}
 	return false

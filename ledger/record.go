@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,6 +132,9 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindRunOutcome:
 		_, b, err := PrepareRunOutcome(body)
 		return b, err
+	case KindOriginal:
+		_, b, err := PrepareOriginal(body)
+		return b, err
 	case KindRelease, KindWaiver, KindApproval, KindSupersede, KindLog:
 		b := bytes.TrimSpace(body)
 		if len(b) == 0 || b[0] != '{' {
@@ -197,4 +202,56 @@ func ParseEvidence(body []byte) (Evidence, error) {
 		return e, fmt.Errorf("parse evidence: %w", err)
 	}
 	return e, nil
+}
+
+// KindOriginal is the entry kind of an original input kept byte for byte
+// (a JUnit XML file, a go test -json stream, a DSSE envelope, a Sigstore
+// bundle): the evidence decoded from it names it by entry id and digest.
+const KindOriginal Kind = "original"
+
+// Original is the body of a KindOriginal entry. Content is the input's exact
+// bytes (base64 in JSON); Digest is "sha256:" plus the lowercase hex SHA-256
+// of Content; Size is len(Content) in bytes. Format names the decoder that
+// read it ("junit", "gotest", "in-toto", "dsse", "sigstore-bundle") and
+// MediaType the media type it was sent as.
+type Original struct {
+	Format    string `json:"format"`
+	MediaType string `json:"media_type"`
+	Digest    string `json:"digest"`
+	Size      int    `json:"size"`
+	Content   []byte `json:"content"`
+}
+
+// NewOriginal returns the Original of content read by format.
+func NewOriginal(format, mediaType string, content []byte) Original {
+	sum := sha256.Sum256(content)
+	return Original{Format: format, MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: len(content), Content: content}
+}
+
+// PrepareOriginal decodes body strictly and checks that Digest and Size
+// are those of Content; it returns the original and its canonical bytes.
+// Errors are CodeInvalid *Error values naming the field.
+func PrepareOriginal(body []byte) (Original, []byte, error) {
+	var o Original
+	if err := DecodeStrict(body, &o); err != nil {
+		return o, nil, err
+	}
+	if o.Format == "" || len(o.Format) > 64 || !nameRe.MatchString(o.Format) {
+		return o, nil, FieldError("format", "required, a name of at most 64 characters")
+	}
+	if o.MediaType == "" || len(o.MediaType) > 128 {
+		return o, nil, FieldError("media_type", "required, at most 128 characters")
+	}
+	if len(o.Content) == 0 {
+		return o, nil, FieldError("content", "required: the original's bytes, base64")
+	}
+	want := NewOriginal(o.Format, o.MediaType, o.Content)
+	if o.Digest != want.Digest {
+		return o, nil, FieldError("digest", "is not the SHA-256 of content")
+	}
+	if o.Size != want.Size {
+		return o, nil, FieldError("size", "is %d, content has %d bytes", o.Size, want.Size)
+	}
+	b, err := marshalNoEscape(&o)
+	return o, b, err
 }

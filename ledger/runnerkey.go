@@ -26,6 +26,11 @@ const KindRunnerKey Kind = "runner-key"
 // takes it in plain form.
 const PayloadTypeEvidence = "application/vnd.evidence-ledger.evidence.v1+json"
 
+// PayloadTypeInToto is the DSSE payloadType of an in-toto Statement (the
+// in-toto attestation framework, spec/v1/envelope.md). A record decoded
+// from such an envelope (package ingest) keeps it in its Signer.
+const PayloadTypeInToto = "application/vnd.in-toto+json"
+
 // ContentTypeDSSE is the media type of a DSSE envelope (or a JSON array of
 // them) posted to /api/v1/evidence.
 const ContentTypeDSSE = "application/vnd.dsse.envelope.v1+json"
@@ -182,16 +187,23 @@ type EnvelopeSignature struct {
 // type, a base64 payload, 1..16 signatures with base64 sigs. It returns the
 // decoded payload. Errors are CodeInvalid naming the member.
 func DecodeEnvelope(data []byte) (Envelope, []byte, error) {
+	return DecodeEnvelopeOf(data, PayloadTypeEvidence)
+}
+
+// DecodeEnvelopeOf is DecodeEnvelope with the expected payload type given
+// (PayloadTypeEvidence or PayloadTypeInToto): a different payloadType is
+// refused naming "payloadType".
+func DecodeEnvelopeOf(data []byte, payloadType string) (Envelope, []byte, error) {
 	var env Envelope
 	if err := DecodeStrict(data, &env); err != nil {
 		return env, nil, err
 	}
-	if env.PayloadType != PayloadTypeEvidence {
-		return env, nil, FieldError("payloadType", "must be %q, got %q", PayloadTypeEvidence, clip(env.PayloadType))
+	if env.PayloadType != payloadType {
+		return env, nil, FieldError("payloadType", "must be %q, got %q", payloadType, clip(env.PayloadType))
 	}
 	payload, err := decodeB64(env.Payload)
 	if err != nil || len(payload) == 0 {
-		return env, nil, FieldError("payload", "must be the base64 of one evidence JSON object")
+		return env, nil, FieldError("payload", "must be the base64 of one JSON object")
 	}
 	if len(env.Signatures) == 0 || len(env.Signatures) > 16 {
 		return env, nil, FieldError("signatures", "1 to 16 signatures required, got %d", len(env.Signatures))
@@ -230,9 +242,12 @@ func (s *Signer) validate(e *Evidence) error {
 	if len(s.KeyEntry) != 32 || !LowerHex(s.KeyEntry) {
 		return FieldError("signer.key_entry", "must be the 32-hex id of the runner-key entry")
 	}
-	_, payload, err := DecodeEnvelope(s.Envelope)
+	env, payload, err := decodeSignerEnvelope(s.Envelope)
 	if err != nil {
 		return fieldUnder(err, "signer.envelope")
+	}
+	if env.PayloadType == PayloadTypeInToto {
+		return statementBinds(payload, e)
 	}
 	signed, err := PayloadEvidence(payload)
 	if err != nil {
@@ -469,7 +484,7 @@ func (s *Signer) Check(pub string) error {
 	}
 	blob, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(pub, "ssh-ed25519 "))
 	key := ed25519.PublicKey(blob[len(blob)-ed25519.PublicKeySize:])
-	env, payload, err := DecodeEnvelope(s.Envelope)
+	env, payload, err := decodeSignerEnvelope(s.Envelope)
 	if err != nil {
 		return fmt.Errorf("envelope: %w", err)
 	}
@@ -484,4 +499,64 @@ func (s *Signer) Check(pub string) error {
 		}
 	}
 	return fmt.Errorf("no signature of the envelope verifies under %s", s.KeyID)
+}
+
+// EnvelopePayloadType returns the payloadType member of a DSSE envelope
+// ("" when data is not a JSON object that has one).
+func EnvelopePayloadType(data []byte) string {
+	var probe struct {
+		PayloadType string `json:"payloadType"`
+	}
+	_ = json.Unmarshal(data, &probe)
+	return probe.PayloadType
+}
+
+// decodeSignerEnvelope decodes the envelope a Signer keeps: one of
+// evidence (its payload is the record) or of an in-toto Statement (the
+// record was decoded from it by package ingest).
+func decodeSignerEnvelope(data []byte) (Envelope, []byte, error) {
+	if EnvelopePayloadType(data) == PayloadTypeInToto {
+		return DecodeEnvelopeOf(data, PayloadTypeInToto)
+	}
+	return DecodeEnvelope(data)
+}
+
+// statementBinds checks that a record signed through an in-toto
+// Statement is about exactly what the Statement names: every subject with
+// a sha256 digest is an artifact pin of e with that digest, a subject with
+// a gitCommit digest is e's commit (and its gitTree e's tree), and e pins
+// no artifact the Statement does not name. Lane and backend are not in a
+// Statement: they come from the request that recorded it, within its
+// token's scope.
+func statementBinds(payload []byte, e *Evidence) error {
+	var st struct {
+		Subject []struct {
+			Name   string            `json:"name"`
+			Digest map[string]string `json:"digest"`
+		} `json:"subject"`
+	}
+	if err := json.Unmarshal(payload, &st); err != nil || len(st.Subject) == 0 {
+		return FieldError("signer.envelope.payload", "is not an in-toto Statement with subjects")
+	}
+	named := map[string]bool{}
+	for i, sd := range st.Subject {
+		if d, ok := sd.Digest["sha256"]; ok {
+			named[sd.Name] = true
+			if e.Subject.Artifacts[sd.Name] != "sha256:"+d {
+				return FieldError(fmt.Sprintf("signer.envelope.payload.subject[%d]", i), "the signed Statement pins %q to a digest this record does not", clip(sd.Name))
+			}
+		}
+		if c, ok := sd.Digest["gitCommit"]; ok && c != e.Subject.Commit {
+			return FieldError(fmt.Sprintf("signer.envelope.payload.subject[%d]", i), "the signed Statement names another commit than this record")
+		}
+		if t, ok := sd.Digest["gitTree"]; ok && t != e.Subject.Tree {
+			return FieldError(fmt.Sprintf("signer.envelope.payload.subject[%d]", i), "the signed Statement names another tree than this record")
+		}
+	}
+	for name := range e.Subject.Artifacts {
+		if !named[name] {
+			return FieldError("subject.artifacts", "pins %q, which the signed Statement does not name", clip(name))
+		}
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +67,44 @@ func TestRunnerKeyValidate(t *testing.T) {
 	}
 	if _, _, err := PrepareRunnerKey([]byte(`{"action":"add","extra":1}`)); err == nil || !strings.Contains(err.Error(), "extra") {
 		t.Errorf("unknown member: %v", err)
+	}
+}
+
+// TestInTotoSignerBinds: a record whose signer keeps an in-toto envelope
+// must be about exactly the Statement's subjects: another commit, another
+// tree, another digest of a named artifact, or an artifact the Statement
+// does not name is refused naming the member; the matching record passes.
+// (The signature itself is checked by package verify and by the gates.)
+func TestInTotoSignerBinds(t *testing.T) {
+	commit, tree, art := strings.Repeat("1", 40), strings.Repeat("2", 40), "sha256:"+strings.Repeat("3", 64)
+	stmt := `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"repo","digest":{"gitCommit":"` + commit + `","gitTree":"` + tree +
+		`"}},{"name":"lib.so","digest":{"sha256":"` + strings.Repeat("3", 64) + `"}}],"predicateType":"p","predicate":{}}`
+	env := `{"payloadType":"` + PayloadTypeInToto + `","payload":"` + base64.StdEncoding.EncodeToString([]byte(stmt)) + `","signatures":[{"keyid":"k","sig":"AAAA"}]}`
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(f func(e *Evidence)) Evidence {
+		e := Evidence{Lane: "ci/v1", Subject: Subject{Repository: "repo", Commit: commit, Tree: tree, Artifacts: map[string]string{"lib.so": art}},
+			Backend: BackendCPU, CasesExact: 1, CasesTotal: 1, Control: ControlNone, Status: StatusPassed, StartedAt: at, FinishedAt: at,
+			Signer: &Signer{Runner: "ci-mac", KeyID: "SHA256:" + strings.Repeat("A", 43), KeyEntry: strings.Repeat("a", 32), Envelope: []byte(env)}}
+		f(&e)
+		return e
+	}
+	if err := func() error { e := mk(func(*Evidence) {}); return e.Validate() }(); err != nil {
+		t.Fatalf("matching record: %v", err)
+	}
+	for _, c := range []struct {
+		name, field string
+		f           func(e *Evidence)
+	}{
+		{"other commit", "signer.envelope.payload.subject[0]", func(e *Evidence) { e.Subject.Commit = strings.Repeat("4", 40) }},
+		{"other tree", "signer.envelope.payload.subject[0]", func(e *Evidence) { e.Subject.Tree = strings.Repeat("4", 40) }},
+		{"other digest", "signer.envelope.payload.subject[1]", func(e *Evidence) { e.Subject.Artifacts["lib.so"] = "sha256:" + strings.Repeat("4", 64) }},
+		{"unnamed artifact", "subject.artifacts", func(e *Evidence) { e.Subject.Artifacts["extra.so"] = art }},
+	} {
+		e := mk(c.f)
+		err := e.Validate()
+		var le *Error
+		if !errors.As(err, &le) || le.Field != c.field {
+			t.Errorf("%s: err = %v, want the field %s named", c.name, err, c.field)
+		}
 	}
 }

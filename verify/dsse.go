@@ -171,18 +171,44 @@ func SignEvidence(ctx context.Context, priv ed25519.PrivateKey, evidence []byte)
 // in canonical form). It checks, in order, the envelope's shape and payload
 // type (ledger.DecodeEnvelope), that the payload is evidence without a
 // signer, and that a signature verifies over the DSSE PAE under a live
-// registered key (go-securesystemslib/dsse). A signature whose keyid names
+// registered key (VerifyRunnerEnvelope). A signature whose keyid names
 // a revoked key is ErrRevokedRunnerKey; one naming a live key that does not
 // verify is ErrEnvelopeSignature; no registered key at all is
 // ErrUnknownRunnerKey. Every error is a CodeInvalid *ledger.Error naming the
 // member (payloadType, payload..., signatures). Safe for concurrent use.
 func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg ledger.RunnerRegistry) ([]byte, error) {
-	env, payload, err := ledger.DecodeEnvelope(envelope)
+	_, payload, err := ledger.DecodeEnvelope(envelope)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := ledger.PayloadEvidence(payload); err != nil {
 		return nil, prefix(err, "payload")
+	}
+	payload, signer, err := VerifyRunnerEnvelope(ctx, envelope, ledger.PayloadTypeEvidence, reg)
+	if err != nil {
+		return nil, err
+	}
+	var e ledger.Evidence
+	if err := ledger.DecodeStrict(bytes.TrimSpace(payload), &e); err != nil {
+		return nil, prefix(err, "payload")
+	}
+	e.Signer = &signer
+	return ledger.CanonicalBody(&e)
+}
+
+// VerifyRunnerEnvelope is the ledger's one DSSE verifier of runner
+// signatures: it decodes envelope strictly (ledger.DecodeEnvelopeOf, so
+// the payload type must be payloadType: ledger.PayloadTypeEvidence or
+// ledger.PayloadTypeInToto), verifies a signature over the DSSE
+// pre-authentication encoding under a live key of reg
+// (go-securesystemslib/dsse), and returns the decoded payload and the
+// Signer a record made from it carries (runner name, key id, the
+// runner-key entry and the envelope in canonical form). Errors are those
+// of VerifyEvidenceEnvelope. Safe for concurrent use.
+func VerifyRunnerEnvelope(ctx context.Context, envelope []byte, payloadType string, reg ledger.RunnerRegistry) ([]byte, ledger.Signer, error) {
+	env, payload, err := ledger.DecodeEnvelopeOf(envelope, payloadType)
+	if err != nil {
+		return nil, ledger.Signer{}, err
 	}
 	var verifiers []dsse.Verifier
 	live := map[string]ledger.RunnerState{}
@@ -192,7 +218,7 @@ func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg ledger.Run
 		}
 		pub, err := ParseRunnerPublicKey([]byte(s.PublicKey))
 		if err != nil {
-			return nil, fmt.Errorf("runner %q: registered key: %w", s.Name, err)
+			return nil, ledger.Signer{}, fmt.Errorf("runner %q: registered key: %w", s.Name, err)
 		}
 		verifiers = append(verifiers, ed25519SV{pub: pub})
 		live[s.KeyID] = s
@@ -201,7 +227,7 @@ func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg ledger.Run
 	if len(verifiers) > 0 {
 		ev, err := dsse.NewEnvelopeVerifier(verifiers...)
 		if err != nil {
-			return nil, err
+			return nil, ledger.Signer{}, err
 		}
 		de := &dsse.Envelope{PayloadType: env.PayloadType, Payload: env.Payload}
 		for _, s := range env.Signatures {
@@ -213,25 +239,35 @@ func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg ledger.Run
 		for i, s := range env.Signatures {
 			f := fmt.Sprintf("signatures[%d]", i)
 			if r, ok := live[s.KeyID]; ok {
-				return nil, refuse(ErrEnvelopeSignature, f, "does not verify under runner %q's key %s (the payload or payload type was changed after signing, or the signature is corrupt)", r.Name, r.KeyID)
+				return nil, ledger.Signer{}, refuse(ErrEnvelopeSignature, f, "does not verify under runner %q's key %s (the payload or payload type was changed after signing, or the signature is corrupt)", r.Name, r.KeyID)
 			}
 			if r, ok := reg.ByKeyID(s.KeyID); ok && r.Revoked {
-				return nil, refuse(ErrRevokedRunnerKey, f, "signed by runner %q's key %s, revoked at index %d", r.Name, r.KeyID, r.RevokedIndex)
+				return nil, ledger.Signer{}, refuse(ErrRevokedRunnerKey, f, "signed by runner %q's key %s, revoked at index %d", r.Name, r.KeyID, r.RevokedIndex)
 			}
 		}
-		return nil, refuse(ErrUnknownRunnerKey, "signatures", "signed by no registered runner key (register it: ledger runner add NAME KEYFILE)")
+		return nil, ledger.Signer{}, refuse(ErrUnknownRunnerKey, "signatures", "signed by no registered runner key (register it: ledger runner add NAME KEYFILE)")
 	}
 	r := live[accepted[0].KeyID]
 	canon, err := ledger.CanonicalJSON(envelope)
 	if err != nil {
-		return nil, ledger.FieldError("", "envelope: %v", err)
+		return nil, ledger.Signer{}, ledger.FieldError("", "envelope: %v", err)
 	}
-	var e ledger.Evidence
-	if err := ledger.DecodeStrict(bytes.TrimSpace(payload), &e); err != nil {
-		return nil, prefix(err, "payload")
+	return payload, ledger.Signer{Runner: r.Name, KeyID: r.KeyID, KeyEntry: r.Entry, Envelope: canon}, nil
+}
+
+// SignRunnerEnvelope wraps payload in a DSSE envelope of payloadType
+// signed with priv (keyid the key's fingerprint) and returns its JSON:
+// what a runner posts for an in-toto Statement (ledger.PayloadTypeInToto).
+func SignRunnerEnvelope(ctx context.Context, priv ed25519.PrivateKey, payloadType string, payload []byte) ([]byte, error) {
+	signer, err := dsse.NewEnvelopeSigner(ed25519SV{pub: priv.Public().(ed25519.PublicKey), priv: priv})
+	if err != nil {
+		return nil, err
 	}
-	e.Signer = &ledger.Signer{Runner: r.Name, KeyID: r.KeyID, KeyEntry: r.Entry, Envelope: canon}
-	return ledger.CanonicalBody(&e)
+	env, err := signer.SignPayload(ctx, payloadType, payload)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(env)
 }
 
 func prefix(err error, p string) error {
@@ -267,6 +303,9 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 	}
 	only := ledger.RunnerRegistry{Runners: []ledger.RunnerState{r}}
 	only.Runners[0].Revoked = false
+	if ledger.EnvelopePayloadType(s.Envelope) == ledger.PayloadTypeInToto {
+		return reverifyInToto(ctx, e, only)
+	}
 	body, err := VerifyEvidenceEnvelope(ctx, s.Envelope, only)
 	if err != nil {
 		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
@@ -289,6 +328,29 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 	}
 	if !bytes.Equal(stored, signed) {
 		return fmt.Errorf("entry %s (index %d): the record differs from its verified envelope", e.ID, e.Index)
+	}
+	return nil
+}
+
+// reverifyInToto is ReverifySigned for a record decoded from an in-toto
+// Statement (package ingest): the kept envelope verifies under the
+// runner's key, and the record binds what the Statement names
+// (ledger.PrepareEvidence checks the record's pins against its subjects).
+func reverifyInToto(ctx context.Context, e ledger.EvidenceEntry, only ledger.RunnerRegistry) error {
+	s := e.Evidence.Signer
+	if _, got, err := VerifyRunnerEnvelope(ctx, s.Envelope, ledger.PayloadTypeInToto, only); err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
+	} else if got.Runner != s.Runner || got.KeyID != s.KeyID {
+		return fmt.Errorf("entry %s (index %d): the envelope verifies under %s, not the signer's %s", e.ID, e.Index, got.KeyID, s.KeyID)
+	}
+	rec := e.Evidence
+	rec.RecordedBy = nil
+	b, err := ledger.CanonicalBody(&rec)
+	if err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
+	}
+	if _, _, err := ledger.PrepareEvidence(b); err != nil {
+		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)
 	}
 	return nil
 }

@@ -446,6 +446,8 @@ func apiError(t *testing.T, body []byte) APIError {
 // without them). A route missing here fails the walk: a new route must
 // say what it needs.
 var routeScope = map[string]string{
+	"GET /api/v1/originals/{id}":                 "read",
+	"GET /originals/{id}":                        "read",
 	"GET /api/v1/log/keys":                       "read",
 	"GET /healthz":                               "public",
 	"GET /metrics":                               "read", // --read-auth covers /metrics

@@ -240,6 +240,13 @@ func TestNoRouteOpensCallersPath(t *testing.T) {
 					b, _ := json.Marshal(m)
 					send(tok.secret, rt.method, p, "application/json", b)
 				}
+				if rt.pattern == "/api/v1/evidence" {
+					// Every format package ingest decodes, its path-like
+					// members and an XML external entity naming v.
+					for ct, body := range ingestPathBodies(v) {
+						send(tok.secret, rt.method, p+"?lane=ci/v1&backend=cpu&repository=r&commit="+strings.Repeat("a", 40)+"&tree="+strings.Repeat("b", 40), ct, []byte(body))
+					}
+				}
 				for _, n := range nameList {
 					for _, val := range []any{v} {
 						for _, base := range append([]map[string]any{{}}, bases[rt.pattern]...) {
@@ -1304,5 +1311,23 @@ func TestAuthenticationRefusesEditedTokenLeaf(t *testing.T) {
 				t.Fatalf("not logged as tampering: %s", e.logBuf.String())
 			}
 		})
+	}
+}
+
+// ingestPathBodies are inputs of each ingest format that name path v
+// where a producer puts a file name: JUnit's file attributes and an
+// external entity, test2json's package and output, an in-toto subject's
+// name and uri, a DSSE envelope of that Statement, a Sigstore bundle's
+// certificate and a --sigstore-policy style member.
+func ingestPathBodies(v string) map[string]string {
+	q, _ := json.Marshal(v)
+	st := `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":` + string(q) + `,"uri":` + string(q) + `,"digest":{"sha256":"` + strings.Repeat("0", 64) + `"}}],"predicateType":"https://in-toto.io/attestation/test-result/v0.1","predicate":{"result":"PASSED","passedTests":[` + string(q) + `],"warnedTests":[],"failedTests":[],"configuration":[{"uri":` + string(q) + `}]}}`
+	x := strings.NewReplacer("&", "&amp;", "<", "&lt;", `"`, "&quot;").Replace(v)
+	return map[string]string{
+		"application/junit+xml":                         `<?xml version="1.0"?><!DOCTYPE testsuites [<!ENTITY x SYSTEM "` + x + `">]><testsuites><testsuite name="s" file="` + x + `" tests="1"><testcase name="&x;" classname="c" file="` + x + `"/></testsuite></testsuites>`,
+		"application/vnd.go.test2json+jsonl":            `{"Action":"run","Package":` + string(q) + `,"Test":"T"}` + "\n" + `{"Action":"output","Package":` + string(q) + `,"Test":"T","Output":` + string(q) + `}` + "\n" + `{"Action":"pass","Package":` + string(q) + `,"Test":"T"}` + "\n",
+		"application/vnd.in-toto+json":                  st,
+		"application/vnd.dsse.envelope.v1+json":         `{"payloadType":"application/vnd.in-toto+json","payload":"` + base64.StdEncoding.EncodeToString([]byte(st)) + `","signatures":[{"keyid":` + string(q) + `,"sig":"AAAA"}]}`,
+		"application/vnd.dev.sigstore.bundle.v0.3+json": `{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{"certificate":{"rawBytes":"AAAA"},"trusted_root":` + string(q) + `},"dsseEnvelope":{"payloadType":"application/vnd.in-toto+json","payload":"` + base64.StdEncoding.EncodeToString([]byte(st)) + `","signatures":[{"sig":"AAAA"}]}}`,
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
 )
@@ -209,12 +210,18 @@ func appendEntryFields(b []byte, e AppendedJSON) ([]byte, error) {
 }
 
 // handlePostEvidence appends one evidence object or an array of them,
-// atomically. Idempotency-Key replays return the original result. An
-// element may be a DSSE envelope of evidence signed by a registered runner
-// key (Content-Type ledger.ContentTypeDSSE, or detected by its payloadType
-// member): it is verified and recorded with its signer (signedRecords).
+// or one input of a format package ingest decodes (chosen by Content-Type:
+// JUnit XML, go test -json, an in-toto Statement, a DSSE envelope of one,
+// a Sigstore bundle), atomically. Idempotency-Key replays return the
+// original result. An element of a JSON body may be a DSSE envelope of
+// evidence signed by a registered runner key (Content-Type
+// ledger.ContentTypeDSSE, or detected by its payloadType member): it is
+// verified and recorded with its signer (signedRecords). Every record,
+// whatever its format, passes the same checks: server markers refused,
+// the token's scope, recorded_by stamped (ingestRecords).
 func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
-	if err := requireJSON(r); err != nil {
+	format, err := evidenceFormat(r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -223,38 +230,16 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	trimmed := bytes.TrimSpace(body)
-	var raws []json.RawMessage
-	single := true
-	switch {
-	case len(trimmed) == 0:
-		s.writeError(w, r, ledger.FieldError("", "empty body: send an evidence object or an array of them"))
-		return
-	case trimmed[0] == '[':
-		single = false
-		var err error
-		if raws, err = ledger.SplitArray(trimmed); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if len(raws) == 0 {
-			s.writeError(w, r, ledger.FieldError("", "empty array: nothing to record"))
-			return
-		}
-	case trimmed[0] == '{':
-		raws = []json.RawMessage{trimmed}
-	default:
-		s.writeError(w, r, ledger.FieldError("", "body must be a JSON object or array"))
-		return
+	if format == ingest.FormatDSSE && !ingest.IsInTotoEnvelope(body) {
+		format = ingest.FormatEvidence // envelopes of ledger evidence
 	}
-	dsseOnly := mediaType(r) == ledger.ContentTypeDSSE
-	tok, _ := TokenFrom(r.Context())
-	recs, err := s.signedRecords(r, raws, dsseOnly, tok, recorderFor(r), func(i int) string {
-		if single {
-			return ""
-		}
-		return fmt.Sprintf("[%d].", i)
-	})
+	var recs []ledger.Record
+	single := false
+	if format == ingest.FormatEvidence {
+		recs, single, err = s.nativeRecords(r, body)
+	} else {
+		recs, err = s.ingestRecords(r, format, body)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -270,6 +255,44 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.appendAnswer(w, res, single)
+}
+
+// nativeRecords reads a body of the ledger's own JSON: an evidence object,
+// an envelope of one, or an array of them (signedRecords checks each).
+// single reports a body that was one object.
+func (s *Server) nativeRecords(r *http.Request, body []byte) ([]ledger.Record, bool, error) {
+	if err := requireJSON(r); err != nil {
+		return nil, false, err
+	}
+	trimmed := bytes.TrimSpace(body)
+	var raws []json.RawMessage
+	single := true
+	switch {
+	case len(trimmed) == 0:
+		return nil, false, ledger.FieldError("", "empty body: send an evidence object or an array of them")
+	case trimmed[0] == '[':
+		single = false
+		var err error
+		if raws, err = ledger.SplitArray(trimmed); err != nil {
+			return nil, false, err
+		}
+		if len(raws) == 0 {
+			return nil, false, ledger.FieldError("", "empty array: nothing to record")
+		}
+	case trimmed[0] == '{':
+		raws = []json.RawMessage{trimmed}
+	default:
+		return nil, false, ledger.FieldError("", "body must be a JSON object or array")
+	}
+	dsseOnly := mediaType(r) == ledger.ContentTypeDSSE
+	tok, _ := TokenFrom(r.Context())
+	recs, err := s.signedRecords(r, raws, dsseOnly, tok, recorderFor(r), func(i int) string {
+		if single {
+			return ""
+		}
+		return fmt.Sprintf("[%d].", i)
+	})
+	return recs, single, err
 }
 
 // parseEvidenceFilter reads the list filters from the query string.
@@ -340,6 +363,9 @@ func (s *Server) handleGetEvidence(w http.ResponseWriter, r *http.Request) {
 	e, err := s.evidenceByID(r, chi.URLParam(r, "id"))
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if s.serveEvidenceFormat(w, r, e) {
 		return
 	}
 	s.writeJSON(w, http.StatusOK, evidenceJSON(e, true))

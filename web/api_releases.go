@@ -115,6 +115,9 @@ func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if s.serveReadinessFormat(w, r, lr.rel, v.rd) {
+		return
+	}
 	b, err := s.readinessAnswer(v)
 	if err != nil {
 		s.writeError(w, r, err)

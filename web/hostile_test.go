@@ -249,6 +249,23 @@ func TestHostileInputEveryRoute(t *testing.T) {
 			}
 		}
 	}
+	// The ingest formats of POST /api/v1/evidence: every hostile body and
+	// every format's own hostile inputs, under every ingest content type,
+	// with the flags a format needs.
+	evidence := route{http.MethodPost, "/api/v1/evidence"}
+	q := "/api/v1/evidence?lane=ci-tests/v1&backend=cpu&repository=r&commit=" + strings.Repeat("a", 40) + "&tree=" + strings.Repeat("b", 40)
+	for _, ct := range ingestContentTypes {
+		bodies := hostileBodies()
+		for what, b := range hostileIngestBodies() {
+			bodies[what] = b
+		}
+		for what, body := range bodies {
+			code, out := send(http.MethodPost, q, e.record, ct, body)
+			e.checkAnswer(t, what+" as "+ct, evidence, code, out, before, true)
+			tally.add(evidence, "body", code)
+			cases++
+		}
+	}
 	if tally.total != cases {
 		t.Errorf("tally counted %d of %d requests", tally.total, cases)
 	}
@@ -310,6 +327,31 @@ func (h *hostileTally) table() string {
 	}
 	fmt.Fprintf(&b, "| all | %d |\n", h.total)
 	return b.String()
+}
+
+// ingestContentTypes are the media types POST /api/v1/evidence decodes
+// with package ingest (and their aliases).
+var ingestContentTypes = []string{"application/junit+xml", "application/xml", "text/xml", "application/vnd.go.test2json+jsonl",
+	"application/x-ndjson", "application/vnd.in-toto+json", "application/vnd.dsse.envelope.v1+json",
+	"application/vnd.dev.sigstore.bundle.v0.3+json", "application/vnd.dev.sigstore.bundle+json; version=0.1"}
+
+// hostileIngestBodies are inputs aimed at the ingest decoders: entity
+// expansion, external entities, deep XML, a DOCTYPE naming a server file,
+// an envelope whose payload is not base64 or not a Statement, a Statement
+// of no subject, a bundle with no content. Each must be refused whole.
+func hostileIngestBodies() map[string][]byte {
+	laughs := `<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;"><!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;"><!ENTITY d "&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;">]><testsuite name="&d;"><testcase name="&d;"/></testsuite>`
+	return map[string][]byte{
+		"entity expansion":             []byte(laughs),
+		"external entity":              []byte(`<?xml version="1.0"?><!DOCTYPE t [<!ENTITY x SYSTEM "file:///etc/passwd">]><testsuite name="&x;"><testcase name="&x;"/></testsuite>`),
+		"deep XML":                     []byte(strings.Repeat("<testsuite>", 50000) + strings.Repeat("</testsuite>", 50000)),
+		"XML, no testcase":             []byte(`<testsuites><testsuite name="s" tests="0"/></testsuites><extra/>`),
+		"envelope, payload not base64": []byte(`{"payloadType":"application/vnd.in-toto+json","payload":"!!!","signatures":[{"keyid":"","sig":"AAAA"}]}`),
+		"envelope, no signatures":      []byte(`{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[]}`),
+		"statement, no subject":        []byte(`{"_type":"https://in-toto.io/Statement/v1","subject":[],"predicateType":"https://in-toto.io/attestation/test-result/v0.1","predicate":{}}`),
+		"bundle, no content":           []byte(`{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{}}`),
+		"test2json, no action":         []byte(`{"Package":"p"}` + "\n" + `{"Test":"T"}` + "\n"),
+	}
 }
 
 // TestSlowBodyEveryWriteRoute trickles a body slower than the server's
@@ -407,6 +449,9 @@ func TestHeaderParsingRFC(t *testing.T) {
 		{"application/json; charset=latin1", "Bearer ", http.StatusUnsupportedMediaType},
 		{"application/json; charset", "Bearer ", http.StatusUnsupportedMediaType},
 		{"text/plain", "Bearer ", http.StatusUnsupportedMediaType},
+		{"application/x-unknown+xml", "Bearer ", http.StatusUnsupportedMediaType},
+		{"Application/VND.In-Toto+JSON; charset=utf-8", "Bearer ", http.StatusBadRequest}, // an ingest type: evidence JSON is not a Statement
+		{"application/junit+xml; x=\"unterminated", "Bearer ", http.StatusUnsupportedMediaType},
 		{"application/json", "Basic ", http.StatusUnauthorized},
 		{"application/json", "Bearer", http.StatusUnauthorized},
 	} {

@@ -38,6 +38,7 @@ func (s *Server) routes() chi.Router {
 		api.With(read).Get("/evidence", s.handleListEvidence)
 		api.With(read).Get("/evidence/{id}", s.handleGetEvidence)
 		api.With(read).Get("/evidence/{id}/proof", s.handleEvidenceProof)
+		api.With(read).Get("/originals/{id}", s.handleGetOriginal)
 
 		api.With(read).Get("/log/checkpoint", s.handleCheckpoint)
 		api.With(read).Get("/log/checkpoints", s.handleCheckpoints)
@@ -104,6 +105,7 @@ func (s *Server) routes() chi.Router {
 	r.Get("/evidence", s.pageAuth(s.pageEvidenceList))
 	r.Get("/evidence/{id}", s.pageAuth(s.pageEvidence))
 	r.Get("/entries/{id}", s.pageAuth(s.pageEntry))
+	r.Get("/originals/{id}", s.pageAuth(s.pageOriginal))
 	r.Get("/heads", s.pageAuth(s.pageHeads))
 	r.Get("/runs", s.pageAuth(s.pageRuns))
 	r.Get("/agents", s.pageAuth(s.pageAgents))

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/witness"
@@ -72,6 +73,10 @@ type Config struct {
 	// Tampered): while set, /healthz answers 503 degraded naming the leaf
 	// (the store refuses appends and signatures itself).
 	Integrity func() (ledger.TamperState, bool)
+	// Sigstore is the Sigstore trust setting (trusted root and identity
+	// rules) Sigstore bundles are verified with; nil refuses every bundle
+	// with a 409 naming the missing setting.
+	Sigstore *ingest.SigstoreConfig
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent

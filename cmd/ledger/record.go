@@ -2,26 +2,49 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"strings"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
 
+// recordFlags supply what a format lacks (package ingest's Params).
+type recordFlags struct {
+	format, lane, backend, repository, commit, tree string
+	artifacts                                       []string
+	fromGit                                         bool
+}
+
 func newRecordCmd(a *app) *cobra.Command {
 	var idem, signKey string
+	var f recordFlags
 	cmd := &cobra.Command{
 		Use:   "record FILE|-",
-		Short: "Append evidence (a JSON object or an array of them) to the ledger, atomically",
+		Short: "Append evidence (ledger JSON, JUnit XML, go test -json, in-toto, DSSE) to the ledger, atomically",
 		Long: `Append evidence records to the log. With --server the records go through the
-HTTP API (POST /api/v1/evidence, needs a token of scope record); otherwise
-they are appended to the local database given by --db. An array is appended
-atomically: all records or none. Identical records already in the log are not
-appended again. With --sign-key FILE each record is signed as a DSSE envelope
-with that runner key and recorded with its signer (the key must be registered:
+HTTP API (POST /api/v1/evidence, needs a token of scope record; the server
+decodes and verifies the input); otherwise they are appended to the local
+database given by --db. An array is appended atomically: all records or none.
+Identical records already in the log are not appended again.
+
+--format is evidence (the ledger's JSON), junit, gotest (go test -json),
+in-toto or dsse; auto (the default) detects it from the file. Every format but
+evidence is kept byte for byte as an "original" entry that the evidence names
+by id and digest, and needs --lane and --backend; --repository, --commit and
+--tree (or --from-git, the current checkout) unless the input carries them;
+--artifact NAME=sha256:HEX pins artifacts. An input whose own subject
+disagrees with the flags is refused.
+With --sign-key FILE each ledger JSON record is signed as a DSSE envelope with
+that runner key and recorded with its signer (the key must be registered:
 ledger runner add).
 
 Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
@@ -37,31 +60,40 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 			if err != nil {
 				return errExit(2, "read evidence: %v", err)
 			}
-			trimmed := bytes.TrimSpace(data)
-			if len(trimmed) == 0 {
-				return errExit(2, "%s is empty: want an evidence JSON object or array", args[0])
+			if len(bytes.TrimSpace(data)) == 0 {
+				return errExit(2, "%s is empty: want evidence JSON, JUnit XML, a go test -json stream, an in-toto Statement or a DSSE envelope", args[0])
 			}
-			var raws []json.RawMessage
-			if trimmed[0] == '[' {
-				if raws, err = ledger.SplitArray(trimmed); err != nil {
+			format := f.format
+			if format == "auto" || format == "" {
+				if format, err = ingest.Detect(args[0], data); err != nil {
 					return errExit(2, "record %s: %v", args[0], err)
 				}
-				if len(raws) == 0 {
-					return errExit(2, "record %s: empty array, nothing to record", args[0])
-				}
-			} else {
-				raws = []json.RawMessage{trimmed}
 			}
-			bodies := make([][]byte, len(raws))
-			for i, r := range raws {
-				bodies[i] = r
+			if format == ingest.FormatDSSE && !ingest.IsInTotoEnvelope(data) {
+				format = ingest.FormatEvidence // envelopes of the ledger's own evidence
+			}
+			mediaType, err := ingest.MediaTypeOf(format)
+			if err != nil {
+				return errExit(2, "%v", err)
+			}
+			p, err := f.params()
+			if err != nil {
+				return errExit(2, "record %s: %v", args[0], err)
 			}
 			l, err := a.openLedger(cmd.Context(), ledgerOptions{})
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
 			defer l.Close()
-			res, err := appendSigned(cmd.Context(), l, bodies, signKey, idem)
+			var res *ledger.AppendResult
+			switch {
+			case format == ingest.FormatEvidence:
+				res, err = recordNative(cmd.Context(), l, data, signKey, idem)
+			case signKey != "":
+				return errExit(2, "--sign-key signs ledger JSON records; a %s input is recorded as it was produced (sign it with its producer's key)", format)
+			default:
+				res, err = recordFormat(cmd.Context(), l, format, mediaType, data, p, f.artifacts, idem)
+			}
 			if err != nil {
 				return errExit(2, "record %s: %v", args[0], err)
 			}
@@ -73,13 +105,130 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 				if e.Existing {
 					state = "already present"
 				}
-				fmt.Fprintf(a.stdout, "%s  id=%s  index=%d  leaf=%s\n", state, e.ID, e.Index, e.LeafHash)
+				kind := ""
+				if e.Kind == ledger.KindOriginal {
+					kind = "  (original)"
+				}
+				fmt.Fprintf(a.stdout, "%s  id=%s  index=%d  leaf=%s%s\n", state, e.ID, e.Index, e.LeafHash, kind)
 			}
 			fmt.Fprintf(a.stdout, "checkpoint: size=%d root=%s\n", res.Checkpoint.Size, res.Checkpoint.Root)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&idem, "idempotency-key", "", "replaying the same key returns the original result and appends nothing")
-	cmd.Flags().StringVar(&signKey, "sign-key", "", "sign each record as a DSSE envelope with this registered runner key (see ledger runner)")
+	fl := cmd.Flags()
+	fl.StringVar(&idem, "idempotency-key", "", "replaying the same key returns the original result and appends nothing")
+	fl.StringVar(&f.format, "format", "auto", "input format: auto, "+strings.Join(ingest.FormatNames(), ", "))
+	fl.StringVar(&f.lane, "lane", "", "lane the run belongs to (name/vN), for formats that lack one")
+	fl.StringVar(&f.backend, "backend", "", "backend the run used ("+ledger.BackendList()+")")
+	fl.StringVar(&f.repository, "repository", "", "repository the run tested")
+	fl.StringVar(&f.commit, "commit", "", "commit id the run tested (40 or 64 hex)")
+	fl.StringVar(&f.tree, "tree", "", "tree id of that commit")
+	fl.StringArrayVar(&f.artifacts, "artifact", nil, "artifact pin NAME=sha256:HEX (repeatable)")
+	fl.BoolVar(&f.fromGit, "from-git", false, "take repository, commit and tree from the git checkout in the current directory (refused when the work tree is dirty)")
+	fl.StringVar(&signKey, "sign-key", "", "sign each ledger JSON record as a DSSE envelope with this registered runner key (see ledger runner)")
 	return cmd
+}
+
+// params turns the flags into ingest.Params; --from-git fills repository,
+// commit and tree from the checkout in the working directory.
+func (f *recordFlags) params() (ingest.Params, error) {
+	p := ingest.Params{Lane: f.lane, Backend: ledger.Backend(f.backend), Repository: f.repository, Commit: f.commit, Tree: f.tree}
+	arts, err := ingest.ParseArtifacts(f.artifacts)
+	if err != nil {
+		return p, err
+	}
+	p.Artifacts = arts
+	if !f.fromGit {
+		return p, nil
+	}
+	git := func(args ...string) (string, error) {
+		out, err := exec.Command("git", args...).Output()
+		if err != nil {
+			return "", ledger.FieldError("from-git", "git %s failed: %v", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	commit, err := git("rev-parse", "HEAD")
+	if err != nil {
+		return p, err
+	}
+	tree, err := git("rev-parse", "HEAD^{tree}")
+	if err != nil {
+		return p, err
+	}
+	status, err := git("status", "--porcelain", "--untracked-files=no")
+	if err != nil {
+		return p, err
+	}
+	if status != "" {
+		return p, ledger.FieldError("from-git", "the work tree has uncommitted changes: evidence about a dirty tree never counts")
+	}
+	repo := f.repository
+	if repo == "" {
+		if repo, _ = git("config", "--get", "remote.origin.url"); repo == "" {
+			return p, ledger.FieldError("repository", "--from-git found no remote.origin.url: give --repository")
+		}
+	}
+	for _, c := range []struct{ name, flag, git string }{{"commit", f.commit, commit}, {"tree", f.tree, tree}} {
+		if c.flag != "" && c.flag != c.git {
+			return p, ledger.FieldError(c.name, "--%s %s disagrees with the checkout's %s", c.name, clipFlag(c.flag), c.git)
+		}
+	}
+	p.Repository, p.Commit, p.Tree = repo, commit, tree
+	return p, nil
+}
+
+func clipFlag(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// recordNative records the ledger's own JSON (an object or an array),
+// signed with the runner key in signKey when it is set.
+func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem string) (*ledger.AppendResult, error) {
+	trimmed := bytes.TrimSpace(data)
+	var raws []json.RawMessage
+	if trimmed[0] == '[' {
+		var err error
+		if raws, err = ledger.SplitArray(trimmed); err != nil {
+			return nil, err
+		}
+		if len(raws) == 0 {
+			return nil, ledger.FieldError("", "empty array, nothing to record")
+		}
+	} else {
+		raws = []json.RawMessage{trimmed}
+	}
+	bodies := make([][]byte, len(raws))
+	for i, r := range raws {
+		bodies[i] = r
+	}
+	return appendSigned(ctx, l, bodies, signKey, idem)
+}
+
+// recordFormat records an input of another format: through a server, the
+// bytes as they are (the server decodes, verifies and checks them); locally,
+// decoded here with the local runner-key registry and put through the
+// checks the server applies (web.IngestChecks, without a token), then
+// appended as one batch, the original first.
+func recordFormat(ctx context.Context, l theLedger, format, mediaType string, data []byte, p ingest.Params, artifacts []string, idem string) (*ledger.AppendResult, error) {
+	switch l := l.(type) {
+	case remoteLedger:
+		return l.Ingest(ctx, mediaType, data, client.IngestParams{Lane: p.Lane, Backend: string(p.Backend),
+			Repository: p.Repository, Commit: p.Commit, Tree: p.Tree, Artifacts: artifacts}, idem)
+	case *localLedger:
+		p.Envelopes = web.RunnerEnvelopes(l.Store)
+		dec, err := ingest.DecodeFormat(ctx, format, data, p)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := web.IngestChecks(dec.Records, ledger.Token{}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return l.Store.Append(ctx, recs, idem)
+	}
+	return nil, fmt.Errorf("record %s: unknown ledger", format)
 }

@@ -99,6 +99,25 @@ func TestRunnerCommandsLocal(t *testing.T) {
 		t.Fatalf("runner list: %s", out)
 	}
 
+	// An in-toto Statement signed by the same key, recorded locally: one
+	// registry and one verifier, the record carries the runner as signer,
+	// and the runner audit checks its envelope again.
+	stmt := `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"mlx","digest":{"gitCommit":"` + strings.Repeat("1", 40) + `","gitTree":"` + strings.Repeat("2", 40) +
+		`"}}],"predicateType":"https://in-toto.io/attestation/test-result/v0.1","predicate":{"result":"PASSED","passedTests":["a","b"],"warnedTests":[],"failedTests":[]}}`
+	stEnv, err := verify.SignRunnerEnvelope(context.Background(), priv, ledger.PayloadTypeInToto, []byte(stmt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stFile := filepath.Join(dir, "st.dsse.json")
+	os.WriteFile(stFile, stEnv, 0o644)
+	if out, errOut, code := runBin(t, "", "--db", db, "record", stFile, "--lane", "ci-tests/v1", "--backend", "cpu"); code != 0 || !strings.Contains(out, "(original)") {
+		t.Fatalf("record a signed in-toto envelope: exit %d %s %s", code, out, errOut)
+	}
+	out, _, code = runBin(t, "", "--db", db, "--json", "runner", "audit")
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != 4 || len(rep.Problems) != 0 {
+		t.Fatalf("runner audit with an in-toto record: exit %d %s", code, out)
+	}
+
 	if _, errOut, code := runBin(t, "", "--db", db, "runner", "revoke", "--as", "adm", "lab-1"); code != 2 || !strings.Contains(errOut, "reason") {
 		t.Fatalf("revoke without a reason: exit %d %s", code, errOut)
 	}

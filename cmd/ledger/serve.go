@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
@@ -53,6 +54,14 @@ type ServeConfig struct {
 	FullScan  bool
 	ScanChunk int
 	ScanPause time.Duration
+	// SigstoreTrustedRoot is a Sigstore trusted_root.json and
+	// SigstorePolicy the identity rules file (ingest.ParseSigstoreRules)
+	// Sigstore bundles posted to /api/v1/evidence are verified with
+	// (--sigstore-trusted-root, --sigstore-policy; env
+	// LEDGER_SIGSTORE_TRUSTED_ROOT, LEDGER_SIGSTORE_POLICY). Both or
+	// neither; neither: bundles are refused with a 409 naming the setting.
+	SigstoreTrustedRoot string
+	SigstorePolicy      string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -69,7 +78,8 @@ type ServeConfig struct {
 // environment variables; envErr reports a variable that does not parse (a
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
-	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond}
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond,
+		SigstoreTrustedRoot: envOr("LEDGER_SIGSTORE_TRUSTED_ROOT", ""), SigstorePolicy: envOr("LEDGER_SIGSTORE_POLICY", "")}
 	if v := os.Getenv("LEDGER_FULL_SCAN"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -124,6 +134,9 @@ func (c ServeConfig) Validate() error {
 			return fmt.Errorf("--repo-root %q: not a directory", r)
 		}
 	}
+	if (c.SigstoreTrustedRoot == "") != (c.SigstorePolicy == "") {
+		return errors.New("--sigstore-trusted-root and --sigstore-policy go together: a trusted root without identity rules would accept any certificate")
+	}
 	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
 		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
 	}
@@ -170,6 +183,12 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer stopWitnesser()
+	var sig *ingest.SigstoreConfig
+	if c.SigstoreTrustedRoot != "" {
+		if sig, err = ingest.LoadSigstoreConfig(c.SigstoreTrustedRoot, c.SigstorePolicy); err != nil {
+			return err
+		}
+	}
 	// Run state has its own handle on the same database.
 	var runStore *runs.Store
 	if isPostgres(c.DB) {
@@ -191,7 +210,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	defer runStore.Close()
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
-		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered})
+		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig})
 	if err != nil {
 		return err
 	}
@@ -285,6 +304,8 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served")
 	cmd.Flags().IntVar(&c.ScanChunk, "full-scan-chunk", c.ScanChunk, "leaves the full verification checks at a time")
 	cmd.Flags().DurationVar(&c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
+	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
+	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of identity rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp, san|san_regexp}] (env LEDGER_SIGSTORE_POLICY)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	cmd.Flags().DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
 	cmd.Flags().DurationVar(&c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")

@@ -1,0 +1,188 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// testEvent is one line of a go test -json stream, as cmd/test2json
+// documents it (go doc cmd/test2json): Action is start, run, pause, cont,
+// pass, bench, fail, output, skip, build-output or build-fail; Test is
+// empty for package-level events; FailedBuild names the package whose
+// build failed a test binary.
+type testEvent struct {
+	Time        time.Time
+	Action      string
+	Package     string
+	ImportPath  string
+	Test        string
+	Elapsed     float64
+	Output      string
+	FailedBuild string
+}
+
+// DecodeGoTest reads a go test -json (test2json) stream. Every test and
+// subtest that ran is a case with id "package > TestName/subtest" and the
+// outcome of its pass, fail or skip event; a test that started and never
+// ended is incomplete. A package that failed without a failing test (a
+// build failure, a panic outside a test, TestMain) adds the case
+// "package > (package)" as an error; a build failure reported only through
+// build-fail or FailedBuild adds "package > (build)". A stream whose last
+// line is cut off, or that ends before a package's final event, is
+// truncated. Lines that are not JSON objects (stderr mixed in with 2>&1)
+// are skipped and counted in a note; a broken JSON object before the last
+// line is a CodeInvalid error naming its line.
+func DecodeGoTest(body []byte) (*Run, error) {
+	g := &goTestState{tests: map[testKey]*testState{}, pkgs: map[string]string{}, builds: map[string]bool{}, r: &Run{}}
+	lines := bytes.Split(body, []byte("\n"))
+	for i, line := range lines {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] != '{' {
+			g.skipped++
+			continue
+		}
+		var ev testEvent
+		if err := json.Unmarshal(line, &ev); err != nil || ev.Action == "" {
+			if i == len(lines)-1 {
+				g.r.Truncated = true
+				g.r.Notes = append(g.r.Notes, "the stream's last line is cut off")
+				break
+			}
+			return nil, ledger.FieldError(fmt.Sprintf("line %d", i+1), "not a test2json event (want a JSON object with Action)")
+		}
+		g.event(ev)
+	}
+	if g.events == 0 {
+		return nil, ledger.FieldError("", "no test2json events: want the output of go test -json")
+	}
+	return g.finish(), nil
+}
+
+type testKey struct{ pkg, test string }
+
+type testState struct {
+	outcome Outcome
+	elapsed float64
+	order   int
+}
+
+// goTestState accumulates a stream's events.
+type goTestState struct {
+	tests    map[testKey]*testState
+	pkgs     map[string]string // package -> final action ("" while running)
+	pkgOrder []string
+	builds   map[string]bool
+	events   int
+	skipped  int
+	r        *Run
+}
+
+func (g *goTestState) event(ev testEvent) {
+	g.events++
+	r := g.r
+	if !ev.Time.IsZero() {
+		if r.Started.IsZero() || ev.Time.Before(r.Started) {
+			r.Started = ev.Time.UTC()
+		}
+		if ev.Time.After(r.Finished) {
+			r.Finished = ev.Time.UTC()
+		}
+	}
+	switch ev.Action {
+	case "build-fail":
+		// "pkg [pkg.test]" names the test variant of pkg.
+		p, _, _ := strings.Cut(ev.ImportPath, " [")
+		g.builds[p] = true
+		return
+	case "build-output":
+		return
+	}
+	if ev.Package == "" {
+		return
+	}
+	if _, ok := g.pkgs[ev.Package]; !ok {
+		g.pkgs[ev.Package] = ""
+		g.pkgOrder = append(g.pkgOrder, ev.Package)
+	}
+	if ev.FailedBuild != "" {
+		g.builds[ev.Package] = true
+	}
+	if ev.Test == "" {
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			g.pkgs[ev.Package] = ev.Action
+		}
+		return
+	}
+	k := testKey{ev.Package, ev.Test}
+	st := g.tests[k]
+	if st == nil {
+		st = &testState{outcome: Incomplete, order: len(g.tests)}
+		g.tests[k] = st
+	}
+	switch ev.Action {
+	case "pass":
+		st.outcome, st.elapsed = Passed, ev.Elapsed
+	case "fail":
+		st.outcome, st.elapsed = Failed, ev.Elapsed
+	case "skip":
+		st.outcome, st.elapsed = Skipped, ev.Elapsed
+	}
+}
+
+// finish turns the accumulated tests and packages into the run's cases.
+func (g *goTestState) finish() *Run {
+	r := g.r
+	if g.skipped > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d line(s) that are not test2json events were skipped", g.skipped))
+	}
+	ids := caseIDs{}
+	ordered := make([]testKey, len(g.tests))
+	for k, st := range g.tests {
+		ordered[st.order] = k
+	}
+	failedIn := map[string]bool{}
+	for _, k := range ordered {
+		st := g.tests[k]
+		r.Cases = append(r.Cases, Case{ID: ids.next(k.pkg, k.test), Outcome: st.outcome, Duration: st.elapsed})
+		if st.outcome == Failed || st.outcome == Incomplete {
+			failedIn[k.pkg] = true
+		}
+	}
+	for _, p := range g.pkgOrder {
+		switch final := g.pkgs[p]; {
+		case g.builds[p]:
+			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
+		case final == "":
+			r.Truncated = true
+			r.Notes = append(r.Notes, "package "+clip(p)+" has no final result: the stream ends before it finished")
+		case final == "fail" && !failedIn[p]:
+			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(package)"), Outcome: Errored})
+		}
+	}
+	var orphans []string // builds that failed with no package events
+	for p := range g.builds {
+		if _, ok := g.pkgs[p]; !ok && p != "" {
+			orphans = append(orphans, p)
+		}
+	}
+	sort.Strings(orphans)
+	for _, p := range orphans {
+		r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
+	}
+	for _, k := range r.Cases {
+		if k.Outcome == Incomplete {
+			r.Notes = append(r.Notes, "incomplete: "+k.ID+" started and never ended")
+		}
+	}
+	return r
+}

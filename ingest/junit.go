@@ -1,0 +1,244 @@
+package ingest
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"golang.org/x/net/html/charset"
+)
+
+// JUnit XML is read with encoding/xml into the structs below rather than
+// with github.com/joshdk/go-junit: that library drops the file's declared
+// counts (which the ledger must compare with the cases found), knows
+// nothing of Maven Surefire's flakyFailure / rerunFailure elements (a
+// rerun that passed is flaky, not passed), and reads no declared
+// encoding other than UTF-8. The element and attribute names follow the
+// de-facto schema the producers share (Ant's JUnit task, Surefire's
+// surefire-test-report.xsd, and the attributes pytest, go-junit-report,
+// gotestsum, jest-junit, mocha, scalatest, cargo-nextest, PHPUnit, Swift,
+// bazel, Catch2 and TestNG write).
+
+type xmlSuites struct {
+	XMLName  xml.Name
+	Tests    string     `xml:"tests,attr"`
+	Failures string     `xml:"failures,attr"`
+	Errors   string     `xml:"errors,attr"`
+	Skipped  string     `xml:"skipped,attr"`
+	Disabled string     `xml:"disabled,attr"`
+	Suites   []xmlSuite `xml:"testsuite"`
+}
+
+type xmlSuite struct {
+	Name      string     `xml:"name,attr"`
+	Tests     string     `xml:"tests,attr"`
+	Failures  string     `xml:"failures,attr"`
+	Errors    string     `xml:"errors,attr"`
+	Skipped   string     `xml:"skipped,attr"`
+	Skips     string     `xml:"skips,attr"`
+	Disabled  string     `xml:"disabled,attr"`
+	Timestamp string     `xml:"timestamp,attr"`
+	Time      string     `xml:"time,attr"`
+	Suites    []xmlSuite `xml:"testsuite"`
+	Cases     []xmlCase  `xml:"testcase"`
+}
+
+type xmlCase struct {
+	Name         string     `xml:"name,attr"`
+	Classname    string     `xml:"classname,attr"`
+	Time         string     `xml:"time,attr"`
+	Failures     []struct{} `xml:"failure"`
+	Errors       []struct{} `xml:"error"`
+	Skipped      []struct{} `xml:"skipped"`
+	FlakyFailure []struct{} `xml:"flakyFailure"`
+	FlakyError   []struct{} `xml:"flakyError"`
+	RerunFailure []struct{} `xml:"rerunFailure"`
+	RerunError   []struct{} `xml:"rerunError"`
+}
+
+// DecodeJUnit reads a JUnit XML document: a <testsuites> root or a bare
+// <testsuite> root, suites nested to any depth, any encoding the XML
+// declaration names (through golang.org/x/net/html/charset), the five XML
+// entities and character references. Each <testcase> is one case with id
+// "suite > nested suite > classname > name" (classname left out when it
+// repeats the suite's name). The declared counts are the root's
+// attributes when it has a tests attribute, else the sum over the
+// top-level suites that have one. Malformed XML and XML that is not JUnit
+// are CodeInvalid errors naming field "xml"; no error quotes the input
+// beyond an element name.
+func DecodeJUnit(body []byte) (*Run, error) {
+	dec := xml.NewDecoder(bytes.NewReader(body))
+	dec.CharsetReader = charset.NewReaderLabel
+	var root xmlSuites
+	if err := dec.Decode(&root); err != nil {
+		return nil, xmlError(err, dec)
+	}
+	// Nothing but whitespace, comments and processing instructions may follow.
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, xmlError(err, dec)
+		}
+		switch t := tok.(type) {
+		case xml.CharData:
+			if len(bytes.TrimSpace(t)) != 0 {
+				return nil, ledger.FieldError("xml", "text after the root element")
+			}
+		case xml.StartElement:
+			return nil, ledger.FieldError("xml", "a second root element")
+		}
+	}
+	r := &Run{}
+	ids := caseIDs{}
+	var suites []xmlSuite
+	switch root.XMLName.Local {
+	case "testsuites":
+		suites = root.Suites
+	case "testsuite":
+		// A bare <testsuite> root decodes into the same fields; read it again as a suite.
+		var s xmlSuite
+		dec := xml.NewDecoder(bytes.NewReader(body))
+		dec.CharsetReader = charset.NewReaderLabel
+		if err := dec.Decode(&s); err != nil {
+			return nil, xmlError(err, dec)
+		}
+		suites = []xmlSuite{s}
+		root = xmlSuites{}
+	default:
+		return nil, ledger.FieldError("xml", "root element <%s> is not JUnit: want <testsuites> or <testsuite>", clip(root.XMLName.Local))
+	}
+	r.Declared = declared(root, suites)
+	for i := range suites {
+		r.walk(&suites[i], nil, ids)
+	}
+	return r, nil
+}
+
+// declared reads the file's own counts: each counter from the
+// <testsuites> root's attribute where it has one, else summed over the
+// top-level suites that have it (producers differ in which level they
+// annotate: jest-junit puts no skipped attribute on the root). Skipped
+// includes disabled (and nose's "skips"). It is nil when no level declares
+// tests.
+func declared(root xmlSuites, suites []xmlSuite) *Declared {
+	pick := func(rootAttr string, suiteAttr func(xmlSuite) []string) (int, bool) {
+		if strings.TrimSpace(rootAttr) != "" {
+			return atoi(rootAttr), true
+		}
+		n, any := 0, false
+		for _, s := range suites {
+			for _, a := range suiteAttr(s) {
+				if strings.TrimSpace(a) != "" {
+					n, any = n+atoi(a), true
+				}
+			}
+		}
+		return n, any
+	}
+	tests, ok := pick(root.Tests, func(s xmlSuite) []string { return []string{s.Tests} })
+	if !ok {
+		return nil
+	}
+	d := &Declared{Tests: tests}
+	d.Failures, _ = pick(root.Failures, func(s xmlSuite) []string { return []string{s.Failures} })
+	d.Errors, _ = pick(root.Errors, func(s xmlSuite) []string { return []string{s.Errors} })
+	rootSkipped := root.Skipped
+	if rootSkipped != "" && root.Disabled != "" {
+		rootSkipped = strconv.Itoa(atoi(root.Skipped) + atoi(root.Disabled))
+	} else if rootSkipped == "" {
+		rootSkipped = root.Disabled
+	}
+	d.Skipped, _ = pick(rootSkipped, func(s xmlSuite) []string { return []string{s.Skipped, s.Skips, s.Disabled} })
+	return d
+}
+
+func (r *Run) walk(s *xmlSuite, path []string, ids caseIDs) {
+	path = append(path[:len(path):len(path)], strings.TrimSpace(s.Name))
+	if t, ok := parseJUnitTime(s.Timestamp); ok {
+		end := t.Add(time.Duration(seconds(s.Time) * float64(time.Second)))
+		if r.Started.IsZero() || t.Before(r.Started) {
+			r.Started = t
+		}
+		if end.After(r.Finished) {
+			r.Finished = end
+		}
+	}
+	for _, c := range s.Cases {
+		parts := append([]string(nil), path...)
+		if cn := strings.TrimSpace(c.Classname); cn != "" && cn != strings.TrimSpace(s.Name) {
+			parts = append(parts, cn)
+		}
+		parts = append(parts, c.Name)
+		k := Case{ID: ids.next(parts...), Duration: seconds(c.Time)}
+		switch {
+		case len(c.Errors) > 0:
+			k.Outcome = Errored
+		case len(c.Failures) > 0:
+			k.Outcome = Failed
+		case len(c.FlakyFailure)+len(c.FlakyError) > 0:
+			k.Outcome = Flaky
+			r.Notes = append(r.Notes, "flaky: "+k.ID+" failed, then passed on a rerun")
+		case len(c.Skipped) > 0:
+			k.Outcome = Skipped
+		default:
+			k.Outcome = Passed
+		}
+		if n := len(c.RerunFailure) + len(c.RerunError); n > 0 && k.Outcome != Flaky {
+			r.Notes = append(r.Notes, "rerun: "+k.ID+" was rerun "+strconv.Itoa(n)+" time(s) and still did not pass")
+		}
+		r.Cases = append(r.Cases, k)
+	}
+	for i := range s.Suites {
+		r.walk(&s.Suites[i], path, ids)
+	}
+}
+
+func xmlError(err error, dec *xml.Decoder) error {
+	var se *xml.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		return ledger.FieldError("xml", "malformed XML at line %d", se.Line)
+	case errors.Is(err, io.EOF):
+		return ledger.FieldError("xml", "not an XML document: no root element")
+	}
+	line, _ := dec.InputPos()
+	return ledger.FieldError("xml", "malformed XML at line %d", line)
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// seconds parses a JUnit time attribute: seconds as a decimal, with the
+// thousands separators some Surefire locales write ("1,234.5").
+func seconds(s string) float64 {
+	f, err := strconv.ParseFloat(strings.ReplaceAll(strings.TrimSpace(s), ",", ""), 64)
+	if err != nil || f < 0 || f > 1e9 {
+		return 0
+	}
+	return f
+}
+
+// parseJUnitTime reads a timestamp attribute: ISO 8601 with or without a
+// zone and fraction (no zone is taken as UTC, as Ant's task writes it).
+func parseJUnitTime(s string) (time.Time, bool) {
+	s = strings.TrimSpace(s)
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
+		if t, err := time.Parse(layout, s); err == nil && t.Year() > 1970 {
+			return t.UTC(), true
+		}
+	}
+	return time.Time{}, false
+}
