@@ -32,12 +32,38 @@ type driverStore interface {
 	Origin() string
 	CheckStart(ctx context.Context, r ledger.EntryAtReader, state *ledger.SignedState) (ledger.Checkpoint, error)
 	ProbeStorage(ctx context.Context) error
+	// AuthenticateRow lets ledger.VerifiedStore check a tokens row against
+	// its token leaves (ledger.TokenRowAuthenticator): a wrapper that hid
+	// it would make authentication trust the row.
+	AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error)
 }
 
 var (
-	_ driverStore = (*sqlite.Store)(nil)
-	_ driverStore = (*postgres.Store)(nil)
+	_ driverStore                  = (*sqlite.Store)(nil)
+	_ driverStore                  = (*postgres.Store)(nil)
+	_ ledger.TokenRowAuthenticator = (*Store)(nil)
+	_ ledger.EntryRangeReader      = (*Store)(nil)
 )
+
+// EntriesRange implements ledger.EntryRangeReader (the background full
+// verification's reads): one query on SQLite, leaf by leaf on PostgreSQL.
+func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error) {
+	if s.lite != nil {
+		return s.lite.EntriesRange(ctx, lo, hi)
+	}
+	es := make([]ledger.Entry, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		e, err := s.EntryAt(ctx, i)
+		if ledger.ErrorCode(err) == ledger.CodeNotFound {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
 
 // isPostgres reports whether --db names a PostgreSQL database (a
 // postgres:// or postgresql:// URL); anything else is SQLite.

@@ -216,8 +216,9 @@ func TestMigrateTwiceIsNoop(t *testing.T) {
 		t.Fatalf("second migration changed the schema")
 	}
 	cur, latest, err := MigrationStatus(ctx, db)
-	if err != nil || cur != latest || latest != 8 {
-		t.Fatalf("version %d of %d (%v), want 8 of 8", cur, latest, err)
+	files, _ := fs.Glob(pgmig.FS, "*.sql")
+	if want := int64(len(files)); err != nil || cur != latest || latest != want {
+		t.Fatalf("version %d of %d (%v), want %d of %d", cur, latest, err, want, want)
 	}
 	if !strings.Contains(s1, "leaves.commit_id") || strings.Contains(s1, "evidence_index.") {
 		t.Fatalf("schema after migration 6 is not the one the driver writes: %s", s1)

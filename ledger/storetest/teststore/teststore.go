@@ -39,7 +39,12 @@ type DriverStore interface {
 	ledger.NodeReader
 	Origin() string
 	ProbeStorage(ctx context.Context) error
+	// AuthenticateRow keeps ledger.VerifiedStore's check of a tokens row
+	// against its leaves working through this wrapper.
+	AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error)
 }
+
+var _ ledger.TokenRowAuthenticator = (*Store)(nil)
 
 // Options configures Open.
 type Options struct {
