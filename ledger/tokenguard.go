@@ -174,7 +174,7 @@ func (v *VerifiedStore) Authenticate(ctx context.Context, secret string) (Token,
 func rowDiff(row TokenRow, w *tokenState) string {
 	switch {
 	case row.LeafIndex == -1 && w == nil:
-		return "no token leaf creates it (a row was inserted, or a token made before schema 7 is not logged yet)"
+		return "no token leaf creates it (a row was inserted into the tokens table)"
 	case w == nil:
 		return "no token leaf creates it (a row was inserted)"
 	}

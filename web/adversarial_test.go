@@ -1085,7 +1085,7 @@ func TestAuditCatchesEditedTokensTable(t *testing.T) {
 		{"secret hash swapped", `UPDATE tokens SET secret_hash = randomblob(32) WHERE name = 'ci'`, "secret_hash differs"},
 		{"row renamed", `UPDATE tokens SET name = 'ci2' WHERE name = 'ci'`, "name differs"},
 		{"row inserted", `INSERT INTO tokens(id, name, scope, secret_hash, created_at) VALUES ('tok_00112233aabb', 'evil', 'admin', randomblob(32), 1)`, "has no token leaf (a row was inserted)"},
-		{"row inserted posing as made before schema 7", `INSERT INTO tokens(id, name, scope, secret_hash, created_at, leaf_idx) VALUES ('tok_00112233aabb', 'evil', 'admin', randomblob(32), 1, -1)`, "made before schema 7 and is not logged"},
+		{"row inserted posing as made before schema 7", `INSERT INTO tokens(id, name, scope, secret_hash, created_at, leaf_idx) VALUES ('tok_00112233aabb', 'evil', 'admin', randomblob(32), 1, -1)`, "has no token leaf (leaf_idx -1)"},
 		{"row deleted", `DELETE FROM tokens WHERE name = 'reader'`, "has no row for it (a row was deleted)"},
 		{"leaf index moved", `UPDATE tokens SET leaf_idx = leaf_idx + 1 WHERE name = 'ci'`, "leaf_idx differs"},
 	} {
@@ -1161,7 +1161,7 @@ func TestAuthenticationRefusesEditedTokensTable(t *testing.T) {
 		{name: "row inserted", sql: `INSERT INTO tokens(id, name, scope, secret_hash, created_at) VALUES ('tok_00112233aabb', 'evil', 'admin', ?, 1)`, args: []any{ah[:]},
 			secret: func(*tokenEnv) string { return attackerSecret }, want: "no token leaf creates it"},
 		{name: "row inserted posing as made before schema 7", sql: `INSERT INTO tokens(id, name, scope, secret_hash, created_at, leaf_idx) VALUES ('tok_00112233aabb', 'evil', 'admin', ?, 1, -1)`, args: []any{ah[:]},
-			secret: func(*tokenEnv) string { return attackerSecret }, want: "not logged yet"},
+			secret: func(*tokenEnv) string { return attackerSecret }, want: "inserted into the tokens table"},
 		{name: "row inserted pointing at another token's leaf", sql: `INSERT INTO tokens(id, name, scope, secret_hash, created_at, leaf_idx) SELECT 'tok_00112233aabb', 'ci-twin', 'record', ?, created_at, leaf_idx FROM tokens WHERE name = 'ci'`, args: []any{ah[:]},
 			secret: func(*tokenEnv) string { return attackerSecret }, want: "no token leaf creates it"},
 		{name: "row renamed", sql: `UPDATE tokens SET name = 'ci2' WHERE name = 'ci'`,

@@ -375,7 +375,7 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		w := a.wantTok[t.ID]
 		switch {
 		case leafIdx.Valid && leafIdx.Int64 == -1:
-			return -1, fmt.Sprintf("token %s (%q) was made before schema 7 and is not logged yet", t.ID, t.Name), nil
+			return -1, fmt.Sprintf("token %s (%q) has no token leaf (leaf_idx -1): a row inserted into the tokens table", t.ID, t.Name), nil
 		case w == nil:
 			return -1, fmt.Sprintf("tokens table row %s (%q) has no token leaf (a row was inserted)", t.ID, t.Name), nil
 		}

@@ -78,6 +78,11 @@ type Store struct {
 // machinery (ids.go, idfilter.go).
 type driver struct {
 	w *sql.DB
+	// adoptTokens: this open migrated the schema across version 7, so the
+	// tokens rows that migration marked unlogged (leaf_idx -1) are the
+	// pre-7 tokens, to be logged as adopted leaves (logUnloggedTokens). A
+	// later open never adopts: a -1 row it finds was inserted.
+	adoptTokens bool
 	r *stmtDB // read-only pool with cached statements
 	// proofs is the append answers' own read pool (see AnswerNodes).
 	proofs *stmtDB
@@ -185,7 +190,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Store{Log: l, d: d}
-	if !opts.ReadOnly {
+	if !opts.ReadOnly && d.adoptTokens {
 		if err := s.logUnloggedTokens(ctx); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("open store: %w", err)
@@ -295,6 +300,7 @@ func (d *driver) schema(ctx context.Context) error {
 		if err := Migrate(ctx, d.w); err != nil {
 			return err
 		}
+		d.adoptTokens = cur < tokenLeavesSchema && latest >= tokenLeavesSchema
 		if cur > 0 {
 			d.log.Info("migrated the database schema", "from", cur, "to", latest, "path", d.opts.Path)
 		}

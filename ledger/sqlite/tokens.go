@@ -304,12 +304,17 @@ func unixOrNil(t *time.Time) any {
 	return t.UnixNano()
 }
 
+// tokenLeavesSchema is the schema version (migration 00007) from which
+// every token has a leaf.
+const tokenLeavesSchema = 7
+
 // logUnloggedTokens appends a token leaf (Adopted) for every tokens row
 // that migration 7 marked as made before it (leaf_idx -1), and a
 // revocation leaf for those already revoked, so that those tokens are
-// covered by the audit like the others. It runs when a writable store
-// opens (it needs the signing key). A row without a leaf and without that
-// mark is never adopted: the audit reports it as inserted.
+// covered by the audit like the others. It runs only in the writable
+// open that migrated the database across version 7 (it needs the signing
+// key): a -1 row found by any later open was inserted, is never adopted,
+// and the audit and authentication refuse it.
 func (s *Store) logUnloggedTokens(ctx context.Context) error {
 	rows, err := s.d.w.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, revoked_idx FROM tokens WHERE leaf_idx = -1 ORDER BY created_at, id")
 	if err != nil {
@@ -440,7 +445,7 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		w := a.wantTok[t.ID]
 		switch {
 		case leafIdx.Valid && leafIdx.Int64 == -1:
-			return -1, fmt.Sprintf("token %s (%q) was made before schema 7 and is not logged yet: open the database once with a writable ledger holding its signing key (ledger serve) to log it", t.ID, t.Name), nil
+			return -1, fmt.Sprintf("token %s (%q) has no token leaf (leaf_idx -1): a row inserted into the tokens table, or a token made before schema 7 whose adoption did not finish in the open that migrated the database", t.ID, t.Name), nil
 		case w == nil:
 			return -1, fmt.Sprintf("tokens table row %s (%q) has no token leaf (a row was inserted)", t.ID, t.Name), nil
 		}

@@ -13,12 +13,12 @@ import (
 )
 
 // TestTokensMadeBeforeSchema7AreLogged: a database of schema 6 with a
-// live and a revoked token is migrated; until a writable store with the
-// key opens it, the audit reports the tokens as not logged; the first
-// writable open appends a token leaf for each (and a revocation leaf for
-// the revoked one), after which the audit passes, the live token still
-// authenticates and the revoked one does not. A row inserted later
-// without a leaf is never adopted.
+// live and a revoked token is migrated by a writable open, which appends a
+// token leaf for each (and a revocation leaf for the revoked one); the
+// audit then passes, the live token still authenticates and the revoked
+// one does not. A row inserted later without a leaf, even one marked as
+// migration 7 marks pre-7 tokens (leaf_idx -1), is never adopted by a
+// later open: the audit reports it and nothing is appended.
 func TestTokensMadeBeforeSchema7AreLogged(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -41,21 +41,9 @@ func TestTokensMadeBeforeSchema7AreLogged(t *testing.T) {
 	if _, err := db.Exec(`UPDATE tokens SET revoked_at = 3000 WHERE name = 'old-rm'`); err != nil {
 		t.Fatal(err)
 	}
-	// Migrated without the key (as `ledger migrate` does): not logged yet.
-	if _, err := MigrateTo(ctx, db, 0); err != nil {
-		t.Fatal(err)
-	}
 	db.Close()
-	ro, err := Open(ctx, Options{Path: path, ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := ro.Audit(ctx)
-	ro.Close()
-	if err != nil || rep.OK || !strings.Contains(rep.Problem, "made before schema 7 and is not logged") {
-		t.Fatalf("audit before logging: %+v %v", rep, err)
-	}
-
+	// The writable open that migrates across version 7 (as `ledger serve`
+	// and `ledger migrate` do, with the key) adopts them.
 	s, err := Open(ctx, Options{Path: path})
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +95,26 @@ func TestTokensMadeBeforeSchema7AreLogged(t *testing.T) {
 	}
 	if rep, err := s.Audit(ctx); err != nil || rep.OK || !strings.Contains(rep.Problem, "has no token leaf (a row was inserted)") {
 		t.Fatalf("inserted row: %+v %v", rep, err)
+	}
+	if _, err := s.DB().Exec(`DELETE FROM tokens WHERE name = 'evil'`); err != nil {
+		t.Fatal(err)
+	}
+	// An admin row posing as a pre-7 token (leaf_idx -1) in a database
+	// already at schema 8: the next writable open must not adopt it.
+	evil := sha256.Sum256([]byte("lgr_evil"))
+	if _, err := s.DB().Exec(`INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles, repositories, lanes, backends, leaf_idx) VALUES ('tok_dddddddddddd', 'legacy', 'admin', ?, 1500, '[]', '[]', '[]', '[]', -1)`, evil[:]); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = Open(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, _ := s.Checkpoint(ctx); cp.Size != 3 {
+		t.Fatalf("an open after schema 7 adopted an inserted -1 row: size %d", cp.Size)
+	}
+	if rep, err := s.Audit(ctx); err != nil || rep.OK || !strings.Contains(rep.Problem, "has no token leaf (leaf_idx -1)") {
+		t.Fatalf("inserted -1 row: %+v %v", rep, err)
 	}
 }
 
