@@ -83,7 +83,7 @@ type driver struct {
 	// pre-7 tokens, to be logged as adopted leaves (logUnloggedTokens). A
 	// later open never adopts: a -1 row it finds was inserted.
 	adoptTokens bool
-	r *stmtDB // read-only pool with cached statements
+	r           *stmtDB // read-only pool with cached statements
 	// proofs is the append answers' own read pool (see AnswerNodes).
 	proofs *stmtDB
 	opts   Options
