@@ -26,11 +26,26 @@ type TokenRow struct {
 	ReadAt       time.Time
 }
 
+// Live returns the row's token when it is neither revoked nor expired at
+// ReadAt, else the token and a CodeUnauthorized error ("token ... was
+// revoked", "token expired: ..."); neither names the secret.
+func (r TokenRow) Live() (Token, error) {
+	t := r.Token
+	if t.RevokedAt != nil {
+		return t, Errorf(CodeUnauthorized, "token %q was revoked", t.Name)
+	}
+	if t.Expired(r.ReadAt) {
+		return t, Errorf(CodeUnauthorized, "token expired: %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
+	}
+	return t, nil
+}
+
 // TokenRowAuthenticator is a store whose tokens table is a projection of
-// the token leaves (ledger/sqlite). AuthenticateRow returns the row whose
-// secret hash is SHA-256(secret), revoked or expired alike, with the
-// count of token leaves, in one database round trip; CodeUnauthorized
-// "unknown token" when no row has that hash. Safe for concurrent use.
+// the token leaves (ledger/sqlite, ledger/postgres). AuthenticateRow
+// returns the row whose secret hash is SHA-256(secret), revoked or expired
+// alike, with the count of token leaves, in one database round trip;
+// CodeUnauthorized "unknown token" when no row has that hash. Safe for
+// concurrent use.
 type TokenRowAuthenticator interface {
 	AuthenticateRow(ctx context.Context, secret string) (TokenRow, error)
 }
@@ -158,12 +173,9 @@ func (v *VerifiedStore) Authenticate(ctx context.Context, secret string) (Token,
 			v.log.Error("tampering: a tokens table row does not match its token leaves; authentication refused", "token_id", row.ID, "differs", col)
 			return Token{}, Errorf(CodeUnauthorized, "token refused: its tokens table row does not match the token leaves that define it (%s); the database was edited behind the log: run `ledger audit`", col)
 		}
-		t := row.Token
-		if t.RevokedAt != nil {
-			return Token{}, Errorf(CodeUnauthorized, "token %q was revoked", t.Name)
-		}
-		if t.Expired(row.ReadAt) {
-			return Token{}, Errorf(CodeUnauthorized, "token expired: %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
+		t, err := row.Live()
+		if err != nil {
+			return Token{}, err
 		}
 		return t, nil
 	}

@@ -186,14 +186,7 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, 
 	if err != nil {
 		return ledger.Token{}, err
 	}
-	t := row.Token
-	if t.RevokedAt != nil {
-		return t, ledger.Errorf(ledger.CodeUnauthorized, "token %q was revoked", t.Name)
-	}
-	if t.Expired(row.ReadAt) {
-		return t, ledger.Errorf(ledger.CodeUnauthorized, "token expired: %q expired at %s", t.Name, t.ExpiresAt.Format(time.RFC3339))
-	}
-	return t, nil
+	return row.Live()
 }
 
 // authRowQuery reads a tokens row by secret hash with the count of token
