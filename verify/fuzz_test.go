@@ -16,6 +16,7 @@ func FuzzParseObject(f *testing.F) {
 	f.Add(unsignedCommit(fixtureT0, "hello"), false)
 	f.Add(insertGpgsig(unsignedCommit(fixtureT0, "hello"), []byte("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n")), false)
 	f.Add(append(unsignedTag(fixtureT0, "v1"), "-----BEGIN PGP SIGNATURE-----\nxx\n-----END PGP SIGNATURE-----\n"...), true)
+	f.Add(bytes.Replace(insertGpgsig(unsignedCommit(fixtureT0, "hello"), []byte("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n")), []byte("\ngpgsig "), []byte("\ngpgsig-sha256 "), 1), false)
 	f.Add([]byte("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\ntree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n\n"), false)
 	f.Fuzz(func(t *testing.T, raw []byte, isTag bool) {
 		typ := "commit"

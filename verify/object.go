@@ -21,6 +21,8 @@ type Object struct {
 	// Payload is the signed data: for commits Raw without the gpgsig and
 	// gpgsig-sha256 headers and their continuation lines, every other byte
 	// kept; for tags Raw up to the last signature block in the message.
+	// An unsigned object (Signature nil) has Payload equal to Raw, even
+	// when it carries a gpgsig-sha256 header only.
 	Payload []byte
 	// Signature is the armoured signature block (continuation-line
 	// prefixes removed for commits); nil when the object is unsigned.
@@ -78,6 +80,13 @@ func ObjectID(typ string, raw []byte) string {
 // missing header/body separator, or an id mismatch.
 // It is safe for concurrent use; the result aliases no memory of raw.
 func ParseObject(raw []byte, typ, wantID string) (*Object, error) {
+	return parseObject(raw, typ, wantID, "gpgsig")
+}
+
+// parseObject is ParseObject with the commit header that carries the
+// signature in the object's format: gpgsig for SHA-1, gpgsig-sha256 for
+// SHA-256 (git's commit.c gpg_sig_headers).
+func parseObject(raw []byte, typ, wantID, sigHeader string) (*Object, error) {
 	raw = bytes.Clone(raw)
 	o := &Object{Type: typ, Raw: raw, ID: ObjectID(typ, raw)}
 	if wantID != "" && !strings.EqualFold(wantID, o.ID) {
@@ -86,7 +95,7 @@ func ParseObject(raw []byte, typ, wantID string) (*Object, error) {
 	var err error
 	switch typ {
 	case "commit":
-		err = o.parseCommit()
+		err = o.parseCommit(sigHeader)
 	case "tag":
 		err = o.parseTag()
 	default:
@@ -153,7 +162,7 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-func (o *Object) parseCommit() error {
+func (o *Object) parseCommit(sigHeader string) error {
 	hs, _, err := splitHeaders(o.Raw)
 	if err != nil {
 		return err
@@ -204,11 +213,10 @@ func (o *Object) parseCommit() error {
 		switch {
 		case strings.HasPrefix(h.name, "gpgsig"):
 			// git drops every header line starting with "gpgsig" (and its
-			// continuation lines) from the payload; only "gpgsig" carries
-			// the signature of a SHA-1 object (commit.c,
-			// parse_buffer_signed_by_header).
+			// continuation lines) from the payload; only sigHeader carries
+			// the signature (commit.c, parse_buffer_signed_by_header).
 			sigSpans = append(sigSpans, [2]int{h.start, h.end})
-			if h.name == "gpgsig" {
+			if h.name == sigHeader {
 				o.Signature = append(bytes.Clone(h.value), '\n')
 			}
 		case h.name == "mergetag":
@@ -219,7 +227,10 @@ func (o *Object) parseCommit() error {
 			o.MergeTags = append(o.MergeTags, mt)
 		}
 	}
-	if len(sigSpans) == 0 {
+	if o.Signature == nil {
+		// Only sigHeader signs the commit: with no such header there is
+		// no signed data, and git reports "no signature" without using a
+		// payload.
 		o.Payload = o.Raw
 		return nil
 	}
@@ -230,12 +241,10 @@ func (o *Object) parseCommit() error {
 		prev = s[1]
 	}
 	o.Payload = append(p, o.Raw[prev:]...)
-	if o.Signature != nil {
-		first, _, _ := bytes.Cut(o.Signature, []byte{'\n'})
-		o.Format = sigFormat(first)
-		if o.Format == "" {
-			return newErr(ErrMalformed, "gpgsig header does not start with a known armour line")
-		}
+	first, _, _ := bytes.Cut(o.Signature, []byte{'\n'})
+	o.Format = sigFormat(first)
+	if o.Format == "" {
+		return newErr(ErrMalformed, "%s header does not start with a known armour line", sigHeader)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"bytes"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
@@ -105,7 +104,11 @@ func orSHA1(f string) string {
 // commits, the signature is the gpgsig-sha256 header's (git signs a
 // commit in its own format's header; git's commit.c gpg_sig_headers).
 func parseFormat(format, id, typ string, data []byte) (*Object, error) {
-	o, err := ParseObject(data, typ, "")
+	sigHeader := "gpgsig"
+	if format == FormatSHA256 {
+		sigHeader = "gpgsig-sha256"
+	}
+	o, err := parseObject(data, typ, "", sigHeader)
 	if err != nil {
 		if e, ok := err.(*Error); ok {
 			e.Object = id
@@ -113,22 +116,6 @@ func parseFormat(format, id, typ string, data []byte) (*Object, error) {
 		return nil, err
 	}
 	o.ID = id
-	if format == FormatSHA256 && typ == "commit" {
-		o.Signature, o.Format = nil, ""
-		hs, _, err := splitHeaders(o.Raw)
-		if err != nil {
-			return nil, err
-		}
-		for _, h := range hs {
-			if h.name == "gpgsig-sha256" {
-				o.Signature = append(bytes.Clone(h.value), '\n')
-				first, _, _ := bytes.Cut(o.Signature, []byte{'\n'})
-				if o.Format = sigFormat(first); o.Format == "" {
-					return nil, &Error{Object: id, Kind: ErrMalformed, Detail: "gpgsig-sha256 header does not start with a known armour line"}
-				}
-			}
-		}
-	}
 	n := idLen(format)
 	if o.Tree != "" && len(o.Tree) != n || o.Target != "" && len(o.Target) != n {
 		return nil, &Error{Object: id, Kind: ErrMalformed, Detail: "names an object id of another object format"}
