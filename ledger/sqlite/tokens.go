@@ -212,14 +212,8 @@ func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.Toke
 	if err != nil {
 		return row, dbErr("authenticate", err)
 	}
-	row.Token, row.SecretSHA256, row.TokenLeaves, row.ReadAt = t, hex.EncodeToString(hash), uint64(n), s.d.opts.Now()
-	row.LeafIndex, row.RevokedIndex = -1, -1
-	if leafIdx.Valid {
-		row.LeafIndex = leafIdx.Int64
-	}
-	if revIdx.Valid {
-		row.RevokedIndex = revIdx.Int64
-	}
+	row = tokenRowOf(t, hash, leafIdx, revIdx)
+	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
 	return row, nil
 }
 
@@ -356,14 +350,6 @@ type multiScanner struct {
 
 func (m multiScanner) Scan(dst ...any) error { return m.r.Scan(slices.Concat(dst, m.extra)...) }
 
-// wantToken is the tokens row the token leaves imply.
-type wantToken struct {
-	leaf   ledger.TokenLeaf
-	idx    uint64
-	rev    *time.Time
-	revIdx uint64
-}
-
 // tokenLeafOf decodes the body of a token or token-revocation leaf row for
 // the audit (CheckLeaf; safe on distinct rows). It returns a problem when
 // the body does not decode.
@@ -372,62 +358,24 @@ func tokenLeafOf(r *auditRow) string {
 	if err := json.Unmarshal(r.Raw, &l); err != nil {
 		return "token leaf does not parse"
 	}
-	p := &r.Proj
-	switch ledger.Kind(r.Kind) {
-	case ledger.KindToken:
-		p.tok = new(ledger.TokenLeaf)
-		if json.Unmarshal(l.Body, p.tok) != nil {
-			return "token leaf body does not parse"
-		}
-	case ledger.KindTokenRevocation:
-		p.rev = new(ledger.TokenRevocationLeaf)
-		if json.Unmarshal(l.Body, p.rev) != nil {
-			return "token-revocation leaf body does not parse"
-		}
+	c, _, err := ledger.DecodeTokenChange(r.Index, ledger.Kind(r.Kind), l.Body)
+	if err != nil {
+		return err.Error()
 	}
+	r.Proj.tok = &c
 	return ""
 }
 
-// addToken folds a passed token or revocation leaf (in index order) into
-// the rows the tokens table must hold. The first revocation of a token is
-// the one its row records.
-func (a *auditSrc) addToken(r *auditRow) {
-	if a.wantTok == nil {
-		a.wantTok = map[string]*wantToken{}
-	}
-	p := &r.Proj
-	switch {
-	case p.tok != nil:
-		if _, dup := a.wantTok[p.tok.TokenID]; !dup {
-			a.wantTok[p.tok.TokenID] = &wantToken{leaf: *p.tok, idx: r.Index}
-		}
-	case p.rev != nil:
-		if w := a.wantTok[p.rev.TokenID]; w != nil && w.rev == nil {
-			at := p.rev.RevokedAt.UTC()
-			w.rev, w.revIdx = &at, r.Index
-		} else if w == nil && a.tokProblem == "" {
-			a.tokIdx, a.tokProblem = int64(r.Index), fmt.Sprintf("token-revocation leaf %d revokes token %s, which no earlier token leaf created", r.Index, p.rev.TokenID)
-		}
-	}
-}
-
-// auditTokens checks the tokens table against the token leaves: every
-// row must be the projection of its token leaf (name, scope, roles,
-// evidence scope, expiry, secret hash, creation time, leaf index) and of
-// its first revocation leaf, and every token leaf must have its row. It
-// returns the leaf index concerned (-1 when none) and the problem ("" when
-// none). A row made before schema 7 and not yet logged (leaf_idx -1) is
-// reported as such.
+// auditTokens checks the tokens table against the token leaves
+// (ledger.TokenProjection.CheckTable). It returns the leaf index
+// concerned (-1 when none) and the problem ("" when none).
 func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
-	if a.tokProblem != "" {
-		return a.tokIdx, a.tokProblem, nil
-	}
 	rows, err := a.tx.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, leaf_idx, revoked_idx FROM tokens ORDER BY id")
 	if err != nil {
 		return -1, "", err
 	}
 	defer rows.Close()
-	seen := map[string]bool{}
+	var table []ledger.TokenRow
 	for rows.Next() {
 		var hash []byte
 		var leafIdx, revIdx sql.NullInt64
@@ -435,79 +383,23 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		if err != nil {
 			return -1, "", err
 		}
-		w := a.wantTok[t.ID]
-		switch {
-		case leafIdx.Valid && leafIdx.Int64 == -1:
-			return -1, fmt.Sprintf("token %s (%q) has no token leaf (leaf_idx -1): a row inserted into the tokens table, or a token made before schema 7 whose adoption did not finish in the open that migrated the database", t.ID, t.Name), nil
-		case w == nil:
-			return -1, fmt.Sprintf("tokens table row %s (%q) has no token leaf (a row was inserted)", t.ID, t.Name), nil
-		}
-		seen[t.ID] = true
-		at := int64(w.idx)
-		if f := tokenRowDiff(t, hash, leafIdx, revIdx, w); f != "" {
-			return at, fmt.Sprintf("tokens table row %s (%q) does not match its token leaf %d: %s differs (the row was edited)", t.ID, t.Name, w.idx, f), nil
-		}
+		table = append(table, tokenRowOf(t, hash, leafIdx, revIdx))
 	}
 	if err := rows.Err(); err != nil {
 		return -1, "", err
 	}
-	ids := make([]string, 0, len(a.wantTok))
-	for id := range a.wantTok {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		if !seen[id] {
-			w := a.wantTok[id]
-			return int64(w.idx), fmt.Sprintf("token leaf %d creates token %s (%q) but the tokens table has no row for it (a row was deleted)", w.idx, id, w.leaf.Name), nil
-		}
-	}
-	return -1, "", nil
+	idx, problem := a.tokens.CheckTable(table)
+	return idx, problem, nil
 }
 
-// tokenRowDiff names the first column of a tokens row that differs from
-// what its leaves imply ("" when none).
-func tokenRowDiff(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64, w *wantToken) string {
-	l := w.leaf
-	revIdxOK := !revIdx.Valid
-	if w.rev != nil {
-		revIdxOK = revIdx.Valid && uint64(revIdx.Int64) == w.revIdx
+// tokenRowOf is the ledger.TokenRow of a scanned tokens row.
+func tokenRowOf(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64) ledger.TokenRow {
+	row := ledger.TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: ledger.NullLeafIndex, RevokedIndex: -1}
+	if leafIdx.Valid {
+		row.LeafIndex = leafIdx.Int64
 	}
-	for _, c := range []struct {
-		col string
-		eq  bool
-	}{
-		{"name", t.Name == l.Name},
-		{"scope", t.Scope == l.Scope},
-		{"roles", slices.Equal(t.Roles, nilIfEmpty(l.Roles))},
-		{"repositories", slices.Equal(t.Repositories, nilIfEmpty(l.Repositories))},
-		{"lanes", slices.Equal(t.Lanes, nilIfEmpty(l.Lanes))},
-		{"backends", slices.Equal(backendStrings(t.Backends), backendStrings(l.Backends))},
-		{"expires_at", sameTime(t.ExpiresAt, l.ExpiresAt)},
-		{"secret_hash", hex.EncodeToString(hash) == l.SecretSHA256},
-		{"created_at", t.CreatedAt.Equal(l.CreatedAt)},
-		{"leaf_idx", leafIdx.Valid && uint64(leafIdx.Int64) == w.idx},
-		{"revoked_at", sameTime(t.RevokedAt, w.rev)},
-		{"revoked_idx", revIdxOK},
-	} {
-		if !c.eq {
-			return c.col
-		}
+	if revIdx.Valid {
+		row.RevokedIndex = revIdx.Int64
 	}
-	return ""
-}
-
-// sameTime reports whether a and b are both nil or the same instant.
-func sameTime(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Equal(*b)
-}
-
-func nilIfEmpty(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
+	return row
 }
