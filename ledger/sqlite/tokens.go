@@ -179,40 +179,45 @@ func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
 
 // Authenticate implements ledger.TokenStore. Errors are CodeUnauthorized:
 // "unknown token", "token expired", "token … was revoked"; none names the
-// secret. It trusts the tokens row; ledger.VerifiedStore.Authenticate
-// checks the row against its token leaves first (AuthenticateRow).
+// secret. It trusts the tokens row and reads only the columns a Token
+// holds; ledger.VerifiedStore.Authenticate checks the row against its
+// token leaves first (AuthenticateRow).
 func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, error) {
-	row, err := s.AuthenticateRow(ctx, secret)
-	if err != nil {
-		return ledger.Token{}, err
+	h := sha256.Sum256([]byte(secret))
+	t, err := scanToken(s.d.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM tokens WHERE secret_hash = ?", h[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ledger.Token{}, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
-	return row.Live()
+	if err != nil {
+		return ledger.Token{}, dbErr("authenticate", err)
+	}
+	return ledger.TokenRow{Token: t, ReadAt: s.d.opts.Now()}.Live()
 }
 
 // authRowQuery reads a tokens row by secret hash with the count of token
 // leaves; "kind <> 'evidence'" lets SQLite count on the partial index
 // leaves_kind_key instead of scanning the leaves (TestQueryPlansUseIndexes).
-const authRowQuery = "SELECT " + tokenCols + ", secret_hash, leaf_idx, revoked_idx, " +
+const authRowQuery = "SELECT " + tokenCols + ", leaf_idx, revoked_idx, " +
 	"(SELECT COUNT(*) FROM leaves WHERE kind IN ('token', 'token-revocation') AND kind <> 'evidence') FROM tokens WHERE secret_hash = ?"
 
 // AuthenticateRow implements ledger.TokenRowAuthenticator: one query
 // reads the row whose secret_hash is SHA-256(secret) with the count of
 // token and token-revocation leaves (an index-only count over
-// leaves_kind_key).
+// leaves_kind_key). The row's secret hash is the one it was selected by,
+// so it is not read back.
 func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
 	h := sha256.Sum256([]byte(secret))
 	var row ledger.TokenRow
-	var hash []byte
 	var leafIdx, revIdx sql.NullInt64
 	var n int64
-	t, err := scanToken(multiScanner{s.d.r.QueryRowContext(ctx, authRowQuery, h[:]), []any{&hash, &leafIdx, &revIdx, &n}})
+	t, err := scanToken(multiScanner{s.d.r.QueryRowContext(ctx, authRowQuery, h[:]), []any{&leafIdx, &revIdx, &n}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
 	if err != nil {
 		return row, dbErr("authenticate", err)
 	}
-	row = tokenRowOf(t, hash, leafIdx, revIdx)
+	row = tokenRowOf(t, h[:], leafIdx, revIdx)
 	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
 	return row, nil
 }
