@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -125,20 +127,42 @@ func scanToken(sc scanner) (ledger.Token, error) {
 
 // stringList decodes a token column holding a JSON array of strings (as
 // json.Unmarshal does, ignoring its error); an empty list is nil.
-// Authentication scans a token per request and most columns are empty,
-// so "", null and [] skip the decoder.
+// Authentication scans a token per request, so "", null and [] skip the
+// decoder and other columns are decoded once (listMemo) and copied.
 func stringList[S ~string](col string) []S {
 	switch col {
 	case "", "null", "[]":
 		return nil
 	}
-	var out []S
-	_ = json.Unmarshal([]byte(col), &out)
-	if len(out) == 0 {
+	var list []string
+	if v, ok := listMemo.Load(col); ok {
+		list = v.([]string)
+	} else {
+		_ = json.Unmarshal([]byte(col), &list)
+		if listMemoSize.Add(1) <= listMemoMax {
+			listMemo.Store(col, list)
+		}
+	}
+	if len(list) == 0 {
 		return nil
+	}
+	out := make([]S, len(list))
+	for i, v := range list {
+		out[i] = S(v)
 	}
 	return out
 }
+
+// listMemo maps a token list column's text to its decoded list (never
+// modified once stored; stringList returns copies). It holds at most
+// listMemoMax columns: tokens are few, and a database with more distinct
+// lists than that decodes the rest per read. Safe for concurrent use.
+var (
+	listMemo     sync.Map
+	listMemoSize atomic.Int64
+)
+
+const listMemoMax = 1024
 
 // Tokens implements ledger.TokenStore.
 func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
