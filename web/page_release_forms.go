@@ -225,6 +225,10 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			}
 			p.Forms = s.releaseForms(w, r, version, v)
 			p.Forms.Problem = body.Message
+			if perr := s.fillRunPlan(r.Context(), w, r, p, -1, ""); perr != nil {
+				s.renderError(w, r, perr)
+				return
+			}
 			if st == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
 			}
