@@ -205,14 +205,21 @@ func servingAgents(agents []runs.AgentInfo, spec runs.Spec, g *gates.Gate) []str
 // fillRunPlan sets p.RunsHTML to the run form's section rendered for this
 // request (the plan changes with agents and runs, not with the log, so it
 // is not part of the cached page). queued is the count to report (-1:
-// none); problem why the last press was refused.
+// none); problem why the last press was refused. A plan that cannot be
+// computed is shown as the section's problem (logged when internal); the
+// error returned is the template's.
 func (s *Server) fillRunPlan(ctx context.Context, w http.ResponseWriter, r *http.Request, p *releasePage, queued int, problem string) error {
 	plan := runPlan{Enabled: s.runs != nil, Action: actionPath(p.Rel.Version, formRuns), Role: p.Rel.ApprovalRole, Queued: queued, Problem: problem}
 	if plan.Enabled {
 		plan.CSRF = s.csrfToken(s.csrfSecret(w, r), plan.Action)
 		rows, err := s.planRuns(ctx, p.Rel, p.R)
 		if err != nil {
-			return err
+			// The rest of the page does not depend on the run store.
+			st, body := errorBody(err)
+			if st >= 500 {
+				s.log.Error("release page: run plan", "version", p.Rel.Version, "err", err)
+			}
+			plan.Problem = strings.TrimPrefix(plan.Problem+"; the run plan cannot be computed: "+body.Message, "; ")
 		}
 		plan.Rows = rows
 	}

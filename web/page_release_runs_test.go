@@ -380,3 +380,31 @@ func mapsEqual(a, b map[string][]string) bool {
 	}
 	return true
 }
+
+// TestReleaseRunFormWithoutRunStore: a server without a run store says so
+// on the release page and refuses a press with 404, queueing nothing; a
+// run store that fails leaves the rest of the page served, the plan's
+// problem shown.
+func TestReleaseRunFormWithoutRunStore(t *testing.T) {
+	st := pgStore(t)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	code, body := pgGet(t, s, "/releases/0.32.1")
+	if code != http.StatusOK || !strings.Contains(body, "This server runs no runs service") || strings.Contains(body, `id="runs-form"`) {
+		t.Fatalf("release page without a run store: %d, want the note and no run form", code)
+	}
+	cookie, _ := pgForm(t, s, "waiver", nil)
+	admin, _, err := st.CreateToken(t.Context(), "alice", ledger.ScopeAdmin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrf := s.csrfToken(cookie.Value, "/releases/0.32.1/runs")
+	if rec := pgPost(s, "/releases/0.32.1/runs", cookie, url.Values{"csrf": {csrf}, "token": {admin}}, ""); rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "runs no runs service") {
+		t.Errorf("press without a run store: %d, want 404 saying so", rec.Code)
+	}
+
+	e := newRunFormEnv(t)
+	e.rs.Close()
+	body, _, _ = e.page(t, "/releases/3.0.0", nil)
+	pgContains(t, "failed run store", body, "the run plan cannot be computed", `id="gate-qmv-cuda"`)
+}
