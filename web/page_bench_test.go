@@ -135,9 +135,11 @@ func BenchmarkReleaseRender(b *testing.B) {
 }
 
 // BenchmarkReleasePageRuns is BenchmarkReleasePage on a server with a run
-// store: the run form's plan (agents, runner-key registry, active runs,
-// one row per gate) is computed for every request. Four approved cpu
-// agents at the pins serve every gate; 20 runs are active.
+// store: the run form's plan (agents, runner-key registry, active runs)
+// is computed and its section rendered for every request. Four approved
+// cpu agents at the pins are online and 20 runs are active; the 50 gates
+// need no run (the fixture's runs at the pins fail them), so the plan
+// lists them on one line.
 func BenchmarkReleasePageRuns(b *testing.B) {
 	st := pgBenchStore(b)
 	ctx := b.Context()
@@ -183,8 +185,8 @@ func BenchmarkReleasePageRuns(b *testing.B) {
 		b.Fatal(err)
 	}
 	code, body := pgGet(b, s, "/releases/bench")
-	if code != 200 || strings.Count(body, `<tr data-gate="gate-`) != 50 {
-		b.Fatalf("release page: %d, %d plan rows (%v)", code, strings.Count(body, `<tr data-gate="gate-`), planStates(body))
+	if code != 200 || !strings.Contains(body, "Nothing to run for: gate-00 (") {
+		b.Fatalf("release page: %d, plan rows %v; want no gate to run", code, planStates(body))
 	}
 	b.ResetTimer()
 	for b.Loop() {

@@ -55,8 +55,11 @@ type planRow struct {
 // token, how many runs the last press queued (Queued, from the redirect),
 // and Problem, why the last press was refused.
 type runPlan struct {
-	Enabled bool // the server runs a runs service
-	Rows    []planRow
+	Enabled bool      // the server runs a runs service
+	Rows    []planRow // the rows that need a run (queue, active, no-agent)
+	// Skipped lists the lane gates that need no run, "gate (why)", in one
+	// line: a release whose gates mostly pass renders no row for each.
+	Skipped string
 	Action  string
 	CSRF    string
 	Role    string // the release's approval role ("" : admin scope)
@@ -111,7 +114,7 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 		}
 		res := results[g.ID]
 		if res.State != gates.StateOpen {
-			why := map[gates.State]string{gates.StatePassed: "satisfied", gates.StateWaived: "waived", gates.StateFailed: "failed: a failing run keeps it failed until superseded or waived; a new run does not change that"}[res.State]
+			why := map[gates.State]string{gates.StatePassed: "satisfied", gates.StateWaived: "waived", gates.StateFailed: "failed: supersede or waive the failing run first"}[res.State]
 			rows = append(rows, planRow{Gate: g.ID, Lane: g.Lane, State: planNotLane, Why: why})
 			continue
 		}
@@ -221,7 +224,15 @@ func (s *Server) fillRunPlan(ctx context.Context, w http.ResponseWriter, r *http
 			}
 			plan.Problem = strings.TrimPrefix(plan.Problem+"; the run plan cannot be computed: "+body.Message, "; ")
 		}
-		plan.Rows = rows
+		var skipped []string
+		for _, row := range rows {
+			if row.State == planNotLane {
+				skipped = append(skipped, row.Gate+" ("+row.Why+")")
+				continue
+			}
+			plan.Rows = append(plan.Rows, row)
+		}
+		plan.Skipped = strings.Join(skipped, ", ")
 	}
 	var buf bytes.Buffer
 	if err := s.pages.t.ExecuteTemplate(&buf, "release_runs", plan); err != nil {

@@ -229,11 +229,12 @@ func planStates(body string) map[string][]string {
 func TestReleaseRunForm(t *testing.T) {
 	e := newRunFormEnv(t)
 	body, cookie, csrf := e.page(t, "/releases/3.0.0", nil)
-	want := map[string][]string{"qmv-cuda": {"queue"}, "alloc-cuda": {"queue"}, "qmv-metal": {"no-agent"}, "qmv-cpu": {"not-needed"}, "snap-cuda": {"not-needed"}}
+	want := map[string][]string{"qmv-cuda": {"queue"}, "alloc-cuda": {"queue"}, "qmv-metal": {"no-agent"}}
 	if got := planStates(body); !mapsEqual(got, want) {
 		t.Fatalf("plan before the press: %v, want %v", got, want)
 	}
-	pgContains(t, "plan", body, "no online approved agent for backend metal", "Queue 2 missing run(s)", "online agent(s) cuda-a serve it")
+	pgContains(t, "plan", body, "no online approved agent for backend metal", "Queue 2 missing run(s)", "online agent(s) cuda-a serve it",
+		"Nothing to run for: qmv-cpu (satisfied), snap-cuda (waived).")
 	if strings.Contains(body, "metal-x serve") {
 		t.Error("the unapproved metal agent is offered as serving a gate")
 	}
