@@ -206,7 +206,8 @@ func servingAgents(agents []runs.AgentInfo, spec runs.Spec, g *gates.Gate) []str
 }
 
 // fillRunPlan sets p.RunsHTML to the run form's section rendered for this
-// request (the plan changes with agents and runs, not with the log, so it
+// request, its CSRF token bound to the cookie p.Forms set (call
+// releaseForms first) (the plan changes with agents and runs, not with the log, so it
 // is not part of the cached page). queued is the count to report (-1:
 // none); problem why the last press was refused. A plan that cannot be
 // computed is shown as the section's problem (logged when internal); the
@@ -214,7 +215,11 @@ func servingAgents(agents []runs.AgentInfo, spec runs.Spec, g *gates.Gate) []str
 func (s *Server) fillRunPlan(ctx context.Context, w http.ResponseWriter, r *http.Request, p *releasePage, queued int, problem string) error {
 	plan := runPlan{Enabled: s.runs != nil, Action: actionPath(p.Rel.Version, formRuns), Role: p.Rel.ApprovalRole, Queued: queued, Problem: problem}
 	if plan.Enabled {
-		plan.CSRF = s.csrfToken(s.csrfSecret(w, r), plan.Action)
+		secret := p.Forms.secret
+		if secret == "" {
+			secret = s.csrfSecret(w, r)
+		}
+		plan.CSRF = s.csrfToken(secret, plan.Action)
 		rows, err := s.planRuns(ctx, p.Rel, p.R)
 		if err != nil {
 			// The rest of the page does not depend on the run store.

@@ -170,10 +170,15 @@ func (e *runFormEnv) page(t *testing.T, path string, cookie *http.Cookie) (strin
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d", path, res.StatusCode)
 	}
+	set := 0
 	for _, c := range res.Cookies() {
 		if c.Name == csrfCookie {
 			cookie = c
+			set++
 		}
+	}
+	if set > 1 {
+		t.Fatalf("GET %s set the CSRF cookie %d times: the forms' tokens are bound to different secrets", path, set)
 	}
 	m := regexp.MustCompile(`<form method="post" action="/releases/3.0.0/runs" id="runs-form"[^>]*>\s*<input type="hidden" name="csrf" value="([^"]+)">`).FindStringSubmatch(string(b))
 	if m == nil {
