@@ -31,7 +31,9 @@ fi
 run() { # side store pattern benchtime
   local log="$work/$1.$2.$r.$(echo "$3" | tr -c 'A-Za-z0-9' _).log"
   LEDGER_TEST_STORE=$2 "$work/$1.test" -test.run '^$' -test.bench "$3" -test.benchtime "$4" >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
-  grep -E '^Benchmark' "$log" | awk -v s="$1" -v st="$2" '{for(i=1;i<=NF;i++) if($(i)=="records/s") print s, st, $1, $(i-1)}'
+  # The server's access log interleaves with the result lines: a result's
+  # name is the last "Benchmark..." seen before its records/s.
+  awk -v s="$1" -v st="$2" 'match($0,/^Benchmark[^ \t]+/){n=substr($0,RSTART,RLENGTH)} /records\/s/{for(i=1;i<=NF;i++) if($(i)=="records/s") print s, st, n, $(i-1)}' "$log"
 }
 for r in $(seq 1 "$rounds"); do
   echo "round $r load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -29,7 +29,7 @@ for r in $(seq 1 "$rounds"); do
   for side in $order; do
     echo "round $r $side load $(cut -d' ' -f1-3 /proc/loadavg)"
     "$work/$side.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "$benchtime" >"$work/$side.$r.log" 2>&1 || { cat "$work/$side.$r.log"; exit 1; }
-    grep -E '^Benchmark' "$work/$side.$r.log" | awk -v s="$side" '{for(i=1;i<=NF;i++) if($(i)=="records/s") print s, $1, $(i-1)}'
+    awk -v s="$side" 'match($0,/^Benchmark[^ \t]+/){n=substr($0,RSTART,RLENGTH)} /records\/s/{for(i=1;i<=NF;i++) if($(i)=="records/s") print s, n, $(i-1)}' "$work/$side.$r.log"
   done
 done
 echo "logs: $work"
