@@ -46,14 +46,17 @@ func TestFailedCommitStoresNothing(t *testing.T) {
 		}
 		return n
 	}
-	if n := count("SELECT count(*) FROM leaves"); n != 2 {
-		t.Fatalf("%d leaves after the failed batch, want 2", n)
-	}
-	if n := count("SELECT count(*) FROM idempotency"); n != 0 {
-		t.Fatalf("%d idempotency rows after the failed batch, want 0", n)
-	}
-	if n := count("SELECT count(*) FROM checkpoints WHERE note <> 'planted'"); n != 2 {
-		t.Fatalf("%d checkpoints after the failed batch, want 2", n)
+	for _, c := range []struct {
+		q    string
+		want int
+	}{
+		{"SELECT count(*) FROM leaves", 2},
+		{"SELECT count(*) FROM idempotency", 0},
+		{"SELECT count(*) FROM checkpoints WHERE note <> 'planted'", 2},
+	} {
+		if n := count(c.q); n != c.want {
+			t.Fatalf("after the failed batch, %s = %d, want %d", c.q, n, c.want)
+		}
 	}
 	if _, err := db.Exec("DELETE FROM checkpoints WHERE note = 'planted'"); err != nil {
 		t.Fatal(err)
