@@ -28,14 +28,16 @@ import (
 // context.
 //
 // Proofs (isProofRead: inclusion and consistency proofs, a few node hash
-// reads each) are a class of their own: they take one of GOMAXPROCS proof
-// slots and nothing else, so they never queue behind a page render or
-// the pause a page leaves behind; at most GOMAXPROCS of them run at once,
-// which bounds what they take from the writer. Safe for concurrent use.
+// reads each) are a class of their own: they take one of
+// max(1, GOMAXPROCS/2) proof slots and nothing else, so they never queue
+// behind a page render or the pause a page leaves behind. While writes
+// are in flight a proof slot is given back after a pause as long as it
+// was held (at most readPauseMax), so proofs take at most about half of
+// GOMAXPROCS/2 cores however many clients ask. Safe for concurrent use.
 type readGate struct {
 	slots     chan struct{} // GOMAXPROCS
 	exclusive chan struct{} // 1, taken only while writes are in flight
-	proofs    chan struct{} // GOMAXPROCS, proof reads only
+	proofs    chan struct{} // max(1, GOMAXPROCS/2), proof reads only
 	writes    atomic.Int64  // write requests in flight
 }
 
@@ -46,18 +48,26 @@ const (
 
 func newReadGate() *readGate {
 	n := runtime.GOMAXPROCS(0)
-	return &readGate{slots: make(chan struct{}, n), exclusive: make(chan struct{}, 1), proofs: make(chan struct{}, n)}
+	return &readGate{slots: make(chan struct{}, n), exclusive: make(chan struct{}, 1), proofs: make(chan struct{}, max(1, n/2))}
 }
 
 // enterProof admits a proof read, waiting for a proof slot; it returns the
-// function that gives the slot back, or false when ctx ended first.
+// function that gives the slot back (after the pause while writes are in
+// flight), or false when ctx ended first.
 func (g *readGate) enterProof(ctx context.Context) (func(), bool) {
 	select {
 	case g.proofs <- struct{}{}:
-		return func() { <-g.proofs }, true
 	case <-ctx.Done():
 		return nil, false
 	}
+	since := time.Now()
+	return func() {
+		if pause := min(time.Since(since), readPauseMax); pause > 0 && g.writes.Load() > 0 {
+			time.AfterFunc(pause, func() { <-g.proofs })
+			return
+		}
+		<-g.proofs
+	}, true
 }
 
 // readTicket is one read's admission. Its methods are called from the

@@ -179,3 +179,51 @@ func TestIsProofRead(t *testing.T) {
 		}
 	}
 }
+
+// While a write is in flight a proof slot is given back only after a
+// pause as long as it was held; without writes at once.
+func TestProofSlotsPauseWhileWrites(t *testing.T) {
+	g := newReadGate()
+	fill := func() []func() {
+		var dones []func()
+		for range cap(g.proofs) {
+			done, ok := g.enterProof(context.Background())
+			if !ok {
+				t.Fatal("proof not admitted with free slots")
+			}
+			dones = append(dones, done)
+		}
+		return dones
+	}
+	try := func(wait time.Duration) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		done, ok := g.enterProof(ctx)
+		if ok {
+			done()
+		}
+		return ok
+	}
+	g.writes.Add(1)
+	dones := fill()
+	if try(time.Millisecond) {
+		t.Fatal("a proof was admitted with every proof slot held")
+	}
+	time.Sleep(readPauseMax)
+	for _, d := range dones {
+		d()
+	}
+	if try(time.Millisecond) {
+		t.Error("a proof slot held for readPauseMax was free again at once while a write is in flight")
+	}
+	if !try(10 * time.Second) {
+		t.Error("a proof slot was not given back after its pause")
+	}
+	g.writes.Add(-1)
+	for _, d := range fill() {
+		d()
+	}
+	if !try(time.Second) {
+		t.Error("without writes a proof slot was not given back at once")
+	}
+}
