@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 )
 
@@ -57,10 +58,34 @@ func benchEvidence(i int) ledger.Evidence {
 	return e
 }
 
-// benchStore opens the cached benchmark ledger under os.TempDir(), filling
+// benchReader is what the readiness benchmarks read and sign with.
+type benchReader interface {
+	ledger.Reader
+	ledger.Keys
+}
+
+// benchStore is benchStoreSQLite's database, or, when LEDGER_BENCH_PG_DSN
+// is set, that PostgreSQL database opened read-only with the key of
+// LEDGER_BENCH_KEY_DIR: a `ledger copy` of the SQLite one
+// (scripts/bench-pg-copy.sh runs the benchmarks so).
+func benchStore(b *testing.B) benchReader {
+	b.Helper()
+	dsn := os.Getenv("LEDGER_BENCH_PG_DSN")
+	if dsn == "" {
+		return benchStoreSQLite(b)
+	}
+	s, err := postgres.Open(context.Background(), postgres.Options{DSN: dsn, KeyDir: os.Getenv("LEDGER_BENCH_KEY_DIR"), ReadOnly: true, Now: func() time.Time { return t0 }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// benchStoreSQLite opens the cached benchmark ledger under os.TempDir(), filling
 // it on first use with 1,000,000 evidence records appended 1000 per call
 // (the batched fast path) plus head verifications.
-func benchStore(b *testing.B) *sqlite.Store {
+func benchStoreSQLite(b *testing.B) *sqlite.Store {
 	b.Helper()
 	ctx := context.Background()
 	dir := filepath.Join(os.TempDir(), benchDBVersion)

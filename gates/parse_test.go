@@ -2,6 +2,7 @@ package gates
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,5 +99,10 @@ func TestExampleReleaseParses(t *testing.T) {
 		if heads[c.Name] != c.Head {
 			t.Errorf("component %s head %s, reference %s", c.Name, c.Head, heads[c.Name])
 		}
+	}
+	// The CUDA gate counts only evidence an approved agent signed.
+	g, ok := rel.gate("cuda-execution")
+	if !ok || g.Kind != KindLane || g.Runner != ledger.RunnerKindAgent || !slices.Equal(g.Backends, []string{"cuda"}) {
+		t.Errorf("example gate cuda-execution: %+v; want a cuda lane gate with runner: agent", g)
 	}
 }

@@ -388,6 +388,16 @@ func (r *Release) PinsDigest() string {
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
+// GateSubject returns the repository and commit evidence for gate g
+// must be about: the repository of g's component and its head commit, or
+// its reviewed commit when g has at: reviewed ("" for a gate naming no
+// component of r).
+func (r *Release) GateSubject(g *Gate) (repository, commit string) {
+	c, _ := r.Component(g.Component)
+	commit, _ = r.commitFor(g)
+	return c.Repository, commit
+}
+
 // commitFor returns the commit and tree evidence for gate g must be about.
 func (r *Release) commitFor(g *Gate) (commit, tree string) {
 	c, _ := r.Component(g.Component)

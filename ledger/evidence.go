@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -48,7 +49,8 @@ func CheckText(field, s string, max int, required, multiline bool) error {
 }
 
 // checkDetails checks an evidence record's details: one JSON object of at
-// most MaxDetailsBytes whose values nest at most MaxDetailsDepth deep.
+// most MaxDetailsBytes, in valid UTF-8, whose values nest at most
+// MaxDetailsDepth deep.
 func checkDetails(d []byte) error {
 	d = bytes.TrimSpace(d)
 	if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
@@ -60,8 +62,13 @@ func checkDetails(d []byte) error {
 	dec := jsontext.NewDecoder(bytes.NewReader(d))
 	for {
 		tok, err := dec.ReadToken()
-		if err != nil {
+		if err == io.EOF {
 			break
+		}
+		if err != nil {
+			// json.Valid passes invalid UTF-8 that jsontext refuses; a
+			// refusal here must not end the depth scan early.
+			return FieldError("details", "must be a JSON object in valid UTF-8")
 		}
 		if k := tok.Kind(); (k == '{' || k == '[') && dec.StackDepth() > MaxDetailsDepth {
 			return FieldError("details", "nests deeper than %d levels", MaxDetailsDepth)

@@ -62,7 +62,7 @@ func depth(b []byte) int {
 // FuzzCheckDetails: accepted details are one JSON object within the size
 // and depth caps.
 func FuzzCheckDetails(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":[1,{"b":"}"}]}`, `[]`, `{"a":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, `{"a":"\u0000"}`, "{\"a\":\"\xff\"}"} {
+	for _, s := range []string{`{}`, `{"a":[1,{"b":"}"}]}`, `[]`, `{"a":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, `{"a":"\u0000"}`, "{\"a\":\"\xff\"}", "{\"\xac\":" + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -13,7 +13,7 @@
 # steadier of the two (wall time includes waiting for the CPU).
 #
 # Each binary gets its own TMPDIR holding a copy of the cached 1,000,000
-# record databases (gates-bench-v1, ledger-bench-v8-1000000) when they exist
+# record databases (gates-bench-v1, ledger-bench-*-1000000) when they exist
 # under $BENCH_CACHE (default /tmp), so neither side migrates or reads the
 # other's schema; when they do not exist the first run of each side fills
 # its own (minutes).
@@ -56,15 +56,20 @@ done
 for v in old new; do mkdir -p "$work/tmp-$v"; done
 # dbcopy v pkg: the cached database of pkg's benchmarks into v's TMPDIR.
 dbcopy() {
-	local db
+	local db pat
 	case $2 in
-	gates) db=gates-bench-v1 ;;
-	ledger/sqlite) db=ledger-bench-v8-1000000 ;;
+	gates) pat=gates-bench-v1 ;;
+	# Named by schema version (ledger-bench-s9-...) or, before that, v8:
+	# each side's benchmark picks the one of its own schema.
+	ledger/sqlite) pat='ledger-bench-*-1000000' ;;
 	*) return 0 ;;
 	esac
-	if [ -d "$cache/$db" ] && [ ! -d "$work/tmp-$1/$db" ]; then
-		cp -a --reflink=auto "$cache/$db" "$work/tmp-$1/$db"
-	fi
+	for db in "$cache"/$pat; do
+		db=${db##*/}
+		if [ -d "$cache/$db" ] && [ ! -d "$work/tmp-$1/$db" ]; then
+			cp -a --reflink=auto "$cache/$db" "$work/tmp-$1/$db"
+		fi
+	done
 }
 
 results=$work/results.tsv

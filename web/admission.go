@@ -25,10 +25,19 @@ import (
 // slot at most readHoldMax (a slow client cannot stall the other reads),
 // and gives both slots up once it waits for a shared computation
 // (freshCache), which is not its own CPU. Waiting ends with the request's
-// context. Safe for concurrent use.
+// context.
+//
+// Proofs (isProofRead: inclusion and consistency proofs, a few node hash
+// reads each) are a class of their own: they take one of
+// max(1, GOMAXPROCS/2) proof slots and nothing else, so they never queue
+// behind a page render or the pause a page leaves behind. While writes
+// are in flight a proof slot is given back after a pause as long as it
+// was held (at most readPauseMax), so proofs take at most about half of
+// GOMAXPROCS/2 cores however many clients ask. Safe for concurrent use.
 type readGate struct {
 	slots     chan struct{} // GOMAXPROCS
 	exclusive chan struct{} // 1, taken only while writes are in flight
+	proofs    chan struct{} // max(1, GOMAXPROCS/2), proof reads only
 	writes    atomic.Int64  // write requests in flight
 }
 
@@ -38,7 +47,27 @@ const (
 )
 
 func newReadGate() *readGate {
-	return &readGate{slots: make(chan struct{}, runtime.GOMAXPROCS(0)), exclusive: make(chan struct{}, 1)}
+	n := runtime.GOMAXPROCS(0)
+	return &readGate{slots: make(chan struct{}, n), exclusive: make(chan struct{}, 1), proofs: make(chan struct{}, max(1, n/2))}
+}
+
+// enterProof admits a proof read, waiting for a proof slot; it returns the
+// function that gives the slot back (after the pause while writes are in
+// flight), or false when ctx ended first.
+func (g *readGate) enterProof(ctx context.Context) (func(), bool) {
+	select {
+	case g.proofs <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false
+	}
+	since := time.Now()
+	return func() {
+		if pause := min(time.Since(since), readPauseMax); pause > 0 && g.writes.Load() > 0 {
+			time.AfterFunc(pause, func() { <-g.proofs })
+			return
+		}
+		<-g.proofs
+	}, true
 }
 
 // readTicket is one read's admission. Its methods are called from the
@@ -132,10 +161,40 @@ func isGatedRead(r *http.Request) bool {
 	return p != "/healthz" && p != "/metrics" && !strings.HasPrefix(p, "/static/")
 }
 
-// admit is the middleware of the read gate: reads wait for admission,
-// every other request counts as a write in flight.
+// isProofRead reports whether r is a gated read of a proof: GET or HEAD of
+// /api/v1/evidence/{id}/proof, /api/v1/log/proof/inclusion or
+// /api/v1/log/proof/consistency.
+func isProofRead(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	switch p := r.URL.Path; p {
+	case "/api/v1/log/proof/inclusion", "/api/v1/log/proof/consistency":
+		return true
+	default:
+		id, ok := strings.CutPrefix(p, "/api/v1/evidence/")
+		if !ok {
+			return false
+		}
+		id, ok = strings.CutSuffix(id, "/proof")
+		return ok && id != "" && !strings.Contains(id, "/")
+	}
+}
+
+// admit is the middleware of the read gate: proofs wait for a proof slot,
+// other reads for admission, every other request counts as a write in
+// flight.
 func (s *Server) admit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isProofRead(r) {
+			done, ok := s.gate.enterProof(r.Context())
+			if !ok {
+				return // the client went away while waiting
+			}
+			defer done()
+			next.ServeHTTP(w, r)
+			return
+		}
 		if !isGatedRead(r) {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				s.gate.writes.Add(1)

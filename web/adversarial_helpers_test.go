@@ -511,6 +511,7 @@ var routeScope = map[string]string{
 	"POST /releases/{version}/signoffs":          "form",
 	"POST /releases/{version}/approvals":         "form",
 	"POST /releases/{version}/supersedes":        "form",
+	"POST /releases/{version}/runs":              "form",
 	"GET /static/*":                              "public",
 }
 

@@ -397,7 +397,11 @@ func (s *Server) handleEvidenceProof(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := map[string]any{"proof": p}
-	if cp, err := s.store.CheckpointAt(r.Context(), p.TreeSize); err == nil {
+	// Most proofs are of the latest tree, whose checkpoint the last append
+	// answered with; one size has one signed checkpoint.
+	if c := s.lastCheckpoint.Load(); c != nil && c.cp.Size == p.TreeSize {
+		out["checkpoint"] = c.cp
+	} else if cp, err := s.store.CheckpointAt(r.Context(), p.TreeSize); err == nil {
 		out["checkpoint"] = cp
 	}
 	s.writeJSON(w, http.StatusOK, out)

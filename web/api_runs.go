@@ -30,6 +30,7 @@ type runState struct {
 	ttl      time.Duration
 	pollWait time.Duration
 	mu       sync.Mutex // outcome appends and the state changes beside them
+	planMu   sync.Mutex // the release run form's plan-and-queue (no duplicate on a double press)
 	wakeMu   sync.Mutex
 	wake     chan struct{} // closed and replaced when a run becomes queued
 }
@@ -176,21 +177,48 @@ type RunAnswer struct {
 }
 
 func (s *Server) handleCreateRun(w http.ResponseWriter, r *http.Request) {
-	rs, err := s.runsOrErr()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var spec runs.Spec
 	if err := s.decodeJSON(w, r, &spec); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := spec.Validate(); err != nil {
+	t, _ := TokenFrom(r.Context())
+	run, err := s.queueRun(r.Context(), t, spec)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	t, _ := TokenFrom(r.Context())
+	s.writeJSON(w, http.StatusCreated, RunAnswer{Run: run})
+}
+
+// queueRun validates spec, checks that token t's scope covers every lane
+// of it on its backend and repository, queues it as created by t and wakes
+// the agents' long polls. It is the one path that queues a run: POST
+// /api/v1/runs and the release page's run form both call it. Errors:
+// CodeNotFound without a run store, CodeInvalid naming the field,
+// CodeForbidden naming the member out of t's scope (nothing queued).
+func (s *Server) queueRun(ctx context.Context, t ledger.Token, spec runs.Spec) (runs.Run, error) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		return runs.Run{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return runs.Run{}, err
+	}
+	if err := runCovered(t, spec); err != nil {
+		return runs.Run{}, err
+	}
+	run, err := rs.store.Create(ctx, spec, t.Name)
+	if err != nil {
+		return run, err
+	}
+	rs.wakeAll()
+	return run, nil
+}
+
+// runCovered returns the CodeForbidden error of the first lane of spec
+// that token t's scope does not cover on spec's repository and backend.
+func runCovered(t ledger.Token, spec runs.Spec) error {
 	for i, l := range spec.Lanes {
 		if field, ok := t.Covers(spec.Repository, l, spec.Backend); !ok {
 			if field == "lane" {
@@ -198,17 +226,10 @@ func (s *Server) handleCreateRun(w http.ResponseWriter, r *http.Request) {
 			} else if field == "subject.repository" {
 				field = "repository"
 			}
-			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: field, Message: "out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was queued"})
-			return
+			return &ledger.Error{Code: ledger.CodeForbidden, Field: field, Message: "out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was queued"}
 		}
 	}
-	run, err := rs.store.Create(r.Context(), spec, t.Name)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	rs.wakeAll()
-	s.writeJSON(w, http.StatusCreated, RunAnswer{Run: run})
+	return nil
 }
 
 func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
@@ -454,6 +475,12 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	a := runs.Agent{Name: req.Name, KeyID: keyID, PublicKey: verify.AuthorizedKey(pub), Backend: req.Backend, Labels: req.Labels, Spec: req.Spec, Health: clipText(req.Health)}
 	if err := rs.store.Register(r.Context(), a); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// The answer is the stored registration, with its registration and
+	// heartbeat times.
+	if a, err = rs.store.GetAgent(r.Context(), req.Name); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -11,22 +11,31 @@ import (
 	"runtime"
 
 	"encoding/json"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
 )
 
 // postAll POSTs b.N bodies to /api/v1/evidence from clients concurrent
 // clients, each reading its answer (as a client does, which also keeps its
 // connection), and fails the benchmark on any status but 201.
 func postAll(b *testing.B, e *apiEnv, clients int, bodies <-chan []byte) {
+	postAllTo(b, []*apiEnv{e}, clients, bodies)
+}
+
+// postAllTo is postAll with client c posting to envs[c%len(envs)].
+func postAllTo(b *testing.B, envs []*apiEnv, clients int, bodies <-chan []byte) {
 	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	var wg sync.WaitGroup
 	var done atomic.Int64
 	for c := 0; c < clients; c++ {
 		wg.Add(1)
+		e := envs[c%len(envs)]
 		go func() {
 			defer wg.Done()
 			for done.Add(1) <= int64(b.N) {
@@ -93,6 +102,56 @@ func BenchmarkHTTPAppendBatch100(b *testing.B) {
 			b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "records/s")
 		})
 	}
+}
+
+// BenchmarkHTTPAppendTwoServers: the same ingest through two servers, each
+// with its own store and sequencer on one PostgreSQL database (as two
+// `ledger serve` behind a load balancer), half the clients on each:
+// single-record appends from 16 clients and 100-record batches from 4.
+// Skipped on SQLite (LEDGER_TEST_STORE=postgres runs it).
+func BenchmarkHTTPAppendTwoServers(b *testing.B) {
+	two := func(b *testing.B, cfg Config) []*apiEnv {
+		e := newAPIEnv(b, cfg)
+		st2 := teststore.OpenSecond(b, e.store)
+		cfg.Store = st2
+		s2, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs := httptest.NewServer(s2)
+		b.Cleanup(hs.Close)
+		return []*apiEnv{e, {srv: hs, store: st2, record: e.record, read: e.read}}
+	}
+	b.Run("single/clients=16", func(b *testing.B) {
+		envs := two(b, Config{})
+		var n atomic.Int64
+		bodies := make(chan []byte, 64)
+		go func() {
+			for {
+				j, _ := json.Marshal(testEvidence(int(n.Add(1))))
+				bodies <- j
+			}
+		}()
+		b.ResetTimer()
+		postAllTo(b, envs, 16, bodies)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	})
+	b.Run("batch100/clients=4", func(b *testing.B) {
+		envs := two(b, Config{MaxBody: 64 << 20})
+		bodies := make(chan []byte, b.N)
+		for i := 0; i < b.N; i++ {
+			batch := make([]any, 100)
+			for j := range batch {
+				batch[j] = testEvidence(i*100 + j)
+			}
+			body, _ := json.Marshal(batch)
+			bodies <- body
+		}
+		runtime.GC()
+		b.ResetTimer()
+		postAllTo(b, envs, 4, bodies)
+		b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "records/s")
+	})
 }
 
 // BenchmarkRawInsertPerRowTx is the baseline of the ingest targets,

@@ -314,3 +314,25 @@ func TestBrowserXSS(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowserRunForm presses the release page's "run the missing lanes"
+// button in a real browser (CSRF cookie, token field, confirm) and checks
+// that the page it lands on reports the two runs queued and that the
+// store holds exactly those two.
+func TestBrowserRunForm(t *testing.T) {
+	ctx := pgBrowser(t)
+	e := newRunFormEnv(t)
+	pgDo(t, ctx, "run form",
+		chromedp.Navigate(e.srv.URL+"/releases/3.0.0"),
+		chromedp.WaitVisible(chromedp.CSS(`#runs-form`)),
+		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
+		chromedp.SendKeys(chromedp.CSS(`#r-token`), e.tokens["manager"]),
+		chromedp.Click(chromedp.CSS(`#runs-form button[type=submit]`)))
+	landed := pgAwait(t, ctx, `(document.getElementById('runs-queued') || document.getElementById('runs-problem') || {textContent: ''}).textContent`)
+	if !strings.Contains(landed, "2 run(s) queued.") {
+		t.Fatalf("run form landed on %q", landed)
+	}
+	if n := len(e.active(t)); n != 2 {
+		t.Fatalf("the browser's press queued %d runs, want 2", n)
+	}
+}

@@ -505,6 +505,8 @@ func TestIdentifiersRefuseControlCharacters(t *testing.T) {
 		{"device.driver", strings.Repeat("d", ledger.MaxIdentifier+1), "device.driver"},
 		{"details", map[string]any{"x": strings.Repeat("a", ledger.MaxDetailsBytes)}, "details"},
 		{"details", nest(ledger.MaxDetailsDepth + 1), "details"},
+		// Invalid UTF-8 ahead of nesting past the cap.
+		{"details", json.RawMessage("{\"\xac\":" + strings.Repeat("[", ledger.MaxDetailsDepth+5) + strings.Repeat("]", ledger.MaxDetailsDepth+5) + "}"), "details"},
 	} {
 		before := e.size(t)
 		code, body := e.do(t, "POST", "/api/v1/evidence", e.record, set(c.path, c.value))

@@ -1,14 +1,22 @@
 package web
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/runs"
+	"github.com/evidence-ledger/ledger/verify"
 )
 
 // pgBenchRelease seeds a release with 50 lane gates and 10,000 evidence
@@ -16,6 +24,11 @@ import (
 // per backend: cpu passes, the others are baseline for a cpu-only gate) and
 // the rest about older commits (baseline).
 func pgBenchRelease(b testing.TB) *Server {
+	return pgServer(b, pgBenchStore(b))
+}
+
+// pgBenchStore is pgBenchRelease's store.
+func pgBenchStore(b testing.TB) ledger.Store {
 	st := pgStore(b)
 	const gatesN, perLane = 50, 200
 	var y strings.Builder
@@ -40,7 +53,7 @@ func pgBenchRelease(b testing.TB) *Server {
 		}
 	}
 	pgRelease(b, st, y.String())
-	return pgServer(b, st)
+	return st
 }
 
 // BenchmarkReleasePage renders /releases/{version} for a release with 50
@@ -118,5 +131,69 @@ func BenchmarkReleaseRender(b *testing.B) {
 	for b.Loop() {
 		rec := httptest.NewRecorder()
 		s.render(rec, req, 200, "release", p)
+	}
+}
+
+// BenchmarkReleasePageRuns is BenchmarkReleasePage on a server with a run
+// store: the run form's plan (agents, runner-key registry, active runs)
+// is computed and its section rendered for every request. Four approved
+// cpu agents at the pins are online and 20 runs are active; the 50 gates
+// need no run (the fixture's runs at the pins fail them), so the plan
+// lists them on one line.
+func BenchmarkReleasePageRuns(b *testing.B) {
+	st := pgBenchStore(b)
+	ctx := b.Context()
+	path := filepath.Join(b.TempDir(), "runs.db")
+	rdb, err := sqlite.Open(ctx, sqlite.Options{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rdb.Close() })
+	db, err := sqlite.OpenAux(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := runs.New(db, nil)
+	b.Cleanup(func() { rs.Close() })
+	var lanes []string
+	for g := 0; g < 50; g++ {
+		lanes = append(lanes, fmt.Sprintf("bench-lane-%02d/v1", g))
+	}
+	for i := 0; i < 4; i++ {
+		_, priv, _ := ed25519.GenerateKey(rand.Reader)
+		pub := verify.AuthorizedKey(priv.Public().(ed25519.PublicKey))
+		name := fmt.Sprintf("cpu-%d", i)
+		if err := rs.Register(ctx, runs.Agent{Name: name, KeyID: verify.RunnerKeyID(priv.Public().(ed25519.PublicKey)), PublicKey: pub, Backend: ledger.BackendCPU,
+			Labels: map[string]string{}, Spec: runs.AgentSpec{Lanes: lanes, Repository: pgRepo, Commit: pgCommit}, Health: "ok"}); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := addRunnerKey(ctx, st.(RunnerLog), name, []byte(pub), "admin", ledger.RunnerKindAgent); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		spec := runs.Spec{Lanes: []string{fmt.Sprintf("other-%02d/v1", i)}, Backend: ledger.BackendCPU}
+		if err := spec.Validate(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := rs.Create(ctx, spec, "ci"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := New(Config{Store: st, Runs: rs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	code, body := pgGet(b, s, "/releases/bench")
+	if code != 200 || !strings.Contains(body, "Nothing to run for: gate-00 (") {
+		b.Fatalf("release page: %d, plan rows %v; want no gate to run", code, planStates(body))
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", "/releases/bench", nil))
+		if rec.Code != 200 {
+			b.Fatal(rec.Code)
+		}
 	}
 }

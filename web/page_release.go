@@ -3,9 +3,11 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"html/template"
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
@@ -73,6 +75,9 @@ type releasePage struct {
 	Failing []failingOption
 	Forms   releaseForms
 	Done    string // "waiver", "signoff", "approval" or "supersede" after a successful form post
+	// RunsHTML is the run form's section (fillRunPlan), rendered per
+	// request: agents and runs change without the log changing.
+	RunsHTML template.HTML
 	// renders holds the renderings of a shared page value (renderRelease).
 	renders *renderCache
 }
@@ -215,6 +220,14 @@ func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 		p.Done = d
 	}
 	p.Forms = s.releaseForms(w, r, p.Rel.Version, formValues{})
+	queued := -1
+	if q, err := strconv.Atoi(r.URL.Query().Get("queued")); err == nil && q >= 0 && q <= 10000 {
+		queued = q
+	}
+	if err := s.fillRunPlan(r.Context(), w, r, p, queued, ""); err != nil {
+		s.renderError(w, r, err)
+		return
+	}
 	s.renderRelease(w, r, http.StatusOK, p)
 }
 

@@ -63,6 +63,9 @@ type releaseForms struct {
 	V                         formValues
 	Problem                   string // why the last post failed
 	MinExpiry, MaxExpiry      string // YYYY-MM-DD bounds of the expiry field
+	// secret is this browser's CSRF cookie value, which every form of the
+	// page (the run form too, fillRunPlan) binds its token to.
+	secret string
 }
 
 func actionPath(version, form string) string {
@@ -121,6 +124,7 @@ func (s *Server) releaseForms(w http.ResponseWriter, r *http.Request, version st
 	f := releaseForms{
 		Waiver: actionPath(version, formWaiver), Signoff: actionPath(version, formSignoff), Approval: actionPath(version, formApproval), Supersede: actionPath(version, formSupersede),
 		V: v, MinExpiry: now.AddDate(0, 0, 1).Format(time.DateOnly), MaxExpiry: now.Add(gates.MaxWaiverDuration).Format(time.DateOnly),
+		secret: secret,
 	}
 	f.CSRFWaiver, f.CSRFSignoff, f.CSRFApproval = s.csrfToken(secret, f.Waiver), s.csrfToken(secret, f.Signoff), s.csrfToken(secret, f.Approval)
 	f.CSRFSupersede = s.csrfToken(secret, f.Supersede)
@@ -225,6 +229,10 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			}
 			p.Forms = s.releaseForms(w, r, version, v)
 			p.Forms.Problem = body.Message
+			if perr := s.fillRunPlan(r.Context(), w, r, p, -1, ""); perr != nil {
+				s.renderError(w, r, perr)
+				return
+			}
 			if st == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"html/template"
 	"net/http"
 	"strings"
 	"sync"
@@ -68,6 +69,9 @@ func (s *Server) writePage(w http.ResponseWriter, status int, b []byte) {
 // can spell one.
 type csrfPlaceholders struct {
 	waiver, signoff, approval, supersede string
+	// runs stands in for the run form's section (releasePage.RunsHTML),
+	// rendered per request.
+	runs string
 }
 
 func newCSRFPlaceholders() csrfPlaceholders {
@@ -76,7 +80,7 @@ func newCSRFPlaceholders() csrfPlaceholders {
 		rand.Read(b)
 		return "csrfslot" + base64.RawURLEncoding.EncodeToString(b)
 	}
-	return csrfPlaceholders{one(), one(), one(), one()}
+	return csrfPlaceholders{one(), one(), one(), one(), one()}
 }
 
 // renderRelease writes the release page p (its Forms holding this
@@ -90,6 +94,7 @@ func (s *Server) renderRelease(w http.ResponseWriter, r *http.Request, status in
 	ph := s.pages.csrfSlots
 	q := *p
 	q.Forms.CSRFWaiver, q.Forms.CSRFSignoff, q.Forms.CSRFApproval, q.Forms.CSRFSupersede = ph.waiver, ph.signoff, ph.approval, ph.supersede
+	q.RunsHTML = template.HTML(ph.runs)
 	key := strings.Join([]string{p.Done, p.Forms.MinExpiry, p.Forms.MaxExpiry, p.Forms.V.Expires}, "|")
 	b, err := p.renders.get(key, func() ([]byte, error) { return s.execute("release", &q) })
 	if err != nil {
@@ -98,6 +103,6 @@ func (s *Server) renderRelease(w http.ResponseWriter, r *http.Request, status in
 		return
 	}
 	f := p.Forms
-	out := strings.NewReplacer(ph.waiver, f.CSRFWaiver, ph.signoff, f.CSRFSignoff, ph.approval, f.CSRFApproval, ph.supersede, f.CSRFSupersede).Replace(string(b))
+	out := strings.NewReplacer(ph.waiver, f.CSRFWaiver, ph.signoff, f.CSRFSignoff, ph.approval, f.CSRFApproval, ph.supersede, f.CSRFSupersede, ph.runs, string(p.RunsHTML)).Replace(string(b))
 	s.writePage(w, status, []byte(out))
 }

@@ -118,6 +118,7 @@ func (s *Server) routes() chi.Router {
 	r.Post("/releases/{version}/signoffs", s.postReleaseForm(formSignoff))
 	r.Post("/releases/{version}/approvals", s.postReleaseForm(formApproval))
 	r.Post("/releases/{version}/supersedes", s.postReleaseForm(formSupersede))
+	r.Post("/releases/{version}/runs", s.postReleaseRuns)
 	r.Get("/static/*", s.handleStatic)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, ledger.NotFound("no page at %s", r.URL.Path))

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/transparency-dev/merkle/compact"
 )
 
@@ -39,19 +42,30 @@ func (d *driver) SignedSize(ctx context.Context) (uint64, error) {
 // inside the batch (Batch.Find), under the lock, so there is no hint.
 func (d *driver) LookupIDs(context.Context, []ledger.Prepared) any { return nil }
 
-// BeginBatch implements ledger.Driver: a transaction that holds the
-// sequencer's advisory lock (SequencerLock) until it ends, so batches of
-// every process on the database run one at a time.
+// BeginBatch implements ledger.Driver: a transaction on one pooled
+// connection that holds the sequencer's advisory lock (SequencerLock)
+// until it ends, so batches of every process on the database run one at
+// a time. BEGIN, the lock and the stored size are one pipelined round
+// trip; the size statement is a statement of its own, so under READ
+// COMMITTED its snapshot is taken after the lock is granted and counts
+// what every other server committed.
 func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
-	tx, err := d.db.BeginTx(ctx, nil)
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, dbErr("begin", err)
 	}
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", SequencerLock); err != nil {
-		tx.Rollback()
+	b := &batch{d: d, tx: conn, ids: map[string]uint64{}}
+	var n int64
+	err = b.pipe(ctx, func(q *pgx.Batch) {
+		q.Queue("BEGIN")
+		q.Queue("SELECT pg_advisory_xact_lock($1)", SequencerLock)
+		q.Queue(storedSizeQuery).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
+	})
+	if err != nil {
+		b.Rollback()
 		return nil, dbErr("sequencer lock", err)
 	}
-	b := &batch{d: d, tx: tx, ids: map[string]uint64{}}
+	b.size, b.sized = uint64(n), true
 	b.leaf = newRowBuf("leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash, backend, status, repository, commit_id", 11)
 	b.node = newRowBuf("tree_nodes", "ord, hash", 2)
 	b.art = newRowBuf("evidence_artifacts", "idx, name, digest", 3)
@@ -60,16 +74,39 @@ func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
 }
 
 // batch is the PostgreSQL ledger.Batch: one transaction under the
-// sequencer lock and the rows it buffers. Used by the engine's sequencer
-// goroutine only.
+// sequencer lock, on a connection taken from the pool for the batch's
+// life, and the rows it buffers. Used by the engine's sequencer goroutine
+// only.
 type batch struct {
 	d                     *driver
-	tx                    *sql.Tx
+	tx                    *sql.Conn // in a transaction from BeginBatch to Commit or Rollback; nil after
 	leaf, node, art, head *rowBuf
 	tokOps                []tokenOp
 	ids                   map[string]uint64 // content ids appended in this batch
 	reqIDs                []string          // of them, the current request's
 	sp                    bool
+	size                  uint64             // the stored size read with the lock
+	sized                 bool               // size is unread by the engine
+	final                 []func(*pgx.Batch) // statements sent with COMMIT
+}
+
+// pipe sends the statements fill queues as one pipelined round trip (a
+// pgx batch) on the batch's connection and reads every answer; it returns
+// the first error, after which PostgreSQL skipped the rest (and, inside
+// the transaction, refuses everything but a rollback).
+func (b *batch) pipe(ctx context.Context, fill func(*pgx.Batch)) error {
+	q := &pgx.Batch{}
+	fill(q)
+	if q.Len() == 0 {
+		return nil
+	}
+	return b.tx.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("pooled connection is %T, not pgx's", dc)
+		}
+		return c.Conn().SendBatch(ctx, q).Close()
+	})
 }
 
 func (b *batch) bufs() []*rowBuf { return []*rowBuf{b.leaf, b.node, b.art, b.head} }
@@ -77,6 +114,10 @@ func (b *batch) bufs() []*rowBuf { return []*rowBuf{b.leaf, b.node, b.art, b.hea
 // Size implements ledger.Batch; read after the lock was taken, it counts
 // what every other server committed.
 func (b *batch) Size(ctx context.Context) (uint64, error) {
+	if b.sized {
+		b.sized = false
+		return b.size, nil
+	}
 	var n int64
 	err := b.tx.QueryRowContext(ctx, storedSizeQuery).Scan(&n)
 	return uint64(n), dbErr("size", err)
@@ -235,15 +276,17 @@ func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	}
 }
 
-// Flush implements ledger.Batch (leaves first: the projections refer to
-// them).
+// Flush implements ledger.Batch: every buffered row of every table in
+// one pipelined round trip (leaves first: the projections refer to them).
 func (b *batch) Flush(ctx context.Context) error {
-	for _, r := range b.bufs() {
-		if err := r.flush(ctx, b.tx); err != nil {
-			return err
+	err := b.pipe(ctx, func(q *pgx.Batch) {
+		for _, r := range b.bufs() {
+			r.queue(q)
 		}
-	}
-	return b.flushTokens(ctx)
+		b.queueTokens(q)
+	})
+	b.reset()
+	return err
 }
 
 func (b *batch) reset() {
@@ -253,47 +296,92 @@ func (b *batch) reset() {
 	b.tokOps = b.tokOps[:0]
 }
 
-// PutIdempotency implements ledger.Batch. An expired row of the same key
-// is replaced; a key another server stored first is kept (ON CONFLICT DO
-// NOTHING); at most once per idemPruneEvery puts (or idemPruneAge) the
-// expired keys and, beyond Options.IdempotencyMax rows, the oldest go.
-func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.IdempotentAnswer, at time.Time) error {
+// PutIdempotency implements ledger.Batch; its statements are sent with
+// COMMIT (Commit), so an error shows there. An expired row of the same
+// key is replaced; a key another server stored first is kept (ON
+// CONFLICT DO NOTHING); at most once per idemPruneEvery puts (or
+// idemPruneAge) the expired keys and, beyond Options.IdempotencyMax rows,
+// the oldest go.
+func (b *batch) PutIdempotency(_ context.Context, key string, ans ledger.IdempotentAnswer, at time.Time) error {
 	idsJSON, _ := json.Marshal(ans.IDs)
 	d := b.d
 	cutoff := at.Add(-d.opts.IdempotencyTTL).UnixNano()
-	if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE key = $1 AND created_at < $2", idemKey(key), cutoff); err != nil {
-		return err
-	}
+	prune := false
 	if d.idemPuts++; d.idemPuts >= idemPruneEvery || at.Sub(d.idemPruned) >= idemPruneAge {
 		d.idemPuts, d.idemPruned = 0, at
-		if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at < $1", cutoff); err != nil {
-			return err
-		}
-		if _, err := b.tx.ExecContext(ctx, "DELETE FROM idempotency WHERE created_at <= (SELECT created_at FROM idempotency ORDER BY created_at DESC LIMIT 1 OFFSET $1)", d.opts.IdempotencyMax); err != nil {
-			return err
-		}
+		prune = true
 	}
-	_, err := b.tx.ExecContext(ctx, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (key) DO NOTHING",
-		idemKey(key), ans.RequestHash, string(idsJSON), int64(ans.Size), at.UnixNano())
-	return err
+	k := idemKey(key)
+	b.final = append(b.final, func(q *pgx.Batch) {
+		q.Queue("DELETE FROM idempotency WHERE key = $1 AND created_at < $2", k, cutoff)
+		if prune {
+			q.Queue("DELETE FROM idempotency WHERE created_at < $1", cutoff)
+			q.Queue("DELETE FROM idempotency WHERE created_at <= (SELECT created_at FROM idempotency ORDER BY created_at DESC LIMIT 1 OFFSET $1)", d.opts.IdempotencyMax)
+		}
+		q.Queue("INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (key) DO NOTHING",
+			k, ans.RequestHash, string(idsJSON), int64(ans.Size), at.UnixNano())
+	})
+	return nil
 }
 
-// PutCheckpoint implements ledger.Batch.
-func (b *batch) PutCheckpoint(ctx context.Context, cp ledger.Checkpoint) error {
-	_, err := b.tx.ExecContext(ctx, "INSERT INTO checkpoints(size, root, note, created_at) VALUES ($1,$2,$3,$4)", int64(cp.Size), cp.Root[:], cp.Note, cp.CreatedAt.UnixNano())
-	return err
+// PutCheckpoint implements ledger.Batch; the INSERT is sent with COMMIT
+// (Commit), so an error shows there.
+func (b *batch) PutCheckpoint(_ context.Context, cp ledger.Checkpoint) error {
+	note, created := cp.Note, cp.CreatedAt.UnixNano()
+	root := append([]byte(nil), cp.Root[:]...)
+	b.final = append(b.final, func(q *pgx.Batch) {
+		q.Queue("INSERT INTO checkpoints(size, root, note, created_at) VALUES ($1,$2,$3,$4)", int64(cp.Size), root, note, created)
+	})
+	return nil
 }
 
-// Commit implements ledger.Batch: COMMIT, which releases the lock.
+// Commit implements ledger.Batch: the idempotency and checkpoint
+// statements and COMMIT (which releases the lock) in one pipelined round
+// trip. On error the transaction is rolled back, nothing of it stored
+// unless the error came after PostgreSQL committed (a lost connection).
 func (b *batch) Commit(ctx context.Context, size uint64) error {
+	final := b.final
+	err := b.pipe(ctx, func(q *pgx.Batch) {
+		for _, f := range final {
+			f(q)
+		}
+		q.Queue("COMMIT")
+	})
+	if err != nil {
+		b.Rollback()
+		return err
+	}
 	b.reset()
-	return b.tx.Commit()
+	b.final = nil
+	b.release(nil)
+	return nil
 }
 
-// Rollback implements ledger.Batch.
+// Rollback implements ledger.Batch; a connection whose rollback fails is
+// closed rather than returned to the pool.
 func (b *batch) Rollback() {
 	b.reset()
-	b.tx.Rollback()
+	b.final = nil
+	if b.tx == nil {
+		return
+	}
+	_, err := b.tx.ExecContext(context.Background(), "ROLLBACK")
+	b.release(err)
+}
+
+// release returns the batch's connection to the pool, or closes it when
+// failed is not nil (its transaction state is unknown).
+func (b *batch) release(failed error) {
+	if failed != nil {
+		b.tx.Raw(func(dc any) error {
+			if c, ok := dc.(*stdlib.Conn); ok {
+				c.Conn().Close(context.Background())
+			}
+			return sqldriver.ErrBadConn
+		})
+	}
+	b.tx.Close()
+	b.tx = nil
 }
 
 // rowBuf buffers rows of one table and writes them with multi-row
@@ -335,17 +423,14 @@ func (r *rowBuf) query(n int) string {
 	return sb.String()
 }
 
-// flush writes the buffered rows inside tx.
-func (r *rowBuf) flush(ctx context.Context, tx *sql.Tx) error {
+// queue adds the INSERTs of the buffered rows to q; the rows stay
+// buffered (reset clears them).
+func (r *rowBuf) queue(q *pgx.Batch) {
 	n := len(r.args) / r.ncol
 	for lo := 0; lo < n; lo += maxRows {
 		k := min(maxRows, n-lo)
-		if _, err := tx.ExecContext(ctx, r.query(k), r.args[lo*r.ncol:(lo+k)*r.ncol]...); err != nil {
-			return err
-		}
+		q.Queue(r.query(k), r.args[lo*r.ncol:(lo+k)*r.ncol]...)
 	}
-	r.args = r.args[:0]
-	return nil
 }
 
 // nodeOrd is the tree_nodes key of a node: (end_exclusive << 6) | level,
@@ -368,7 +453,7 @@ func ordNode(ord int64) compact.NodeID {
 	return id
 }
 
-// queryer is what both *sql.DB and *sql.Tx offer.
+// queryer is what *sql.DB, *sql.Tx and *sql.Conn offer.
 type queryer interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row

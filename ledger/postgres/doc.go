@@ -15,7 +15,10 @@
 // killed mid-batch leaves nothing (its transaction aborts and the lock is
 // released with its connection). An append is acknowledged after COMMIT
 // returns, which with synchronous_commit on (PostgreSQL's default) means
-// the commit record is flushed to the server's WAL.
+// the commit record is flushed to the server's WAL. A batch's statements
+// go in pgx pipelines (one round trip each): BEGIN, the lock and the size
+// read; each request's rows of every table; the idempotency and checkpoint
+// rows with COMMIT. Only each request's content-id lookup stands alone.
 //
 // Tables (migrations/postgres, version for version the SQLite schema):
 // leaves (canonical bytes, leaf hash and the evidence projection columns),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/jackc/pgx/v5"
 )
 
 // The tokens table is the projection of the token and token-revocation
@@ -246,30 +247,24 @@ func (b *batch) addTokenLeaf(idx uint64, k ledger.Kind, body []byte) {
 	b.tokOps = append(b.tokOps, op)
 }
 
-// flushTokens writes the buffered tokens-table rows: a token leaf inserts
-// its row (an Adopted one, logged after the fact by the SQLite driver,
-// sets leaf_idx on the row it came from); a revocation sets revoked_at and
-// revoked_idx on a row not yet revoked by a leaf.
-func (b *batch) flushTokens(ctx context.Context) error {
+// queueTokens adds the buffered tokens-table writes to q: a token leaf
+// inserts its row (an Adopted one, logged after the fact by the SQLite
+// driver, sets leaf_idx on the row it came from); a revocation sets
+// revoked_at and revoked_idx on a row not yet revoked by a leaf.
+func (b *batch) queueTokens(q *pgx.Batch) {
 	for _, op := range b.tokOps {
-		var err error
 		switch {
 		case op.tok != nil && op.tok.Adopted:
-			_, err = b.tx.ExecContext(ctx, "UPDATE tokens SET leaf_idx = $1 WHERE id = $2 AND leaf_idx = -1", int64(op.idx), op.tok.TokenID)
+			q.Queue("UPDATE tokens SET leaf_idx = $1 WHERE id = $2 AND leaf_idx = -1", int64(op.idx), op.tok.TokenID)
 		case op.tok != nil:
 			l := op.tok
 			h, _ := hex.DecodeString(l.SecretSHA256)
-			_, err = b.tx.ExecContext(ctx, "INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles, repositories, lanes, backends, expires_at, leaf_idx) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
+			q.Queue("INSERT INTO tokens(id, name, scope, secret_hash, created_at, roles, repositories, lanes, backends, expires_at, leaf_idx) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)",
 				l.TokenID, l.Name, string(l.Scope), h, l.CreatedAt.UnixNano(), jsonList(l.Roles), jsonList(l.Repositories), jsonList(l.Lanes), jsonList(backendStrings(l.Backends)), unixOrNil(l.ExpiresAt), int64(op.idx))
 		default:
-			_, err = b.tx.ExecContext(ctx, "UPDATE tokens SET revoked_at = $1, revoked_idx = $2 WHERE id = $3 AND revoked_idx IS NULL", op.rev.RevokedAt.UnixNano(), int64(op.idx), op.rev.TokenID)
-		}
-		if err != nil {
-			return fmt.Errorf("tokens projection: %w", err)
+			q.Queue("UPDATE tokens SET revoked_at = $1, revoked_idx = $2 WHERE id = $3 AND revoked_idx IS NULL", op.rev.RevokedAt.UnixNano(), int64(op.idx), op.rev.TokenID)
 		}
 	}
-	b.tokOps = b.tokOps[:0]
-	return nil
 }
 
 func jsonList(s []string) string {

@@ -14,10 +14,12 @@ import (
 )
 
 // bigLog returns a closed database of n leaves, built once with batched
-// appends of 1000 and cached under os.TempDir() for later runs.
+// appends of 1000 and cached under os.TempDir() for later runs. The cache
+// name carries the schema version it is built at, so a binary of another
+// schema (scripts/bench-vs-base.sh's older side) keeps its own.
 func bigLog(b *testing.B, n int) string {
 	b.Helper()
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ledger-bench-v8-%d", n))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ledger-bench-s%d-%d", latestSchema(b), n))
 	path := filepath.Join(dir, "ledger.db")
 	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
 		return path
@@ -40,6 +42,20 @@ func bigLog(b *testing.B, n int) string {
 	s.Close()
 	os.WriteFile(filepath.Join(dir, "done"), nil, 0o644)
 	return path
+}
+
+// latestSchema returns the newest migration version this package applies.
+func latestSchema(b *testing.B) int64 {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	_, latest, err := MigrationStatus(context.Background(), db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return latest
 }
 
 func logSize() int {

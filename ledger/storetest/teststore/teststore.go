@@ -30,6 +30,8 @@ type Store struct {
 	Log  *ledger.Log
 	Lite *sqlite.Store
 	PG   *postgres.Store
+	dsn  string // PG's database
+	dir  string // the key's directory
 }
 
 // DriverStore is what both drivers' stores offer.
@@ -79,11 +81,12 @@ func Open(t testing.TB, o Options) *Store {
 	var s *Store
 	switch Kind() {
 	case "postgres":
-		st, err := postgres.Open(ctx, postgres.Options{DSN: pgtest.NewDatabase(t), KeyDir: o.Dir, Now: o.Now, Logger: o.Logger})
+		dsn := pgtest.NewDatabase(t)
+		st, err := postgres.Open(ctx, postgres.Options{DSN: dsn, KeyDir: o.Dir, Now: o.Now, Logger: o.Logger})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s = &Store{DriverStore: st, Log: st.Log, PG: st}
+		s = &Store{DriverStore: st, Log: st.Log, PG: st, dsn: dsn, dir: o.Dir}
 	default:
 		st, err := sqlite.Open(ctx, sqlite.Options{Path: filepath.Join(o.Dir, "ledger.db"), Now: o.Now, Logger: o.Logger})
 		if err != nil {
@@ -93,6 +96,24 @@ func Open(t testing.TB, o Options) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// OpenSecond opens a second PostgreSQL store on s's database with s's
+// key, as a second `ledger serve` on one database runs (its own
+// sequencer, serialised with s's by the advisory lock); closed at t's
+// end. It skips t on SQLite, whose stores are one per host.
+func OpenSecond(t testing.TB, s *Store) *Store {
+	t.Helper()
+	if s.PG == nil {
+		t.Skip("a second server on one database is a PostgreSQL deployment (LEDGER_TEST_STORE=postgres)")
+	}
+	st, err := postgres.Open(context.Background(), postgres.Options{DSN: s.dsn, KeyDir: s.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := &Store{DriverStore: st, Log: st.Log, PG: st, dsn: s.dsn, dir: s.dir}
+	t.Cleanup(func() { s2.Close() })
+	return s2
 }
 
 // String names the store kind (for test logs).
