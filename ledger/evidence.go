@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -160,13 +159,53 @@ type Evidence struct {
 	RecordedBy *Recorder `json:"recorded_by,omitempty"`
 }
 
-var (
-	laneRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,95}/v[1-9][0-9]{0,5}$`)
-	nameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,254}$`)
-)
+// ValidLane reports whether s is a lane name of the form "name/vN": the
+// name 1 to 96 of [a-z0-9._-], starting with [a-z0-9]; N 1 to 6 digits,
+// not starting with 0 (the regular expression
+// ^[a-z0-9][a-z0-9._-]{0,95}/v[1-9][0-9]{0,5}$, written out because
+// every record is checked against it).
+func ValidLane(s string) bool {
+	i := strings.IndexByte(s, '/')
+	if i < 1 || i > 96 || !laneStart(s[0]) {
+		return false
+	}
+	for j := 1; j < i; j++ {
+		if !laneStart(s[j]) && s[j] != '.' && s[j] != '_' && s[j] != '-' {
+			return false
+		}
+	}
+	v := s[i+1:]
+	if len(v) < 2 || len(v) > 7 || v[0] != 'v' || v[1] < '1' || v[1] > '9' {
+		return false
+	}
+	for j := 2; j < len(v); j++ {
+		if v[j] < '0' || v[j] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
-// ValidLane reports whether s is a lane name of the form "name/vN".
-func ValidLane(s string) bool { return laneRe.MatchString(s) }
+func laneStart(c byte) bool { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') }
+
+// validName reports whether s is an artifact or format name: 1 to 255 of
+// [A-Za-z0-9._+@:/-], starting with [A-Za-z0-9] (the regular expression
+// ^[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,254}$, written out).
+func validName(s string) bool {
+	if len(s) < 1 || len(s) > 255 || !alnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && !strings.ContainsRune("._+@:/-", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func alnum(c byte) bool {
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+}
 
 // ValidObjectID reports whether s is a git object id: 40 (SHA-1) or 64
 // (SHA-256) lowercase hex digits.
@@ -214,7 +253,7 @@ func (s Subject) Validate(prefix string) error {
 		return FieldError(prefix+"artifacts", "at most 256 artifacts")
 	}
 	for name, d := range s.Artifacts {
-		if !nameRe.MatchString(name) {
+		if !validName(name) {
 			return FieldError(prefix+"artifacts", "artifact name %q is not a valid name", clip(name))
 		}
 		if !ValidDigest(d) {

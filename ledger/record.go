@@ -236,7 +236,7 @@ func PrepareOriginal(body []byte) (Original, []byte, error) {
 	if err := DecodeStrict(body, &o); err != nil {
 		return o, nil, err
 	}
-	if o.Format == "" || len(o.Format) > 64 || !nameRe.MatchString(o.Format) {
+	if o.Format == "" || len(o.Format) > 64 || !validName(o.Format) {
 		return o, nil, FieldError("format", "required, a name of at most 64 characters")
 	}
 	if o.MediaType == "" || len(o.MediaType) > 128 {

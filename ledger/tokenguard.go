@@ -1,8 +1,8 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -12,8 +12,9 @@ import (
 // anything is judged (revocation, expiry), for checking against the token
 // leaves that define it. Token is the row's columns; SecretSHA256 is the
 // row's secret hash in lowercase hex; LeafIndex and RevokedIndex are the
-// row's leaf_idx and revoked_idx (-1 when NULL; a LeafIndex of -1 also
-// marks a token made before schema 7 and not yet logged). TokenLeaves is
+// row's leaf_idx and revoked_idx: a LeafIndex of -1 marks a token made
+// before schema 7 and not yet logged, NullLeafIndex a NULL leaf_idx; a
+// RevokedIndex of -1 a NULL revoked_idx. TokenLeaves is
 // the number of token and token-revocation leaves in the log, read in the
 // same statement as the row: the guard's cache key. ReadAt is the
 // store's clock when it read the row; expiry is judged against it.
@@ -50,65 +51,46 @@ type TokenRowAuthenticator interface {
 	AuthenticateRow(ctx context.Context, secret string) (TokenRow, error)
 }
 
-// tokenState is what the token leaves say one tokens row must hold: the
-// first token leaf of its id and the first revocation leaf after it.
-type tokenState struct {
-	leaf   TokenLeaf
-	idx    uint64
-	rev    *time.Time
-	revIdx uint64
-}
-
 // tokenGuard caches the token projection computed from verified leaves,
 // keyed by the number of token leaves it folded. Safe for concurrent use.
 type tokenGuard struct {
 	mu    sync.Mutex // held while folding, so concurrent misses fold once
-	n     uint64
 	ready bool
-	byID  map[string]*tokenState
+	proj  *TokenProjection
 }
 
 // projection returns the token projection of the log for a row read when
-// the log held want token leaves, and the number of leaves the projection
-// folded: from the cache when it folded want leaves, else folded anew
-// from every token and token-revocation leaf through v's verified reads.
-func (v *VerifiedStore) projection(ctx context.Context, want uint64) (map[string]*tokenState, uint64, error) {
+// the log held want token leaves: from the cache when it folded want
+// leaves, else folded anew from every token and token-revocation leaf
+// through v's verified reads. The projection returned is never mutated
+// afterwards (a refold builds a new one), so callers read it unlocked.
+func (v *VerifiedStore) projection(ctx context.Context, want uint64) (*TokenProjection, error) {
 	g := &v.tokens
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.ready && g.n == want {
-		return g.byID, g.n, nil
+	if g.ready && g.proj.Folded() == want {
+		return g.proj, nil
 	}
 	toks, err := v.allEntries(ctx, KindToken)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	revs, err := v.allEntries(ctx, KindTokenRevocation)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	byID := make(map[string]*tokenState, len(toks))
-	for _, e := range toks {
-		var l TokenLeaf
-		if err := json.Unmarshal(e.Body, &l); err != nil {
-			return nil, 0, v.tampered(e.Index, "token leaf body does not parse")
+	all := append(toks, revs...)
+	slices.SortFunc(all, func(a, b Entry) int { return cmp.Compare(a.Index, b.Index) })
+	proj := &TokenProjection{}
+	for _, e := range all {
+		c, _, err := DecodeTokenChange(e.Index, e.Kind, e.Body)
+		if err != nil {
+			return nil, v.tampered(e.Index, err.Error())
 		}
-		if _, dup := byID[l.TokenID]; !dup {
-			byID[l.TokenID] = &tokenState{leaf: l, idx: e.Index}
-		}
+		proj.Fold(c)
 	}
-	for _, e := range revs {
-		var l TokenRevocationLeaf
-		if err := json.Unmarshal(e.Body, &l); err != nil {
-			return nil, 0, v.tampered(e.Index, "token-revocation leaf body does not parse")
-		}
-		if w := byID[l.TokenID]; w != nil && w.rev == nil && e.Index > w.idx {
-			at := l.RevokedAt.UTC()
-			w.rev, w.revIdx = &at, e.Index
-		}
-	}
-	g.byID, g.n, g.ready = byID, uint64(len(toks)+len(revs)), true
-	return g.byID, g.n, nil
+	g.proj, g.ready = proj, true
+	return proj, nil
 }
 
 // allEntries returns every entry of kind k through the verified reads,
@@ -127,15 +109,6 @@ func (v *VerifiedStore) allEntries(ctx context.Context, k Kind) ([]Entry, error)
 		}
 		cursor = next
 	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		switch {
-		case a.Index < b.Index:
-			return -1
-		case a.Index > b.Index:
-			return 1
-		}
-		return 0
-	})
 	return out, nil
 }
 
@@ -162,16 +135,16 @@ func (v *VerifiedStore) Authenticate(ctx context.Context, secret string) (Token,
 		if err != nil {
 			return Token{}, err
 		}
-		proj, n, err := v.projection(ctx, row.TokenLeaves)
+		proj, err := v.projection(ctx, row.TokenLeaves)
 		if err != nil {
 			return Token{}, err
 		}
-		if n != row.TokenLeaves && attempt < 2 {
+		if proj.Folded() != row.TokenLeaves && attempt < 2 {
 			continue // a token leaf was appended between the row's read and the fold
 		}
-		if col := rowDiff(row, proj[row.ID]); col != "" {
-			v.log.Error("tampering: a tokens table row does not match its token leaves; authentication refused", "token_id", row.ID, "differs", col)
-			return Token{}, Errorf(CodeUnauthorized, "token refused: its tokens table row does not match the token leaves that define it (%s); the database was edited behind the log: run `ledger audit`", col)
+		if _, problem := proj.CheckRow(row); problem != "" {
+			v.log.Error("tampering: a tokens table row does not match its token leaves; authentication refused", "token_id", row.ID, "problem", problem)
+			return Token{}, Errorf(CodeUnauthorized, "token refused: %s; the database was edited behind the log: run `ledger audit`", problem)
 		}
 		t, err := row.Live()
 		if err != nil {
@@ -179,56 +152,4 @@ func (v *VerifiedStore) Authenticate(ctx context.Context, secret string) (Token,
 		}
 		return t, nil
 	}
-}
-
-// rowDiff names what of row differs from the state its leaves imply ("" when
-// nothing does).
-func rowDiff(row TokenRow, w *tokenState) string {
-	switch {
-	case row.LeafIndex == -1 && w == nil:
-		return "no token leaf creates it (a row was inserted into the tokens table)"
-	case w == nil:
-		return "no token leaf creates it (a row was inserted)"
-	}
-	l := w.leaf
-	revIdxOK := row.RevokedIndex == -1
-	if w.rev != nil {
-		revIdxOK = row.RevokedIndex == int64(w.revIdx)
-	}
-	for _, c := range []struct {
-		col string
-		eq  bool
-	}{
-		{"name", row.Name == l.Name},
-		{"scope", row.Scope == l.Scope},
-		{"roles", slices.Equal(row.Roles, emptyNil(l.Roles))},
-		{"repositories", slices.Equal(row.Repositories, emptyNil(l.Repositories))},
-		{"lanes", slices.Equal(row.Lanes, emptyNil(l.Lanes))},
-		{"backends", slices.Equal(row.Backends, emptyNil(l.Backends))},
-		{"expires_at", sameInstant(row.ExpiresAt, l.ExpiresAt)},
-		{"secret_hash", row.SecretSHA256 == l.SecretSHA256},
-		{"created_at", row.CreatedAt.Equal(l.CreatedAt)},
-		{"leaf_idx", row.LeafIndex >= 0 && uint64(row.LeafIndex) == w.idx},
-		{"revoked_at", sameInstant(row.RevokedAt, w.rev)},
-		{"revoked_idx", revIdxOK},
-	} {
-		if !c.eq {
-			return c.col + " differs"
-		}
-	}
-	return ""
-}
-
-func emptyNil[T any](s []T) []T {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
-}
-
-func sameInstant(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Equal(*b)
 }

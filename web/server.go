@@ -30,6 +30,11 @@ import (
 type Config struct {
 	Store ledger.Store
 	Log   *slog.Logger
+	// AccessLog receives one Info record per request ("http request":
+	// method, route pattern, status, duration_ms, token id); nil: Log.
+	// Handlers never wait for it beyond its handler's Handle call, so a
+	// buffered writer (internal/logbuf) keeps a slow sink off requests.
+	AccessLog *slog.Logger
 	// MaxBody caps request bodies in bytes (default 4 MiB).
 	MaxBody int64
 	// ReadAuth makes reads (GET) require a token with scope read or higher,
@@ -182,6 +187,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.AccessLog == nil {
+		cfg.AccessLog = cfg.Log
+	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 4 << 20
 	}
@@ -269,7 +277,7 @@ type accessInfo struct{ tokenID string }
 const accessKey ctxKey = 2
 
 // instrument counts and times every request by route pattern, and writes
-// the access log: one Info record per request through the server's logger
+// the access log: one Info record per request through Config.AccessLog
 // with method, route (the pattern, not the path: paths carry ids and query
 // strings), status, duration and the authenticated token's id.
 func (s *Server) instrument(next http.Handler) http.Handler {
@@ -285,7 +293,7 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 		d := time.Since(start)
 		s.metrics.requests.WithLabelValues(route, r.Method, http.StatusText(ww.Status())).Inc()
 		s.metrics.duration.WithLabelValues(route).Observe(d.Seconds())
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+		s.cfg.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, "http request",
 			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", ww.Status()),
 			slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.String("token", info.tokenID))
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
 )
 
 // TestTokenGuardCache: the guard folds the token leaves once per change
@@ -50,5 +51,34 @@ func TestTokenGuardCache(t *testing.T) {
 	}
 	if strings.Contains(e.logBuf.String(), "tampering") {
 		t.Fatalf("legitimate token changes logged as tampering: %s", e.logBuf.String())
+	}
+}
+
+// TestTokenRevokedByAnotherProcess: a token revoked by another process on
+// the same database (what `ledger token revoke --db` does: its own open
+// of the file, its own log engine) is refused on the running server's
+// next request, as revoked and not as tampering, although the server
+// authenticated it (and cached the token projection) just before.
+func TestTokenRevokedByAnotherProcess(t *testing.T) {
+	e := newTokenEnv(t, Config{})
+	if code, b := e.do(t, "POST", "/api/v1/evidence", e.record, testEvidence(0)); code != http.StatusCreated {
+		t.Fatalf("before the revocation: %d %s", code, b)
+	}
+	other, err := sqlite.Open(context.Background(), sqlite.Options{Path: e.path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.RevokeToken(context.Background(), "ci"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, b := e.do(t, "POST", "/api/v1/evidence", e.record, testEvidence(1))
+	if ae := apiError(t, b); code != http.StatusUnauthorized || !strings.Contains(ae.Message, "revoked") {
+		t.Fatalf("token revoked by another process: %d %s, want 401 naming the revocation", code, b)
+	}
+	if strings.Contains(e.logBuf.String(), "tampering") {
+		t.Fatalf("a revocation by another process logged as tampering: %s", e.logBuf.String())
 	}
 }

@@ -42,6 +42,15 @@ func envOr(name, def string) string {
 	return def
 }
 
+// logLevel is the level of the command's logs: Debug with --verbose,
+// else Info.
+func (a *app) logLevel() slog.Level {
+	if a.Verbose {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
 // newRootCmd builds the whole command tree: the global flags and every
 // subcommand, in one place.
 func newRootCmd() *cobra.Command {
@@ -52,11 +61,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			lvl := slog.LevelInfo
-			if a.Verbose {
-				lvl = slog.LevelDebug
-			}
-			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: a.logLevel()}))
 			if v := os.Getenv("LEDGER_TIMEOUT"); v != "" && !cmd.Flags().Changed("timeout") {
 				d, err := time.ParseDuration(v)
 				if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ingest"
+	"github.com/evidence-ledger/ledger/internal/logbuf"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
@@ -65,6 +66,10 @@ type ServeConfig struct {
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
+	// AccessLog receives the one Info record per request (web.Config's
+	// AccessLog); nil: Log. `ledger serve` points it at a logbuf.Writer
+	// over stderr, closed after the server has shut down.
+	AccessLog *slog.Logger
 	// LeaseTTL is how long a run's lease lasts unless its agent extends it
 	// (--lease-ttl, default 30s); PollWait caps an agent's long poll
 	// (--poll-wait, default 25s); LeaseSweep is how often expired leases
@@ -209,7 +214,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		runStore = runs.New(rdb, nil)
 	}
 	defer runStore.Close()
-	srv, err := web.New(web.Config{Store: served, Log: c.Log, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
+	srv, err := web.New(web.Config{Store: served, Log: c.Log, AccessLog: c.AccessLog, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
 		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig})
 	if err != nil {
 		return err
@@ -288,10 +293,16 @@ func newServeCmd(a *app) *cobra.Command {
 			if c.Ready == nil {
 				c.Ready = func(addr net.Addr) { fmt.Fprintf(a.stdout, "ledger: serving on http://%s/\n", addr) }
 			}
+			// The access log is buffered (1 MiB, flushed every 5 ms and
+			// at shutdown) so that no request waits on stderr; errors
+			// and tampering reports stay unbuffered on a.log.
+			access := logbuf.New(a.stderr, 1<<20, 5*time.Millisecond)
+			defer access.Close()
+			c.AccessLog = slog.New(slog.NewTextHandler(access, &slog.HandlerOptions{Level: a.logLevel()}))
 			if err := RunServe(cmd.Context(), c); err != nil {
 				return errExit(2, "serve: %v", err)
 			}
-			return nil
+			return access.Close()
 		},
 	}
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")

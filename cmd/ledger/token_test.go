@@ -94,7 +94,7 @@ func TestServeRefusesEditedTokenRow(t *testing.T) {
 	}
 	h.Close()
 	se, code = record()
-	if code != 2 || !strings.Contains(se, "does not match the token leaves") || !strings.Contains(se, "repositories differs") || strings.Contains(se, secret[4:20]) {
+	if code != 2 || !strings.Contains(se, "does not match its token leaf") || !strings.Contains(se, "repositories differs") || strings.Contains(se, secret[4:20]) {
 		t.Fatalf("after widening the row's scope: %d %s", code, se)
 	}
 	resp, err := http.Get(url + "/api/v1/log/checkpoint")

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/transparency-dev/merkle/compact"
@@ -45,8 +42,7 @@ type auditProj struct {
 	nArts                                     sql.NullInt64
 
 	artifacts int64
-	tok       *ledger.TokenLeaf
-	rev       *ledger.TokenRevocationLeaf
+	tok       *ledger.TokenChange
 }
 
 type auditRow = ledger.AuditRow[auditProj]
@@ -59,9 +55,7 @@ type auditSrc struct {
 	nodeRows    *sql.Rows
 
 	artifacts, wantHead int64
-	wantTok             map[string]*wantToken
-	tokIdx              int64
-	tokProblem          string
+	tokens              ledger.TokenProjection
 }
 
 var snapshotID = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
@@ -273,8 +267,8 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	if ledger.Kind(r.Kind) == ledger.KindHead {
 		a.wantHead++
 	}
-	if r.Proj.tok != nil || r.Proj.rev != nil {
-		a.addToken(r)
+	if r.Proj.tok != nil {
+		a.tokens.Fold(*r.Proj.tok)
 	}
 }
 
@@ -301,70 +295,29 @@ func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, e
 	return f, err
 }
 
-// wantToken is the tokens row the token leaves imply.
-type wantToken struct {
-	leaf   ledger.TokenLeaf
-	idx    uint64
-	rev    *time.Time
-	revIdx uint64
-}
-
 // tokenLeafOf decodes the body of a token or token-revocation leaf row.
 func tokenLeafOf(r *auditRow) string {
 	var l ledger.Leaf
 	if err := json.Unmarshal(r.Raw, &l); err != nil {
 		return "token leaf does not parse"
 	}
-	p := &r.Proj
-	switch ledger.Kind(r.Kind) {
-	case ledger.KindToken:
-		p.tok = new(ledger.TokenLeaf)
-		if json.Unmarshal(l.Body, p.tok) != nil {
-			return "token leaf body does not parse"
-		}
-	case ledger.KindTokenRevocation:
-		p.rev = new(ledger.TokenRevocationLeaf)
-		if json.Unmarshal(l.Body, p.rev) != nil {
-			return "token-revocation leaf body does not parse"
-		}
+	c, _, err := ledger.DecodeTokenChange(r.Index, ledger.Kind(r.Kind), l.Body)
+	if err != nil {
+		return err.Error()
 	}
+	r.Proj.tok = &c
 	return ""
 }
 
-// addToken folds a passed token or revocation leaf (in index order) into
-// the rows the tokens table must hold.
-func (a *auditSrc) addToken(r *auditRow) {
-	if a.wantTok == nil {
-		a.wantTok = map[string]*wantToken{}
-	}
-	p := &r.Proj
-	switch {
-	case p.tok != nil:
-		if _, dup := a.wantTok[p.tok.TokenID]; !dup {
-			a.wantTok[p.tok.TokenID] = &wantToken{leaf: *p.tok, idx: r.Index}
-		}
-	case p.rev != nil:
-		if w := a.wantTok[p.rev.TokenID]; w != nil && w.rev == nil {
-			at := p.rev.RevokedAt.UTC()
-			w.rev, w.revIdx = &at, r.Index
-		} else if w == nil && a.tokProblem == "" {
-			a.tokIdx, a.tokProblem = int64(r.Index), fmt.Sprintf("token-revocation leaf %d revokes token %s, which no earlier token leaf created", r.Index, p.rev.TokenID)
-		}
-	}
-}
-
-// auditTokens checks the tokens table against the token leaves (see
-// ledger/sqlite's auditTokens, whose checks these are).
+// auditTokens checks the tokens table against the token leaves
+// (ledger.TokenProjection.CheckTable).
 func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
-	if a.tokProblem != "" {
-		return a.tokIdx, a.tokProblem, nil
-	}
 	rows, err := a.tx.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, leaf_idx, revoked_idx FROM tokens ORDER BY id")
 	if err != nil {
 		return -1, "", err
 	}
 	defer rows.Close()
-	seen := map[string]bool{}
+	var table []ledger.TokenRow
 	for rows.Next() {
 		var hash []byte
 		var leafIdx, revIdx sql.NullInt64
@@ -372,72 +325,13 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		if err != nil {
 			return -1, "", err
 		}
-		w := a.wantTok[t.ID]
-		switch {
-		case leafIdx.Valid && leafIdx.Int64 == -1:
-			return -1, fmt.Sprintf("token %s (%q) has no token leaf (leaf_idx -1): a row inserted into the tokens table", t.ID, t.Name), nil
-		case w == nil:
-			return -1, fmt.Sprintf("tokens table row %s (%q) has no token leaf (a row was inserted)", t.ID, t.Name), nil
-		}
-		seen[t.ID] = true
-		if f := tokenRowDiff(t, hash, leafIdx, revIdx, w); f != "" {
-			return int64(w.idx), fmt.Sprintf("tokens table row %s (%q) does not match its token leaf %d: %s differs (the row was edited)", t.ID, t.Name, w.idx, f), nil
-		}
+		table = append(table, tokenRowOf(t, hash, leafIdx, revIdx))
 	}
 	if err := rows.Err(); err != nil {
 		return -1, "", err
 	}
-	ids := make([]string, 0, len(a.wantTok))
-	for id := range a.wantTok {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		if !seen[id] {
-			w := a.wantTok[id]
-			return int64(w.idx), fmt.Sprintf("token leaf %d creates token %s (%q) but the tokens table has no row for it (a row was deleted)", w.idx, id, w.leaf.Name), nil
-		}
-	}
-	return -1, "", nil
-}
-
-// tokenRowDiff names the first column of a tokens row that differs from
-// what its leaves imply ("" when none).
-func tokenRowDiff(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64, w *wantToken) string {
-	l := w.leaf
-	revIdxOK := !revIdx.Valid
-	if w.rev != nil {
-		revIdxOK = revIdx.Valid && uint64(revIdx.Int64) == w.revIdx
-	}
-	for _, c := range []struct {
-		col string
-		eq  bool
-	}{
-		{"name", t.Name == l.Name},
-		{"scope", t.Scope == l.Scope},
-		{"roles", slices.Equal(t.Roles, nilIfEmpty(l.Roles))},
-		{"repositories", slices.Equal(t.Repositories, nilIfEmpty(l.Repositories))},
-		{"lanes", slices.Equal(t.Lanes, nilIfEmpty(l.Lanes))},
-		{"backends", slices.Equal(backendStrings(t.Backends), backendStrings(l.Backends))},
-		{"expires_at", sameTime(t.ExpiresAt, l.ExpiresAt)},
-		{"secret_hash", hex.EncodeToString(hash) == l.SecretSHA256},
-		{"created_at", t.CreatedAt.Equal(l.CreatedAt)},
-		{"leaf_idx", leafIdx.Valid && uint64(leafIdx.Int64) == w.idx},
-		{"revoked_at", sameTime(t.RevokedAt, w.rev)},
-		{"revoked_idx", revIdxOK},
-	} {
-		if !c.eq {
-			return c.col
-		}
-	}
-	return ""
-}
-
-func sameTime(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Equal(*b)
+	idx, problem := a.tokens.CheckTable(table)
+	return idx, problem, nil
 }
 
 // KeyRotations implements ledger.KeyRotationSource: the snapshot's

@@ -39,8 +39,7 @@ type auditProj struct {
 	artifacts int64
 	artSum    artSum
 
-	tok *ledger.TokenLeaf           // a token leaf's body (tokens.go)
-	rev *ledger.TokenRevocationLeaf // a token-revocation leaf's body
+	tok *ledger.TokenChange // a token or token-revocation leaf's body (tokens.go)
 }
 
 type auditRow = ledger.AuditRow[auditProj]
@@ -61,9 +60,7 @@ type auditSrc struct {
 	wantArt             artSum // the artifact rows the leaves imply
 	idPairs             []idPair
 
-	wantTok    map[string]*wantToken // the tokens rows the token leaves imply (tokens.go)
-	tokIdx     int64
-	tokProblem string
+	tokens ledger.TokenProjection // the tokens rows the token leaves imply (tokens.go)
 }
 
 type artResult struct {
@@ -274,8 +271,8 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	if ledger.Kind(r.Kind) == ledger.KindHead {
 		a.wantHead++
 	}
-	if r.Proj.tok != nil || r.Proj.rev != nil {
-		a.addToken(r)
+	if r.Proj.tok != nil {
+		a.tokens.Fold(*r.Proj.tok)
 	}
 	a.idPairs = append(a.idPairs, idPair{id: r.Proj.idBytes, idx: r.Index})
 }

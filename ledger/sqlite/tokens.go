@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -125,20 +127,42 @@ func scanToken(sc scanner) (ledger.Token, error) {
 
 // stringList decodes a token column holding a JSON array of strings (as
 // json.Unmarshal does, ignoring its error); an empty list is nil.
-// Authentication scans a token per request and most columns are empty,
-// so "", null and [] skip the decoder.
+// Authentication scans a token per request, so "", null and [] skip the
+// decoder and other columns are decoded once (listMemo) and copied.
 func stringList[S ~string](col string) []S {
 	switch col {
 	case "", "null", "[]":
 		return nil
 	}
-	var out []S
-	_ = json.Unmarshal([]byte(col), &out)
-	if len(out) == 0 {
+	var list []string
+	if v, ok := listMemo.Load(col); ok {
+		list = v.([]string)
+	} else {
+		_ = json.Unmarshal([]byte(col), &list)
+		if listMemoSize.Add(1) <= listMemoMax {
+			listMemo.Store(col, list)
+		}
+	}
+	if len(list) == 0 {
 		return nil
+	}
+	out := make([]S, len(list))
+	for i, v := range list {
+		out[i] = S(v)
 	}
 	return out
 }
+
+// listMemo maps a token list column's text to its decoded list (never
+// modified once stored; stringList returns copies). It holds at most
+// listMemoMax columns: tokens are few, and a database with more distinct
+// lists than that decodes the rest per read. Safe for concurrent use.
+var (
+	listMemo     sync.Map
+	listMemoSize atomic.Int64
+)
+
+const listMemoMax = 1024
 
 // Tokens implements ledger.TokenStore.
 func (s *Store) Tokens(ctx context.Context) ([]ledger.Token, error) {
@@ -179,47 +203,46 @@ func (s *Store) RevokeToken(ctx context.Context, idOrName string) error {
 
 // Authenticate implements ledger.TokenStore. Errors are CodeUnauthorized:
 // "unknown token", "token expired", "token … was revoked"; none names the
-// secret. It trusts the tokens row; ledger.VerifiedStore.Authenticate
-// checks the row against its token leaves first (AuthenticateRow).
+// secret. It trusts the tokens row and reads only the columns a Token
+// holds; ledger.VerifiedStore.Authenticate checks the row against its
+// token leaves first (AuthenticateRow).
 func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, error) {
-	row, err := s.AuthenticateRow(ctx, secret)
-	if err != nil {
-		return ledger.Token{}, err
+	h := sha256.Sum256([]byte(secret))
+	t, err := scanToken(s.d.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM tokens WHERE secret_hash = ?", h[:]))
+	if errors.Is(err, sql.ErrNoRows) {
+		return ledger.Token{}, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
-	return row.Live()
+	if err != nil {
+		return ledger.Token{}, dbErr("authenticate", err)
+	}
+	return ledger.TokenRow{Token: t, ReadAt: s.d.opts.Now()}.Live()
 }
 
 // authRowQuery reads a tokens row by secret hash with the count of token
 // leaves; "kind <> 'evidence'" lets SQLite count on the partial index
 // leaves_kind_key instead of scanning the leaves (TestQueryPlansUseIndexes).
-const authRowQuery = "SELECT " + tokenCols + ", secret_hash, leaf_idx, revoked_idx, " +
+const authRowQuery = "SELECT " + tokenCols + ", leaf_idx, revoked_idx, " +
 	"(SELECT COUNT(*) FROM leaves WHERE kind IN ('token', 'token-revocation') AND kind <> 'evidence') FROM tokens WHERE secret_hash = ?"
 
 // AuthenticateRow implements ledger.TokenRowAuthenticator: one query
 // reads the row whose secret_hash is SHA-256(secret) with the count of
 // token and token-revocation leaves (an index-only count over
-// leaves_kind_key).
+// leaves_kind_key). The row's secret hash is the one it was selected by,
+// so it is not read back.
 func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
 	h := sha256.Sum256([]byte(secret))
 	var row ledger.TokenRow
-	var hash []byte
 	var leafIdx, revIdx sql.NullInt64
 	var n int64
-	t, err := scanToken(multiScanner{s.d.r.QueryRowContext(ctx, authRowQuery, h[:]), []any{&hash, &leafIdx, &revIdx, &n}})
+	t, err := scanToken(multiScanner{s.d.r.QueryRowContext(ctx, authRowQuery, h[:]), []any{&leafIdx, &revIdx, &n}})
 	if errors.Is(err, sql.ErrNoRows) {
 		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
 	if err != nil {
 		return row, dbErr("authenticate", err)
 	}
-	row.Token, row.SecretSHA256, row.TokenLeaves, row.ReadAt = t, hex.EncodeToString(hash), uint64(n), s.d.opts.Now()
-	row.LeafIndex, row.RevokedIndex = -1, -1
-	if leafIdx.Valid {
-		row.LeafIndex = leafIdx.Int64
-	}
-	if revIdx.Valid {
-		row.RevokedIndex = revIdx.Int64
-	}
+	row = tokenRowOf(t, h[:], leafIdx, revIdx)
+	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
 	return row, nil
 }
 
@@ -356,14 +379,6 @@ type multiScanner struct {
 
 func (m multiScanner) Scan(dst ...any) error { return m.r.Scan(slices.Concat(dst, m.extra)...) }
 
-// wantToken is the tokens row the token leaves imply.
-type wantToken struct {
-	leaf   ledger.TokenLeaf
-	idx    uint64
-	rev    *time.Time
-	revIdx uint64
-}
-
 // tokenLeafOf decodes the body of a token or token-revocation leaf row for
 // the audit (CheckLeaf; safe on distinct rows). It returns a problem when
 // the body does not decode.
@@ -372,62 +387,24 @@ func tokenLeafOf(r *auditRow) string {
 	if err := json.Unmarshal(r.Raw, &l); err != nil {
 		return "token leaf does not parse"
 	}
-	p := &r.Proj
-	switch ledger.Kind(r.Kind) {
-	case ledger.KindToken:
-		p.tok = new(ledger.TokenLeaf)
-		if json.Unmarshal(l.Body, p.tok) != nil {
-			return "token leaf body does not parse"
-		}
-	case ledger.KindTokenRevocation:
-		p.rev = new(ledger.TokenRevocationLeaf)
-		if json.Unmarshal(l.Body, p.rev) != nil {
-			return "token-revocation leaf body does not parse"
-		}
+	c, _, err := ledger.DecodeTokenChange(r.Index, ledger.Kind(r.Kind), l.Body)
+	if err != nil {
+		return err.Error()
 	}
+	r.Proj.tok = &c
 	return ""
 }
 
-// addToken folds a passed token or revocation leaf (in index order) into
-// the rows the tokens table must hold. The first revocation of a token is
-// the one its row records.
-func (a *auditSrc) addToken(r *auditRow) {
-	if a.wantTok == nil {
-		a.wantTok = map[string]*wantToken{}
-	}
-	p := &r.Proj
-	switch {
-	case p.tok != nil:
-		if _, dup := a.wantTok[p.tok.TokenID]; !dup {
-			a.wantTok[p.tok.TokenID] = &wantToken{leaf: *p.tok, idx: r.Index}
-		}
-	case p.rev != nil:
-		if w := a.wantTok[p.rev.TokenID]; w != nil && w.rev == nil {
-			at := p.rev.RevokedAt.UTC()
-			w.rev, w.revIdx = &at, r.Index
-		} else if w == nil && a.tokProblem == "" {
-			a.tokIdx, a.tokProblem = int64(r.Index), fmt.Sprintf("token-revocation leaf %d revokes token %s, which no earlier token leaf created", r.Index, p.rev.TokenID)
-		}
-	}
-}
-
-// auditTokens checks the tokens table against the token leaves: every
-// row must be the projection of its token leaf (name, scope, roles,
-// evidence scope, expiry, secret hash, creation time, leaf index) and of
-// its first revocation leaf, and every token leaf must have its row. It
-// returns the leaf index concerned (-1 when none) and the problem ("" when
-// none). A row made before schema 7 and not yet logged (leaf_idx -1) is
-// reported as such.
+// auditTokens checks the tokens table against the token leaves
+// (ledger.TokenProjection.CheckTable). It returns the leaf index
+// concerned (-1 when none) and the problem ("" when none).
 func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
-	if a.tokProblem != "" {
-		return a.tokIdx, a.tokProblem, nil
-	}
 	rows, err := a.tx.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, leaf_idx, revoked_idx FROM tokens ORDER BY id")
 	if err != nil {
 		return -1, "", err
 	}
 	defer rows.Close()
-	seen := map[string]bool{}
+	var table []ledger.TokenRow
 	for rows.Next() {
 		var hash []byte
 		var leafIdx, revIdx sql.NullInt64
@@ -435,79 +412,23 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		if err != nil {
 			return -1, "", err
 		}
-		w := a.wantTok[t.ID]
-		switch {
-		case leafIdx.Valid && leafIdx.Int64 == -1:
-			return -1, fmt.Sprintf("token %s (%q) has no token leaf (leaf_idx -1): a row inserted into the tokens table, or a token made before schema 7 whose adoption did not finish in the open that migrated the database", t.ID, t.Name), nil
-		case w == nil:
-			return -1, fmt.Sprintf("tokens table row %s (%q) has no token leaf (a row was inserted)", t.ID, t.Name), nil
-		}
-		seen[t.ID] = true
-		at := int64(w.idx)
-		if f := tokenRowDiff(t, hash, leafIdx, revIdx, w); f != "" {
-			return at, fmt.Sprintf("tokens table row %s (%q) does not match its token leaf %d: %s differs (the row was edited)", t.ID, t.Name, w.idx, f), nil
-		}
+		table = append(table, tokenRowOf(t, hash, leafIdx, revIdx))
 	}
 	if err := rows.Err(); err != nil {
 		return -1, "", err
 	}
-	ids := make([]string, 0, len(a.wantTok))
-	for id := range a.wantTok {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		if !seen[id] {
-			w := a.wantTok[id]
-			return int64(w.idx), fmt.Sprintf("token leaf %d creates token %s (%q) but the tokens table has no row for it (a row was deleted)", w.idx, id, w.leaf.Name), nil
-		}
-	}
-	return -1, "", nil
+	idx, problem := a.tokens.CheckTable(table)
+	return idx, problem, nil
 }
 
-// tokenRowDiff names the first column of a tokens row that differs from
-// what its leaves imply ("" when none).
-func tokenRowDiff(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64, w *wantToken) string {
-	l := w.leaf
-	revIdxOK := !revIdx.Valid
-	if w.rev != nil {
-		revIdxOK = revIdx.Valid && uint64(revIdx.Int64) == w.revIdx
+// tokenRowOf is the ledger.TokenRow of a scanned tokens row.
+func tokenRowOf(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64) ledger.TokenRow {
+	row := ledger.TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: ledger.NullLeafIndex, RevokedIndex: -1}
+	if leafIdx.Valid {
+		row.LeafIndex = leafIdx.Int64
 	}
-	for _, c := range []struct {
-		col string
-		eq  bool
-	}{
-		{"name", t.Name == l.Name},
-		{"scope", t.Scope == l.Scope},
-		{"roles", slices.Equal(t.Roles, nilIfEmpty(l.Roles))},
-		{"repositories", slices.Equal(t.Repositories, nilIfEmpty(l.Repositories))},
-		{"lanes", slices.Equal(t.Lanes, nilIfEmpty(l.Lanes))},
-		{"backends", slices.Equal(backendStrings(t.Backends), backendStrings(l.Backends))},
-		{"expires_at", sameTime(t.ExpiresAt, l.ExpiresAt)},
-		{"secret_hash", hex.EncodeToString(hash) == l.SecretSHA256},
-		{"created_at", t.CreatedAt.Equal(l.CreatedAt)},
-		{"leaf_idx", leafIdx.Valid && uint64(leafIdx.Int64) == w.idx},
-		{"revoked_at", sameTime(t.RevokedAt, w.rev)},
-		{"revoked_idx", revIdxOK},
-	} {
-		if !c.eq {
-			return c.col
-		}
+	if revIdx.Valid {
+		row.RevokedIndex = revIdx.Int64
 	}
-	return ""
-}
-
-// sameTime reports whether a and b are both nil or the same instant.
-func sameTime(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	return a.Equal(*b)
-}
-
-func nilIfEmpty(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
+	return row
 }

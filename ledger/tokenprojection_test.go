@@ -1,0 +1,89 @@
+package ledger
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTokenProjection: the fold both audits and authentication share.
+// The first token leaf of an id defines its row and the first revocation
+// after it revokes it; a revocation of a token no earlier leaf created,
+// a row edited in any column, a row with no leaf and a leaf with no row
+// are each reported, naming the token and never its secret hash.
+func TestTokenProjection(t *testing.T) {
+	created := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	revoked := created.Add(time.Hour)
+	leaf := TokenLeaf{TokenID: "tok_0123456789ab", Name: "ci", Scope: ScopeRecord, Lanes: []string{"qmv"}, SecretSHA256: strings.Repeat("ab", 32), CreatedAt: created}
+	change := func(idx uint64, k Kind, v any) TokenChange {
+		b, _ := json.Marshal(v)
+		c, ok, err := DecodeTokenChange(idx, k, b)
+		if !ok || err != nil {
+			t.Fatalf("decode %s leaf: ok=%v %v", k, ok, err)
+		}
+		return c
+	}
+	fold := func(extra ...TokenChange) *TokenProjection {
+		p := &TokenProjection{}
+		p.Fold(change(3, KindToken, leaf))
+		dup := leaf
+		dup.Scope = ScopeAdmin
+		p.Fold(change(4, KindToken, dup)) // a second leaf of the id does not redefine it
+		p.Fold(change(5, KindTokenRevocation, TokenRevocationLeaf{TokenID: leaf.TokenID, RevokedAt: revoked}))
+		p.Fold(change(6, KindTokenRevocation, TokenRevocationLeaf{TokenID: leaf.TokenID, RevokedAt: revoked.Add(time.Hour)}))
+		for _, c := range extra {
+			p.Fold(c)
+		}
+		return p
+	}
+	good := TokenRow{Token: Token{ID: leaf.TokenID, Name: "ci", Scope: ScopeRecord, Lanes: []string{"qmv"}, CreatedAt: created, RevokedAt: &revoked},
+		SecretSHA256: leaf.SecretSHA256, LeafIndex: 3, RevokedIndex: 5}
+	if idx, p := fold().CheckTable([]TokenRow{good}); p != "" {
+		t.Fatalf("the projection's own row: %d %s", idx, p)
+	}
+	if n := fold().Folded(); n != 4 {
+		t.Fatalf("Folded = %d, want 4", n)
+	}
+	edit := func(f func(*TokenRow)) TokenRow {
+		r := good
+		f(&r)
+		return r
+	}
+	later := revoked.Add(time.Hour)
+	for _, c := range []struct {
+		name string
+		p    *TokenProjection
+		rows []TokenRow
+		want string
+	}{
+		{"scope raised", fold(), []TokenRow{edit(func(r *TokenRow) { r.Scope = ScopeAdmin })}, "scope differs"},
+		{"lane removed", fold(), []TokenRow{edit(func(r *TokenRow) { r.Lanes = nil })}, "lanes differs"},
+		{"revocation removed", fold(), []TokenRow{edit(func(r *TokenRow) { r.RevokedAt, r.RevokedIndex = nil, -1 })}, "revoked_at differs"},
+		{"later revocation recorded", fold(), []TokenRow{edit(func(r *TokenRow) { r.RevokedAt, r.RevokedIndex = &later, 6 })}, "revoked_at differs"},
+		{"secret hash swapped", fold(), []TokenRow{edit(func(r *TokenRow) { r.SecretSHA256 = strings.Repeat("cd", 32) })}, "secret_hash differs"},
+		{"leaf index moved", fold(), []TokenRow{edit(func(r *TokenRow) { r.LeafIndex = 4 })}, "leaf_idx differs"},
+		{"row with a NULL leaf index", fold(), []TokenRow{edit(func(r *TokenRow) { r.LeafIndex = NullLeafIndex })}, "leaf_idx differs"},
+		{"row posing as made before schema 7", fold(), []TokenRow{edit(func(r *TokenRow) { r.LeafIndex = -1 })}, "has no token leaf (leaf_idx -1)"},
+		{"row inserted", fold(), []TokenRow{good, edit(func(r *TokenRow) { r.ID = "tok_ffffffffffff" })}, "tok_ffffffffffff (\"ci\") has no token leaf (a row was inserted)"},
+		{"row deleted", fold(), nil, "token leaf 3 creates token tok_0123456789ab (\"ci\") but the tokens table has no row for it"},
+		{"revocation of an uncreated token", fold(change(7, KindTokenRevocation, TokenRevocationLeaf{TokenID: "tok_999999999999", RevokedAt: revoked})),
+			[]TokenRow{good}, "token-revocation leaf 7 revokes token tok_999999999999, which no earlier token leaf created"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, p := c.p.CheckTable(c.rows)
+			if !strings.Contains(p, c.want) {
+				t.Fatalf("problem %q, want one containing %q", p, c.want)
+			}
+			if strings.Contains(p, leaf.SecretSHA256) || strings.Contains(p, strings.Repeat("cd", 32)) {
+				t.Fatalf("the problem names a secret hash: %s", p)
+			}
+		})
+	}
+	if _, _, err := DecodeTokenChange(1, KindToken, []byte(`{"token_id":`)); err == nil || err.Error() != "token leaf body does not parse" {
+		t.Fatalf("a truncated token leaf: %v", err)
+	}
+	if _, ok, _ := DecodeTokenChange(1, KindEvidence, []byte(`{}`)); ok {
+		t.Fatal("an evidence leaf decoded as a token change")
+	}
+}
