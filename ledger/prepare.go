@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -22,6 +23,21 @@ type Prepared struct {
 	Key      string
 	Evidence *Evidence
 	Head     *HeadVerification
+
+	sealed bool // made by PrepareOne (Record may carry it)
+}
+
+// Record returns p as a Record of its canonical body. When p was made by
+// PrepareOne, appending the Record (Log.Append, PrepareRecords) takes p as
+// it is instead of preparing the body again, as long as the Record's Kind
+// and Body are unchanged; a Prepared built by hand is prepared anew.
+func (p Prepared) Record() Record {
+	r := Record{Kind: p.Kind, Body: p.Body}
+	if p.sealed {
+		q := p
+		r.prepared = &q
+	}
+	return r
 }
 
 // prepareParallelMin is the batch size from which PrepareRecords spreads
@@ -71,6 +87,9 @@ func PrepareRecords(recs []Record) ([]Prepared, error) {
 
 // PrepareOne validates and canonicalizes one record (see PrepareRecords).
 func PrepareOne(r Record) (Prepared, error) {
+	if q := r.prepared; q != nil && q.Kind == r.Kind && bytes.Equal(q.Body, r.Body) {
+		return *q, nil
+	}
 	if !ValidKind(r.Kind) {
 		return Prepared{}, FieldError("kind", "unknown entry kind %q", r.Kind)
 	}
@@ -95,6 +114,7 @@ func PrepareOne(r Record) (Prepared, error) {
 		return p, err
 	}
 	p.ID = EntryID(r.Kind, p.Body)
+	p.sealed = true
 	return p, nil
 }
 

@@ -11,6 +11,8 @@ import (
 type Record struct {
 	Kind Kind
 	Body json.RawMessage
+
+	prepared *Prepared // set by Prepared.Record: Body already prepared
 }
 
 // AppendedEntry is one entry of an AppendResult. Existing is true when an

@@ -732,6 +732,7 @@ func (s *Server) finishEvidence(r *http.Request, a runs.Agent, run runs.Run, env
 			return nil, nil, false, ledger.FieldError(field+".subject.repository", "run %s is for repository %s", run.ID, run.Repository)
 		}
 		seen[ledger.LaneName(e.Lane)] = true
+		recs[i] = p.Record() // appendFinish's Append does not prepare it again
 		ids[i] = p.ID
 		passed = passed && e.Status == ledger.StatusPassed
 	}

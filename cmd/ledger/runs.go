@@ -46,7 +46,7 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 		case <-ctx.Done():
 			prog.done()
 			return errExit(2, "interrupted: run %s goes on (ledger runs cancel %s stops it)", run.ID, run.ID)
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 		next, err := cl.Run(ctx, run.ID)
 		if err != nil {
