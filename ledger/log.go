@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -33,11 +35,22 @@ const (
 
 // ValidKind reports whether k is one of the entry kinds.
 func ValidKind(k Kind) bool {
-	switch k {
-	case KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation, KindLog, KindRunOutcome, KindKeyRotation, KindOriginal:
-		return true
+	return slices.Contains(kinds, k)
+}
+
+// kinds is every entry kind, in the order Kinds lists them.
+var kinds = []Kind{KindEvidence, KindHead, KindRelease, KindWaiver, KindApproval, KindSupersede, KindPolicy, KindRunnerKey, KindToken, KindTokenRevocation, KindLog, KindRunOutcome, KindKeyRotation, KindOriginal}
+
+// Kinds returns every entry kind ValidKind accepts, as a new slice.
+func Kinds() []Kind { return slices.Clone(kinds) }
+
+// KindList renders Kinds for messages: "evidence, head, ... or original".
+func KindList() string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
 	}
-	return false
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Hash is a SHA-256 hash; it encodes as lowercase hex in JSON.

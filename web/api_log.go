@@ -88,7 +88,7 @@ func (s *Server) handleListEntries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := ledger.EntryFilter{Kind: ledger.Kind(q.Get("kind")), Key: q.Get("key"), Cursor: q.Get("cursor")}
 	if !ledger.ValidKind(f.Kind) {
-		s.writeError(w, r, ledger.FieldError("kind", "required: evidence, head, release, waiver or approval"))
+		s.writeError(w, r, ledger.FieldError("kind", "required, one of: %s", ledger.KindList()))
 		return
 	}
 	var err error

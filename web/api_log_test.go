@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // TestLogReadRoutes: the log routes an HTTP client reads the log through
@@ -24,6 +27,11 @@ func TestLogReadRoutes(t *testing.T) {
 	}{
 		{"/api/v1/log/entries", 400, "kind"},
 		{"/api/v1/log/entries?kind=bogus", 400, "kind"},
+		{"/api/v1/evidence?repository=%ff%fe", 400, "repository"},
+		{"/api/v1/evidence?repository=a%00b", 400, "repository"},
+		{"/api/v1/evidence?lane=a&lane=b", 400, "lane"},
+		{"/api/v1/evidence?%ff=1", 400, "query"},
+		{"/api/v1/evidence?a=%zz", 400, ""},
 		{"/api/v1/log/entries?kind=evidence&limit=0", 400, "limit"},
 		{"/api/v1/log/entries?kind=evidence&as_of=0", 400, "as_of"},
 		{"/api/v1/evidence?as_of=x", 400, "as_of"},
@@ -40,6 +48,13 @@ func TestLogReadRoutes(t *testing.T) {
 		json.Unmarshal(body, &ae)
 		if code != tc.status || ae.Field != tc.field {
 			t.Errorf("GET %s: %d field %q (%s), want %d field %q", tc.path, code, ae.Field, body, tc.status, tc.field)
+		}
+	}
+	// The kind error names every kind the route takes.
+	_, body := e.do(t, "GET", "/api/v1/log/entries?kind=signoff", "", nil)
+	for _, k := range ledger.Kinds() {
+		if !strings.Contains(string(body), string(k)) {
+			t.Errorf("kind error does not name %s: %s", k, body)
 		}
 	}
 	code, body := e.do(t, "GET", fmt.Sprintf("/api/v1/log/entries?kind=evidence&as_of=%d&limit=1", e.base+2), "", nil)

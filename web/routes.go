@@ -32,6 +32,7 @@ func (s *Server) routes() chi.Router {
 	r.With(read).Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 
 	r.Route("/api/v1", func(api chi.Router) {
+		api.Use(s.checkQuery)
 		api.Get("/openapi.yaml", s.handleOpenAPI)
 
 		api.With(record).Post("/evidence", s.handlePostEvidence)
