@@ -28,7 +28,9 @@ const (
 // CheckText reports whether s is a valid identifier or free-text value of
 // at most max bytes: valid UTF-8, not empty when required, and free of NUL
 // and every other control character (Unicode category Cc, which includes
-// C0, DEL and C1). multiline allows tab, LF and CR, for reasons and notes.
+// C0, DEL and C1) and of the bidirectional formatting characters
+// (Unicode property Bidi_Control: U+061C, U+200E-U+200F, U+202A-U+202E,
+// U+2066-U+2069). multiline allows tab, LF and CR, for reasons and notes.
 // The error names field.
 func CheckText(field, s string, max int, required, multiline bool) error {
 	if required && strings.TrimSpace(s) == "" {
@@ -43,6 +45,9 @@ func CheckText(field, s string, max int, required, multiline bool) error {
 	for _, c := range s {
 		if unicode.IsControl(c) && !(multiline && (c == '\t' || c == '\n' || c == '\r')) {
 			return FieldError(field, "must not contain control characters (found U+%04X)", c)
+		}
+		if unicode.Is(unicode.Bidi_Control, c) {
+			return FieldError(field, "must not contain bidirectional formatting characters (found U+%04X): they make text display otherwise than it is stored", c)
 		}
 	}
 	return nil

@@ -500,6 +500,8 @@ func TestIdentifiersRefuseControlCharacters(t *testing.T) {
 		{"subject.repository", "github.com/a\nb", "subject.repository"},
 		{"subject.repository", "github.com/a\u0085b", "subject.repository"},
 		{"device.model", "cpu\x1b[31m", "device.model"},
+		{"device.model", "NVIDIA \u202eH200", "device.model"},
+		{"subject.repository", "github.com/a\u2066b", "subject.repository"},
 		{"runner.version", "1.0\x00", "runner.version"},
 		{"runner.version", strings.Repeat("v", ledger.MaxShortText+1), "runner.version"},
 		{"device.driver", strings.Repeat("d", ledger.MaxIdentifier+1), "device.driver"},
