@@ -27,11 +27,12 @@ type runConfig struct {
 	Dirty      string // "", "true" or "false"
 	NoRecord   bool
 	List       bool
-	Impl       string   // external implementation to run (impl.go)
-	ImplFile   string   // its configuration file
-	SignKey    string   // runner key that signs what is recorded (runner.go)
-	Remote     bool     // queue the run on --server for an agent (runs.go)
-	Labels     []string // agent labels a remote run requires
+	Impl       string        // external implementation to run (impl.go)
+	ImplFile   string        // its configuration file
+	SignKey    string        // runner key that signs what is recorded (runner.go)
+	Remote     bool          // queue the run on --server for an agent (runs.go)
+	Labels     []string      // agent labels a remote run requires
+	GiveUp     time.Duration // how long a remote run is followed while the server does not answer
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -66,6 +67,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	addImplFlags(f, &c)
 	f.BoolVar(&c.Remote, "remote", false, "queue the run on --server for an agent (ledger agent) and follow it; exit status as for a local run, 3 when the run was canceled or expired")
 	f.StringArrayVar(&c.Labels, "label", nil, "with --remote: agent label key=value the run requires (repeatable)")
+	f.DurationVar(&c.GiveUp, "give-up-after", 30*time.Second, "with --remote: stop following (exit 2; the run goes on) when every read of the run has failed for this long")
 	return cmd
 }
 

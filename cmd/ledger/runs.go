@@ -41,6 +41,7 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	}
 	fmt.Fprintf(a.stderr, "queued run %s (%s on %s)\n", run.ID, strings.Join(run.Lanes, ","), run.Backend)
 	prog := a.newProgress()
+	var failing time.Time // when the reads of the run began to fail
 	for !runs.Final(run.State) {
 		select {
 		case <-ctx.Done():
@@ -50,9 +51,17 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 		}
 		next, err := cl.Run(ctx, run.ID)
 		if err != nil {
+			if failing.IsZero() {
+				failing = time.Now()
+			}
+			if time.Since(failing) >= c.GiveUp {
+				prog.done()
+				return errExit(2, "lost the server for %s while following run %s (last error: %v): the run goes on there; `ledger runs show %s` reads it later", c.GiveUp, run.ID, err, run.ID)
+			}
 			a.log.Warn("follow run", "err", err)
 			continue
 		}
+		failing = time.Time{}
 		run = next
 		if run.Progress.Lane != "" {
 			prog.update(run.Progress.Lane, run.Progress.Done, run.Progress.Total)
@@ -89,7 +98,11 @@ func printRun(w io.Writer, r runs.Run) {
 	}
 	fmt.Fprintln(w)
 	for _, at := range r.Attempts {
-		fmt.Fprintf(w, "  attempt %d by %s: %s %s\n", at.Attempt, at.Agent, at.Outcome, at.Reason)
+		line := fmt.Sprintf("  attempt %d by %s: %s", at.Attempt, at.Agent, at.Outcome)
+		if at.Reason != "" {
+			line += " (" + at.Reason + ")"
+		}
+		fmt.Fprintln(w, line)
 	}
 	for _, id := range r.Evidence {
 		fmt.Fprintf(w, "  evidence %s\n", id)
