@@ -142,6 +142,12 @@ func LeafHash(raw []byte) Hash {
 // numbers kept as written, no HTML escaping. It errors on invalid JSON or
 // trailing data.
 func CanonicalJSON(in []byte) ([]byte, error) {
+	return canonicalMemo.do(in, canonicalJSON)
+}
+
+var canonicalMemo byteMemo
+
+func canonicalJSON(in []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(in))
 	dec.UseNumber()
 	var v any

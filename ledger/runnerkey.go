@@ -275,6 +275,12 @@ func PayloadEvidence(payload []byte) ([]byte, error) {
 	if len(p) == 0 || p[0] != '{' {
 		return nil, FieldError("", "must be one evidence JSON object")
 	}
+	return payloadMemo.do(p, payloadEvidence)
+}
+
+var payloadMemo byteMemo
+
+func payloadEvidence(p []byte) ([]byte, error) {
 	e, b, err := PrepareEvidence(p)
 	if err != nil {
 		return nil, err
