@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -184,4 +186,18 @@ func sameInstant(a, b *time.Time) bool {
 		return a == nil && b == nil
 	}
 	return a.Equal(*b)
+}
+
+// ScannedTokenRow is the TokenRow of a tokens row as a driver scans it:
+// its Token columns, its secret hash bytes, and its nullable leaf_idx
+// (NULL: NullLeafIndex) and revoked_idx (NULL: -1).
+func ScannedTokenRow(t Token, hash []byte, leafIdx, revIdx sql.NullInt64) TokenRow {
+	row := TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: NullLeafIndex, RevokedIndex: -1}
+	if leafIdx.Valid {
+		row.LeafIndex = leafIdx.Int64
+	}
+	if revIdx.Valid {
+		row.RevokedIndex = revIdx.Int64
+	}
+	return row
 }

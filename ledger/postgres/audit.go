@@ -325,7 +325,7 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		if err != nil {
 			return -1, "", err
 		}
-		table = append(table, tokenRowOf(t, hash, leafIdx, revIdx))
+		table = append(table, ledger.ScannedTokenRow(t, hash, leafIdx, revIdx))
 	}
 	if err := rows.Err(); err != nil {
 		return -1, "", err

@@ -200,21 +200,9 @@ func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.Toke
 	if err != nil {
 		return row, dbErr("authenticate", err)
 	}
-	row = tokenRowOf(t, hash, leafIdx, revIdx)
+	row = ledger.ScannedTokenRow(t, hash, leafIdx, revIdx)
 	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
 	return row, nil
-}
-
-// tokenRowOf is the ledger.TokenRow of a scanned tokens row.
-func tokenRowOf(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64) ledger.TokenRow {
-	row := ledger.TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: ledger.NullLeafIndex, RevokedIndex: -1}
-	if leafIdx.Valid {
-		row.LeafIndex = leafIdx.Int64
-	}
-	if revIdx.Valid {
-		row.RevokedIndex = revIdx.Int64
-	}
-	return row
 }
 
 var _ ledger.TokenRowAuthenticator = (*Store)(nil)

@@ -241,7 +241,7 @@ func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.Toke
 	if err != nil {
 		return row, dbErr("authenticate", err)
 	}
-	row = tokenRowOf(t, h[:], leafIdx, revIdx)
+	row = ledger.ScannedTokenRow(t, h[:], leafIdx, revIdx)
 	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
 	return row, nil
 }
@@ -412,23 +412,11 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 		if err != nil {
 			return -1, "", err
 		}
-		table = append(table, tokenRowOf(t, hash, leafIdx, revIdx))
+		table = append(table, ledger.ScannedTokenRow(t, hash, leafIdx, revIdx))
 	}
 	if err := rows.Err(); err != nil {
 		return -1, "", err
 	}
 	idx, problem := a.tokens.CheckTable(table)
 	return idx, problem, nil
-}
-
-// tokenRowOf is the ledger.TokenRow of a scanned tokens row.
-func tokenRowOf(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64) ledger.TokenRow {
-	row := ledger.TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: ledger.NullLeafIndex, RevokedIndex: -1}
-	if leafIdx.Valid {
-		row.LeafIndex = leafIdx.Int64
-	}
-	if revIdx.Valid {
-		row.RevokedIndex = revIdx.Int64
-	}
-	return row
 }
