@@ -15,7 +15,8 @@ import (
 // of that kind are.
 const CountingRule = "Only records at the release's exact pins count: repository, commit, tree where pinned, " +
 	"the digest of every bound artifact the record names, every bound artifact the gate is about, a clean work tree, " +
-	"and, for verdicts the server must compute (tree equivalence), the server's own computation. " +
+	"for verdicts the server must compute (tree equivalence), the server's own computation at the component's current path pins for this release, " +
+	"and, for head verifications, the trust policy the release binds (none count when it binds none). " +
 	"Any other record is baseline, shown with the reason. At the exact pins one failing record keeps the gate failed " +
 	"until a supersede leaf (attributed and reasoned, by the release's approval role, for these pins) retracts it or the gate is waived; " +
 	"otherwise the passing records count. A superseded record is baseline."

@@ -11,11 +11,14 @@
 //     is about at its bound digest, clean, all cases exact and the
 //     negative control caught;
 //   - signed-heads: each component's head verified good and trusted
-//     (ledger.HeadVerification records, kind "head");
+//     (ledger.HeadVerification records, kind "head") under the trust policy
+//     the release binds; a release that binds none counts no verification
+//     and the gate stays open (ReasonNoPolicy);
 //   - tree-equivalence: evidence of lane tree-equivalence/v1 (see
 //     ledger.TreeEquivalence and ledger.JudgeTreeEquivalence), computed by
-//     the server (TreeClaim), that each signed head equals its reviewed
-//     source apart from the component's pin paths;
+//     the server (TreeClaim) at the component's current pin paths for this
+//     release and component (ledger.TreeEquivalence.BindingMismatch), that
+//     each signed head equals its reviewed source apart from those paths;
 //   - trajectory: token sequences recorded as external evidence (see
 //     ledger.Trajectory) identical across listed modes and backends; a
 //     divergence names ledger.FirstDivergence (the first zero-based position

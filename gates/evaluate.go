@@ -98,7 +98,8 @@ type evaluator struct {
 	bound []string
 	// policy is the digest head verifications must carry: policy_digest,
 	// else the digest of the newest registered policy the release names as
-	// of the size; noPolicy says why none could be resolved.
+	// of the size; noPolicy says why none could be resolved (also when the
+	// release binds none: then no head verification counts).
 	policy, noPolicy string
 
 	mu    sync.Mutex
@@ -560,7 +561,8 @@ func (ev *evaluator) components(g *Gate) []Component {
 
 // resolvePolicy sets ev.policy from the release's policy_digest, else from
 // the registered policy it names (TRUST.md rule 2: a head counts only when
-// it was verified under the policy the release binds).
+// it was verified under the policy the release binds); it sets ev.noPolicy
+// instead when the named policy is not registered or the release binds none.
 func (ev *evaluator) resolvePolicy() error {
 	switch {
 	case ev.rel.PolicyDigest != "":
@@ -575,6 +577,14 @@ func (ev *evaluator) resolvePolicy() error {
 		default:
 			ev.policy = p.Policy.Digest
 		}
+	default:
+		ev.noPolicy = ReasonNoPolicy
 	}
 	return nil
 }
+
+// ReasonNoPolicy is why a signed-heads gate of a release that binds no
+// trust policy (neither policy nor policy_digest) stays open: a head
+// verification counts only under the policy the release names, never one
+// the verifying caller chose (TRUST.md rule 2).
+const ReasonNoPolicy = "release binds no policy: a head verification counts only under the trust policy the release names (add policy: NAME, registered with `ledger policy apply`, or policy_digest)"

@@ -204,8 +204,8 @@ func TestSignedHeadsGate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openStore(t)
 			rel := only(testRelease(t), "heads")
-			rel.PolicyDigest = tc.policy
 			if tc.policy != "" {
+				rel.PolicyDigest = tc.policy
 				for _, h := range tc.heads {
 					if h.Commit == headB {
 						h.Policy = tc.policy
@@ -226,6 +226,23 @@ func TestSignedHeadsGate(t *testing.T) {
 				t.Fatalf("baseline %+v lacks the policy reason", g.Baseline)
 			}
 		})
+	}
+}
+
+// TestSignedHeadsGateWithoutPolicy: a release that binds no policy counts
+// no head verification, whichever policy it was made under (TRUST.md rule
+// 2); the gate stays open naming why, also over a failing verification.
+func TestSignedHeadsGateWithoutPolicy(t *testing.T) {
+	for _, v := range []ledger.Verdict{ledger.VerdictGood, ledger.VerdictBad} {
+		s := openStore(t)
+		rel := only(testRelease(t), "heads")
+		rel.PolicyDigest = ""
+		recordHead(t, s, ledger.HeadVerification{Repository: "example/core", Commit: headA, Tree: treeA, Verdict: v, Decision: ledger.DecisionTrusted, Policy: digestOld})
+		recordHead(t, s, ledger.HeadVerification{Repository: "example/app", Commit: headB, Verdict: v, Decision: ledger.DecisionTrusted})
+		g := evaluate(t, s, rel).Gates[0]
+		if g.State != StateOpen || g.Reason != ReasonNoPolicy || len(g.Satisfying)+len(g.Failing) != 0 || len(g.Baseline) != 2 || g.Baseline[0].Reason != ReasonNoPolicy {
+			t.Errorf("verdict %s: %s %q, satisfying %d, failing %d, baseline %+v; want open, both baseline, naming that the release binds no policy", v, g.State, g.Reason, len(g.Satisfying), len(g.Failing), g.Baseline)
+		}
 	}
 }
 
@@ -255,13 +272,42 @@ func computed(e *ledger.Evidence) {
 	e.Details, _ = json.Marshal(d)
 }
 
+// treeComputed is tree-equivalence evidence the server computed for
+// testYAML's component core at its pins.
 func treeComputed(reviewed string, equivalent bool, outside []string, f func(*ledger.Evidence)) ledger.Evidence {
 	return treeEv(reviewed, equivalent, outside, func(e *ledger.Evidence) {
 		computed(e)
+		var d ledger.TreeEquivalence
+		if err := json.Unmarshal(e.Details, &d); err != nil {
+			panic(err)
+		}
+		d.Pins, d.Release, d.Component = []string{"deps/*.lock", "Package.resolved"}, "1.0.0-test", "core"
+		e.Details, _ = json.Marshal(d)
 		if f != nil {
 			f(e)
 		}
 	})
+}
+
+// treeAt returns an edit of treeComputed's details: pins (when not nil),
+// release and component (when not "") replaced.
+func treeAt(pins []string, release, component string) func(*ledger.Evidence) {
+	return func(e *ledger.Evidence) {
+		var d ledger.TreeEquivalence
+		if err := json.Unmarshal(e.Details, &d); err != nil {
+			panic(err)
+		}
+		if pins != nil {
+			d.Pins = pins
+		}
+		if release != "" {
+			d.Release = release
+		}
+		if component != "" {
+			d.Component = component
+		}
+		e.Details, _ = json.Marshal(d)
+	}
 }
 
 func TestTreeEquivalenceGate(t *testing.T) {
@@ -284,6 +330,15 @@ func TestTreeEquivalenceGate(t *testing.T) {
 		{"older difference is not cleared", []ledger.Evidence{treeComputed(reviewedA, false, []string{"Sources/Kernel.metal"}, nil), treeComputed(reviewedA, true, []string{}, func(e *ledger.Evidence) { e.FinishedAt = e.FinishedAt.Add(time.Second) })}, StateFailed, "Sources/Kernel.metal", ""},
 		// A posted "differs" claim does not fail the gate either.
 		{"posted difference claim", []ledger.Evidence{treeEv(reviewedA, false, []string{"x"}, nil), treeComputed(reviewedA, true, []string{}, nil)}, StatePassed, "all 2", ""},
+		// A computation counts only at the pins it was made with, for the
+		// release and component it names (TRUST.md rule 3).
+		{"computed at wider pins", []ledger.Evidence{treeComputed(reviewedA, true, []string{}, treeAt([]string{"Package.resolved", "deps/*.lock", "Sources/*"}, "", ""))}, StateOpen, "1 of 2",
+			"computed at pins [Package.resolved Sources/* deps/*.lock]; release 1.0.0-test pins core at [Package.resolved deps/*.lock]"},
+		{"computed without pins", []ledger.Evidence{treeComputed(reviewedA, true, []string{}, treeAt([]string{}, "", ""))}, StateOpen, "1 of 2", "computed at pins []"},
+		{"a difference at other pins does not fail", []ledger.Evidence{treeComputed(reviewedA, false, []string{"Sources/Kernel.metal"}, treeAt([]string{"x"}, "", ""))}, StateOpen, "1 of 2", "computed at pins [x]"},
+		{"computed for another release", []ledger.Evidence{treeComputed(reviewedA, true, []string{}, treeAt(nil, "0.9.0", ""))}, StateOpen, "1 of 2", "computed for release 0.9.0, not 1.0.0-test"},
+		{"computed for another component", []ledger.Evidence{treeComputed(reviewedA, true, []string{}, treeAt(nil, "", "app"))}, StateOpen, "1 of 2", "computed for component app, not core"},
+		{"pins in another order, repeated", []ledger.Evidence{treeComputed(reviewedA, true, []string{}, treeAt([]string{"Package.resolved", "deps/*.lock", "Package.resolved"}, "", ""))}, StatePassed, "all 2", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

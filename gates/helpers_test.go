@@ -21,6 +21,9 @@ var (
 	otherC    = strings.Repeat("e5", 20)
 	digestLib = "sha256:" + strings.Repeat("11", 32)
 	digestOld = "sha256:" + strings.Repeat("47", 32)
+	// digestPolicy is the trust policy testYAML binds; recordHead
+	// records verifications under it unless told otherwise.
+	digestPolicy = "sha256:" + strings.Repeat("9a", 32)
 )
 
 // openStore opens an empty store whose clock is t0: SQLite, or
@@ -73,6 +76,7 @@ gates:
   - id: platform
     kind: manual
     role: platform-reviewer
+policy_digest: sha256:` + "9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a9a" + `
 `
 
 func testRelease(t testing.TB) *Release {
@@ -132,6 +136,9 @@ func recordHead(t testing.TB, s ledger.Store, h ledger.HeadVerification) {
 	}
 	if h.ObjectType == "" {
 		h.ObjectType = "commit"
+	}
+	if h.Policy == "" {
+		h.Policy = digestPolicy
 	}
 	b, _ := json.Marshal(h)
 	if _, err := s.Append(context.Background(), []ledger.Record{{Kind: ledger.KindHead, Body: b}}, ""); err != nil {

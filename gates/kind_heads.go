@@ -15,7 +15,7 @@ var signedHeadsKind = kindSpec{
 	name:     KindSignedHeads,
 	fields:   []string{"components"},
 	evaluate: (*evaluator).signedHeads,
-	rule: "Per component, every verification of the signed head at the pins (repository, release policy, tree) counts: " +
+	rule: "Per component, every verification of the signed head at the pins (repository, release policy, tree) counts; a release that binds no policy counts none and the gate stays open: " +
 		"any verdict other than good, or a decision other than trusted, keeps the gate failed until superseded or waived; " +
 		"otherwise a good and trusted verification passes. Unsigned heads and verifications that could not check the object leave it open.",
 }
@@ -49,6 +49,10 @@ func (ev *evaluator) signedHeads(g *Gate) (GateResult, error) {
 	}
 	n := len(comps)
 	switch {
+	case ev.noPolicy != "":
+		// Every verification is baseline: which policy would judge them is
+		// not the release's choice, so the gate is open, not failed.
+		res.State, res.Reason = StateOpen, ev.noPolicy
 	case len(t.failed) > 0:
 		res.State, res.Reason = StateFailed, strings.Join(t.failed, "; ")
 	case len(res.Missing) > 0:

@@ -21,7 +21,8 @@ var treeEquivalenceKind = kindSpec{
 	fields:      []string{"components", "lane"},
 	defaultLane: DefaultTreeEquivalenceLane,
 	evaluate:    (*evaluator).treeEquivalence,
-	rule: "Per component, only tree checks the server computed at the signed head (and its tree pin) against the reviewed source count; " +
+	rule: "Per component, only tree checks the server computed at the signed head (and its tree pin) against the reviewed source count, " +
+		"and only those computed at the component's current pins for this release and component (a check at other pins, or for another release, is baseline); " +
 		"posted claims are baseline. Any computed check showing a path that differs outside the pins keeps the gate failed until superseded or waived; " +
 		"otherwise a computed check finding them equal passes. A head that is the reviewed commit needs none.",
 }
@@ -56,8 +57,10 @@ func (ev *evaluator) treeEquivalence(g *Gate) (GateResult, error) {
 }
 
 // treeOf reads every tree-equivalence record about c's signed head. Those
-// at other pins, claims (treeClaim), superseded ones and those comparing
-// against another commit are baseline; of the rest, any that shows a
+// at other pins, claims (treeClaim), superseded ones, those comparing
+// against another commit and those computed at other path pins or for
+// another release or component (ledger.TreeEquivalence.BindingMismatch)
+// are baseline; of the rest, any that shows a
 // difference outside the pins fails c (CountingRule), else an equal one
 // satisfies it. It adds to res and returns why c fails, or "".
 func (ev *evaluator) treeOf(g *Gate, c Component, res *GateResult) (string, error) {
@@ -76,6 +79,12 @@ func (ev *evaluator) treeOf(g *Gate, c Component, res *GateResult) (string, erro
 			return true
 		}
 		f := ledger.JudgeTreeEquivalence(&e.Evidence, c.Reviewed)
+		if f.Decides {
+			if r := f.Details.BindingMismatch(ev.rel.Version, c.Name, c.Pins); r != "" {
+				bl.add(e, r)
+				return true
+			}
+		}
 		switch {
 		case !f.Decides:
 			bl.add(e, f.Why)

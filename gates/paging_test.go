@@ -81,7 +81,7 @@ func TestDeepQueries(t *testing.T) {
 
 	good := func(repo, commit string, at time.Time) ledger.HeadVerification {
 		return ledger.HeadVerification{Repository: repo, Object: commit, ObjectType: "commit", Commit: commit, Tree: treeA, Scheme: "ssh", Signer: "rm",
-			Verdict: ledger.VerdictGood, Decision: ledger.DecisionTrusted, VerifiedAt: at}
+			Verdict: ledger.VerdictGood, Decision: ledger.DecisionTrusted, Policy: digestPolicy, VerifiedAt: at}
 	}
 	app := good("example/app", headB, t0)
 	app.Tree = ""

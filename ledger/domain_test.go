@@ -164,3 +164,27 @@ func TestTreeEquivalenceEvidence(t *testing.T) {
 		}
 	}
 }
+
+func TestTreeEquivalenceBindingMismatch(t *testing.T) {
+	at := TreeEquivalence{Pins: []string{"src/*", "go.sum"}, Release: "2.0", Component: "core"}
+	for _, c := range []struct {
+		name               string
+		te                 TreeEquivalence
+		release, component string
+		pins               []string
+		want               string
+	}{
+		{"same pins in another order, repeated", at, "2.0", "core", []string{"go.sum", "src/*", "go.sum"}, ""},
+		{"narrower pins", at, "2.0", "core", []string{"go.sum"}, "computed at pins [go.sum src/*]; release 2.0 pins core at [go.sum]"},
+		{"no pins now", at, "2.0", "core", nil, "computed at pins [go.sum src/*]; release 2.0 pins core at []"},
+		{"computed without pins", TreeEquivalence{}, "2.0", "core", []string{"go.sum"}, "computed at pins []; release 2.0 pins core at [go.sum]"},
+		{"nil and empty alike", TreeEquivalence{Pins: []string{}}, "2.0", "core", nil, ""},
+		{"another release", at, "2.1", "core", []string{"go.sum", "src/*"}, "computed for release 2.0, not 2.1"},
+		{"another component", at, "2.0", "app", []string{"go.sum", "src/*"}, "computed for component core, not app of release 2.0"},
+		{"record naming no release or component", TreeEquivalence{Pins: []string{"go.sum"}}, "2.1", "app", []string{"go.sum"}, ""},
+	} {
+		if got := c.te.BindingMismatch(c.release, c.component, c.pins); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -86,6 +87,32 @@ func DecodeTreeEquivalence(details json.RawMessage) (TreeEquivalence, error) {
 // pins.
 func (t TreeEquivalence) Holds() bool {
 	return t.Equivalent != nil && *t.Equivalent && len(t.OutsidePins) == 0
+}
+
+// BindingMismatch returns why server-computed details t do not speak for
+// component of release at pins, or "" when they do: t.Pins must equal
+// pins as a set (order and repeats ignored, nil and empty alike), and
+// t.Release and t.Component, when set, must be release and component.
+// The message names both sides, for example
+// "computed at pins [go.sum src/*]; release 2.0 pins core at [go.sum]".
+func (t TreeEquivalence) BindingMismatch(release, component string, pins []string) string {
+	have, want := pinSet(t.Pins), pinSet(pins)
+	switch {
+	case !slices.Equal(have, want):
+		return fmt.Sprintf("computed at pins %v; release %s pins %s at %v", have, release, component, want)
+	case t.Release != "" && t.Release != release:
+		return fmt.Sprintf("computed for release %s, not %s", t.Release, release)
+	case t.Component != "" && t.Component != component:
+		return fmt.Sprintf("computed for component %s, not %s of release %s", t.Component, component, release)
+	}
+	return ""
+}
+
+// pinSet returns pins sorted with repeats removed (never nil).
+func pinSet(pins []string) []string {
+	out := append([]string{}, pins...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // TreeFinding is what one tree-equivalence evidence record says about a

@@ -581,3 +581,28 @@ func (e *tokenEnv) defineLaneRelease(t *testing.T, version string, ev map[string
 	e.base = 0
 	e.base = e.size(t)
 }
+
+// putRelease applies a release definition through PUT /api/v1/releases
+// with the admin token, failing the test unless it is accepted.
+func (e *uploadEnv) putRelease(t *testing.T, version, yml string) {
+	t.Helper()
+	if code, body := e.do(t, "PUT", "/api/v1/releases/"+version, e.admin, yml, "Content-Type", "application/yaml"); code != 200 && code != 201 {
+		t.Fatalf("put release %s: %d %s", version, code, body)
+	}
+}
+
+// treeRelease is a release of the upload fixture's component core whose
+// head is head, with the given pins, bound to policy core-signers, whose
+// one gate is tree-equivalence gate tree.
+func (f *uploadFixture) treeRelease(version, head, pins string) string {
+	return "version: " + version + "\npolicy: core-signers\ncomponents:\n  - name: core\n    repository: " + upRepo +
+		"\n    reviewed: " + f.reviewed + "\n    head: " + head + "\n    pins: " + pins + "\ngates:\n  - id: tree\n    kind: tree-equivalence\n"
+}
+
+// headsRelease is a release of component core whose head is head, with
+// the given policy line (empty: none), whose one gate is signed-heads
+// gate heads.
+func (f *uploadFixture) headsRelease(version, head, policyLine string) string {
+	return "version: " + version + "\n" + policyLine + "components:\n  - name: core\n    repository: " + upRepo +
+		"\n    reviewed: " + f.reviewed + "\n    head: " + head + "\n    pins: [go.sum]\ngates:\n  - id: heads\n    kind: signed-heads\n"
+}

@@ -78,6 +78,10 @@ import (
 //	                                      leaf edited together)
 //	runner keys registered or revoked   TestDSSEEnvelopeExploits, TestRunnerRegistryRoutes
 //	  by a record token
+//	a tree check kept after the         TestExploitTreeCheckAtOldPins
+//	  release's pins changed
+//	the caller's policy for a release   TestExploitHeadPolicyOfNoRelease
+//	  that binds none
 
 // TestExploitOwnPolicyInline: a head signed by an untrusted key cannot be
 // made trusted by sending a policy that trusts its key, inline in any
@@ -1329,5 +1333,96 @@ func ingestPathBodies(v string) map[string]string {
 		"application/vnd.in-toto+json":                  st,
 		"application/vnd.dsse.envelope.v1+json":         `{"payloadType":"application/vnd.in-toto+json","payload":"` + base64.StdEncoding.EncodeToString([]byte(st)) + `","signatures":[{"keyid":` + string(q) + `,"sig":"AAAA"}]}`,
 		"application/vnd.dev.sigstore.bundle.v0.3+json": `{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{"certificate":{"rawBytes":"AAAA"},"trusted_root":` + string(q) + `},"dsseEnvelope":{"payloadType":"application/vnd.in-toto+json","payload":"` + base64.StdEncoding.EncodeToString([]byte(st)) + `","signatures":[{"sig":"AAAA"}]}}`,
+	}
+}
+
+// TestExploitTreeCheckAtOldPins: a tree check counts only at the pins it
+// was computed with, for the release and component it was computed for
+// (TRUST.md rule 3). A head that changes src/main.go is checked while
+// release t-tree pins src/*; re-applying t-tree with narrower pins, or
+// another release with other pins or the same ones, leaves the old
+// record baseline naming the mismatch, and the release page does not show
+// it as the comparison.
+func TestExploitTreeCheckAtOldPins(t *testing.T) {
+	f := newUploadFixture(t)
+	e := newUploadEnv(t, Config{})
+	e.applyPolicy(t, "core-signers", f.policyYAML, map[string][]byte{"signers": f.signers})
+	e.putRelease(t, "t-tree", f.treeRelease("t-tree", f.outside, `["go.sum", "src/*"]`))
+	code, body := e.do(t, "POST", "/api/v1/trees/verify", e.record, map[string]any{"release": "t-tree", "objects": treeObjects(t, f.dir, f.outside, f.reviewed)})
+	var ans struct {
+		ID       string          `json:"id"`
+		Evidence ledger.Evidence `json:"evidence"`
+	}
+	json.Unmarshal(body, &ans)
+	if te, err := ledger.DecodeTreeEquivalence(ans.Evidence.Details); code != 201 || err != nil || !te.Holds() || !te.ServerComputed() {
+		t.Fatalf("tree check at pins [go.sum src/*]: %d %s", code, body)
+	}
+	if state, _, _ := e.readiness(t, "t-tree").gate(t, "tree"); state != "passed" {
+		t.Fatalf("at the pins it was computed with: tree %s, want passed", state)
+	}
+	for _, c := range []struct{ what, version, pins, why string }{
+		{"t-tree re-applied without pins", "t-tree", `[]`, "computed at pins [go.sum src/*]; release t-tree pins core at []"},
+		{"t-tree re-applied with narrower pins", "t-tree", `["go.sum"]`, "computed at pins [go.sum src/*]; release t-tree pins core at [go.sum]"},
+		{"another release with other pins", "t-tree2", `["README.md"]`, "computed at pins [go.sum src/*]; release t-tree2 pins core at [README.md]"},
+		{"another release with the same pins", "t-tree3", `["src/*", "go.sum"]`, "computed for release t-tree, not t-tree3"},
+	} {
+		e.putRelease(t, c.version, f.treeRelease(c.version, f.outside, c.pins))
+		rd := e.readiness(t, c.version)
+		state, bl, failing := rd.gate(t, "tree")
+		if rd.Readiness.Ready || state != "open" || len(failing) != 0 || !strings.Contains(bl[ans.ID], c.why) {
+			t.Errorf("%s: ready %v, tree %s, failing %v, baseline %v; want open with %s's record baseline: %q", c.what, rd.Readiness.Ready, state, failing, bl, ans.ID, c.why)
+		}
+		if _, page := e.do(t, "GET", "/releases/"+c.version, "", nil); strings.Contains(string(page), "eq-equivalent") {
+			t.Errorf("%s: the release page shows the check at other pins as the tree comparison", c.what)
+		}
+	}
+	// Back at the pins it was computed with, the record counts again.
+	e.putRelease(t, "t-tree", f.treeRelease("t-tree", f.outside, `["src/*", "go.sum"]`))
+	if state, _, _ := e.readiness(t, "t-tree").gate(t, "tree"); state != "passed" {
+		t.Fatalf("t-tree back at its pins: tree %s, want passed", state)
+	}
+}
+
+// TestExploitHeadPolicyOfNoRelease: a release that binds no policy does
+// not let the caller choose one (TRUST.md rule 2). An admin registers
+// strict (trusting alice) and lenient (trusting mallory); release t-none
+// names neither; a record token verifies mallory's head under lenient.
+// The signed-heads gate stays open naming that the release binds no
+// policy, and the verification is baseline with that reason; once the
+// release binds lenient itself, the same verification counts.
+func TestExploitHeadPolicyOfNoRelease(t *testing.T) {
+	f := newUploadFixture(t)
+	e := newUploadEnv(t, Config{})
+	e.applyPolicy(t, "strict", f.policyYAML, map[string][]byte{"signers": f.signers})
+	e.applyPolicy(t, "lenient", f.malloryYAML, f.malloryFiles)
+	e.putRelease(t, "t-none", f.headsRelease("t-none", f.evil, ""))
+	evil := headObjects(t, f.dir, "evil")
+	code, body := e.do(t, "POST", "/api/v1/heads/verify", e.record, map[string]any{"release": "t-none", "objects": evil})
+	if ae := apiErr(body); code != 409 || !strings.Contains(ae.Message, "binds no trust policy") {
+		t.Errorf("verify head for a release without a policy: %d %s; want 409 naming the missing policy", code, body)
+	}
+	code, body = e.do(t, "POST", "/api/v1/heads/verify", e.record, map[string]any{"policy": "lenient", "repository": upRepo, "ref": "refs/heads/evil", "objects": evil})
+	var ans struct {
+		ID   string                  `json:"id"`
+		Head ledger.HeadVerification `json:"head"`
+	}
+	json.Unmarshal(body, &ans)
+	if code != 201 || ans.Head.Verdict != ledger.VerdictGood || ans.Head.Decision != ledger.DecisionTrusted {
+		t.Fatalf("verify under lenient: %d %s", code, body)
+	}
+	rd := e.readiness(t, "t-none")
+	state, bl, failing := rd.gate(t, "heads")
+	var reason string
+	for _, g := range rd.Readiness.Gates {
+		if g.ID == "heads" {
+			reason = g.Reason
+		}
+	}
+	if rd.Readiness.Ready || state != "open" || len(failing) != 0 || !strings.Contains(reason, "release binds no policy") || !strings.Contains(bl[ans.ID], "release binds no policy") {
+		t.Fatalf("t-none: ready %v, heads %s (%q), failing %v, baseline %v; want open naming that the release binds no policy", rd.Readiness.Ready, state, reason, failing, bl)
+	}
+	e.putRelease(t, "t-none", f.headsRelease("t-none", f.evil, "policy: lenient\n"))
+	if state, _, _ := e.readiness(t, "t-none").gate(t, "heads"); state != "passed" {
+		t.Fatalf("t-none bound to lenient: heads %s, want passed", state)
 	}
 }

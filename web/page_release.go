@@ -189,8 +189,8 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 					continue // a posted claim is not shown as the comparison
 				}
 				f := ledger.JudgeTreeEquivalence(&es[i].Evidence, c.Reviewed)
-				if !f.Decides {
-					continue
+				if !f.Decides || f.Details.BindingMismatch(rel.Version, c.Name, c.Pins) != "" {
+					continue // not about this release's pins: the gate keeps it baseline
 				}
 				row.TreeEq, row.TreeEqOK, row.Outside = &es[i], f.Equal, f.Details.OutsidePins
 				break

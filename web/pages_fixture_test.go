@@ -150,7 +150,7 @@ func pgHead(verdict ledger.Verdict, decision ledger.Decision, at time.Time) ledg
 	return ledger.HeadVerification{
 		Repository: pgRepo, Ref: "refs/heads/main", Object: pgCommit, ObjectType: "commit", Commit: pgCommit, Tree: pgTree,
 		Scheme: "ssh", Signer: "release@example.org", Key: "SHA256:2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90",
-		Verdict: verdict, GitLetter: "G", Decision: decision, Reason: "signed by an allowed signer", VerifiedAt: at,
+		Verdict: verdict, GitLetter: "G", Decision: decision, Reason: "signed by an allowed signer", Policy: pgPolicy, VerifiedAt: at,
 	}
 }
 
@@ -172,12 +172,17 @@ func pgContains(t testing.TB, what, body string, wants ...string) {
 	}
 }
 
-// pgReleaseYAML is a release over the seeded evidence: core's head is
-// pgCommit (signed, verified good by pgSeed), app is a second component
+// pgPolicy is the trust policy digest pgReleaseYAML binds and pgHead's
+// verifications were made under.
+const pgPolicy = "sha256:5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c"
+
+// pgReleaseYAML is a release over the seeded evidence, bound to pgPolicy:
+// core's head is pgCommit (signed, verified good by pgSeed), app is a second component
 // whose head nobody verified, libmlx.so is bound to pgDigest (so the narrow
 // run on pgDigestB is baseline).
 const pgReleaseYAML = `version: 0.32.1
 title: qmv bias-sum promotion
+policy_digest: ` + pgPolicy + `
 components:
   - name: core
     repository: ` + pgRepo + `
