@@ -240,16 +240,8 @@ func (s *Store) bind(q string) string {
 	return b.String()
 }
 
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
 func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	return s.db.ExecContext(ctx, s.bind(q), args...)
-}
-
-func (s *Store) execIn(ctx context.Context, tx execer, q string, args ...any) (sql.Result, error) {
-	return tx.ExecContext(ctx, s.bind(q), args...)
 }
 
 func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
