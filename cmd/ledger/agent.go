@@ -58,9 +58,15 @@ independently of the lanes; when the server answers that the run is being
 canceled, the lane stops at the next case boundary and the attempt is
 reported canceled, recording nothing.
 
-The key must be approved by an admin first (ledger agent approve NAME): an
-unapproved agent is registered but gets no run. --token is a record token;
-its lane, backend and repository scope bound the runs the agent is given.
+The key must be approved by an admin first (ledger agent approve NAME
+--key-id ID, with the key_id this command logs at start): an unapproved
+agent is registered but gets no run. The name (default: the host name) is
+owned by the first key that registers it: another key is refused until an
+admin runs ledger agent remove NAME, and once approved the agent's backend,
+labels, device model, memory and count cannot change. --repository defaults
+to the checkout's origin remote and must be the repository the runs name.
+--token is a record token; its lane, backend and repository scope bound the
+runs the agent is given.
 
 Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
 		Args: cobra.NoArgs,
