@@ -522,46 +522,54 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	keyID := verify.RunnerKeyID(pub)
-	reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, 0)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if live, ok := reg.Live(req.Name); ok && live.KeyID != keyID {
-		s.writeError(w, r, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin revokes that key first", req.Name, live.KeyID))
-		return
-	}
 	if req.Labels == nil {
 		req.Labels = map[string]string{}
 	}
-	a := runs.Agent{Name: req.Name, KeyID: keyID, PublicKey: verify.AuthorizedKey(pub), Backend: req.Backend, Labels: req.Labels, Spec: req.Spec, Health: runs.CleanHealth(req.Health)}
-	if live, ok := reg.Live(req.Name); ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == keyID {
-		// Approved: the approval was for the hardware it declared then.
-		if prev, err := rs.store.GetAgent(r.Context(), req.Name); err == nil {
-			if field := runs.HardwareChange(prev, a); field != "" {
-				s.writeError(w, r, &ledger.Error{Code: ledger.CodeConflict, Field: field, Message: fmt.Sprintf(
-					"agent %q is approved for the hardware it registered with, and this registration changes %s: nothing was changed; an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", req.Name, field, req.Name)})
-				return
-			}
-		} else if !errors.Is(err, ledger.ErrNotFound) {
-			s.writeError(w, r, err)
-			return
+	a := runs.Agent{Name: req.Name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), Backend: req.Backend, Labels: req.Labels, Spec: req.Spec, Health: runs.CleanHealth(req.Health)}
+	if a, err = s.registerAgent(r.Context(), rs.store, a); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"agent": a})
+}
+
+// registerAgent stores registration a (its signature checked) and returns
+// the stored registration, with its registration and heartbeat times and
+// Approved set. CodeConflict, nothing stored, when the name has another
+// live key, is registered with another key (runs.Store.Register), or is
+// approved with a's key and a changes its hardware (runs.HardwareChange,
+// the error naming the field).
+func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent) (runs.Agent, error) {
+	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
+	if err != nil {
+		return a, err
+	}
+	live, ok := reg.Live(a.Name)
+	if ok && live.KeyID != a.KeyID {
+		how := "ledger agent remove " + a.Name
+		if live.Kind != ledger.RunnerKindAgent {
+			how = "ledger runner revoke " + a.Name
+		}
+		return a, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin frees it first (`%s`)", a.Name, live.KeyID, how)
+	}
+	approved := ok && live.Kind == ledger.RunnerKindAgent
+	if approved {
+		// The approval was for the hardware it declared then.
+		prev, err := rs.GetAgent(ctx, a.Name)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return a, err
+		}
+		if field := runs.HardwareChange(prev, a); err == nil && field != "" {
+			return a, &ledger.Error{Code: ledger.CodeConflict, Field: field, Message: fmt.Sprintf(
+				"agent %q is approved for the hardware it registered with, and this registration changes %s: nothing was changed; an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", a.Name, field, a.Name)}
 		}
 	}
-	if err := rs.store.Register(r.Context(), a); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := rs.Register(ctx, a); err != nil {
+		return a, err
 	}
-	// The answer is the stored registration, with its registration and
-	// heartbeat times.
-	if a, err = rs.store.GetAgent(r.Context(), req.Name); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	live, ok := reg.Live(req.Name)
-	a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == keyID
-	s.writeJSON(w, http.StatusOK, map[string]any{"agent": a})
+	got, err := rs.GetAgent(ctx, a.Name)
+	got.Approved = approved
+	return got, err
 }
 
 // agentBody reads and authenticates an agent request (approved key).
