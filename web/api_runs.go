@@ -472,7 +472,7 @@ func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed2551
 		}
 		live, ok := reg.Live(name)
 		if !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != a.KeyID {
-			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s`", name, a.KeyID, name)
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s --key-id %s`", name, a.KeyID, name, a.KeyID)
 		}
 		if pub, err = verify.ParseRunnerPublicKey([]byte(live.PublicKey)); err != nil {
 			return a, err

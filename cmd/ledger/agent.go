@@ -286,7 +286,7 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	}
 	a.log.Info("agent registered", "name", c.Name, "key_id", reg.KeyID, "approved", reg.Approved, "backend", c.Backend, "labels", runs.SortedLabels(labels), "health", health)
 	if !reg.Approved {
-		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + "`; polling until then")
+		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + " --key-id " + reg.KeyID + "`; polling until then")
 	}
 	done := 0
 	backoff := time.Second
