@@ -240,16 +240,8 @@ func (s *Store) bind(q string) string {
 	return b.String()
 }
 
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
 func (s *Store) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	return s.db.ExecContext(ctx, s.bind(q), args...)
-}
-
-func (s *Store) execIn(ctx context.Context, tx execer, q string, args ...any) (sql.Result, error) {
-	return tx.ExecContext(ctx, s.bind(q), args...)
 }
 
 func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -704,22 +696,49 @@ func scanAgent(sc scanner) (Agent, error) {
 	return a, nil
 }
 
-// Register stores (or replaces) agent a's registration.
+// Register stores agent a's registration: a new name is inserted, and a
+// name registered with a's key (an agent restarting) has its registration
+// replaced, its registration and heartbeat times set to now. A name
+// registered with another key is refused with CodeConflict naming the
+// stored key id and `ledger agent remove` (nothing is changed): only an
+// admin's RemoveAgent frees it. One statement decides, so two concurrent
+// registrations of one name with different keys cannot both be stored.
 func (s *Store) Register(ctx context.Context, a Agent) error {
 	now := ms(s.now())
-	tx, err := s.db.BeginTx(ctx, nil)
+	res, err := s.exec(ctx, `UPDATE agents SET public_key = ?, backend = ?, labels = ?, spec = ?, health = ?, registered_at = ?, last_seen = ?, current_run = '' WHERE name = ? AND key_id = ?`,
+		a.PublicKey, string(a.Backend), mustJSON(a.Labels), mustJSON(a.Spec), a.Health, now, now, a.Name, a.KeyID)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	if _, err := s.execIn(ctx, tx, `DELETE FROM agents WHERE name = ?`, a.Name); err != nil {
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
 		return err
 	}
-	if _, err := s.execIn(ctx, tx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '')`,
-		a.Name, a.KeyID, a.PublicKey, string(a.Backend), mustJSON(a.Labels), mustJSON(a.Spec), a.Health, now, now); err != nil {
+	res, err = s.exec(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '') ON CONFLICT (name) DO NOTHING`,
+		a.Name, a.KeyID, a.PublicKey, string(a.Backend), mustJSON(a.Labels), mustJSON(a.Spec), a.Health, now, now)
+	if err != nil {
 		return err
 	}
-	return tx.Commit()
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	cur, err := s.GetAgent(ctx, a.Name)
+	if err != nil {
+		return err
+	}
+	return &ledger.Error{Code: ledger.CodeConflict, Field: "public_key", Message: fmt.Sprintf(
+		"agent %q is registered with another key (%s): a registration is never taken over; an admin removes it first (`ledger agent remove %s`), then this agent registers again", a.Name, cur.KeyID, a.Name)}
+}
+
+// RemoveAgent deletes agent name's registration and reports whether there
+// was one. It changes nothing in the log (web's RemoveAgent revokes an
+// approved key).
+func (s *Store) RemoveAgent(ctx context.Context, name string) (bool, error) {
+	res, err := s.exec(ctx, `DELETE FROM agents WHERE name = ?`, name)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // GetAgent returns agent name's registration; CodeNotFound when none.
@@ -756,7 +775,7 @@ func (s *Store) Seen(ctx context.Context, name, health, run string) error {
 		_, err := s.exec(ctx, `UPDATE agents SET last_seen = ?, current_run = ? WHERE name = ?`, ms(s.now()), run, name)
 		return err
 	}
-	_, err := s.exec(ctx, `UPDATE agents SET last_seen = ?, current_run = ?, health = ? WHERE name = ?`, ms(s.now()), run, clipN(health, 512), name)
+	_, err := s.exec(ctx, `UPDATE agents SET last_seen = ?, current_run = ?, health = ? WHERE name = ?`, ms(s.now()), run, CleanHealth(health), name)
 	return err
 }
 

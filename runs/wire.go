@@ -79,3 +79,23 @@ type PollRequest struct {
 	WaitMS int64  `json:"wait_ms"`
 	Health string `json:"health,omitempty"`
 }
+
+// ApproveRequest is the body of POST /api/v1/agents/{name}/approve (an
+// empty body or {} approves whatever key the agent registered with):
+// KeyID, when set, is the key id ("SHA256:" + 43 base64) the admin checked
+// out of band; the approval is refused (409, nothing appended) when the
+// registration carries another key.
+type ApproveRequest struct {
+	KeyID string `json:"key_id,omitempty"`
+}
+
+// RemoveAnswer is the answer of POST /api/v1/agents/{name}/remove: the
+// agent removed, whether a registration row was deleted, and the key id
+// whose approval was revoked ("" when the agent was not approved) with
+// the revocation's log entry id.
+type RemoveAnswer struct {
+	Name       string `json:"name"`
+	Registered bool   `json:"registered"`
+	Revoked    string `json:"revoked_key_id,omitempty"`
+	Entry      string `json:"entry,omitempty"`
+}

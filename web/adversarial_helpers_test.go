@@ -488,6 +488,7 @@ var routeScope = map[string]string{
 	"POST /api/v1/runs/{id}/cancel":              "run",
 	"GET /api/v1/agents":                         "read",
 	"POST /api/v1/agents/{name}/approve":         "admin",
+	"POST /api/v1/agents/{name}/remove":          "admin",
 	"POST /api/v1/agent/register":                "record", // and a request signature (agent_test.go)
 	"POST /api/v1/agent/poll":                    "record",
 	"POST /api/v1/agent/runs/{id}/heartbeat":     "record",

@@ -308,7 +308,9 @@ func (s *Server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // agentsWithApproval lists the registered agents with Approved set from
-// the runner-key registry and Online from their last heartbeat.
+// the runner-key registry and Online from their last heartbeat, their
+// text fields runs.Visible (rows stored before registration refused
+// control characters show them escaped).
 func (s *Server) agentsWithApproval(ctx context.Context) ([]runs.AgentInfo, error) {
 	rs, err := s.runsOrErr()
 	if err != nil {
@@ -327,7 +329,7 @@ func (s *Server) agentsWithApproval(ctx context.Context) ([]runs.AgentInfo, erro
 	for i, a := range list {
 		live, ok := reg.Live(a.Name)
 		a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == a.KeyID
-		out[i] = runs.AgentInfo{Agent: a, Online: now.Sub(a.LastSeen) < 2*rs.pollWait+rs.ttl}
+		out[i] = runs.AgentInfo{Agent: a.Visible(), Online: now.Sub(a.LastSeen) < 2*rs.pollWait+rs.ttl}
 	}
 	return out, nil
 }
@@ -342,13 +344,21 @@ func (s *Server) handleListAgents(w http.ResponseWriter, r *http.Request) {
 }
 
 // ApproveAgent appends the runner-key leaf (kind agent) that approves
-// the key agent name registered with, by the admin named by. CodeNotFound
-// when no agent of that name registered; CodeConflict when the name has
-// another live key. Approving the live key again appends nothing.
-func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
+// the key agent name registered with, by the admin named by. keyID, when
+// not "", must be that key's id: the approval is refused with
+// CodeConflict (nothing appended) when the registration carries another
+// key, so an admin who checked the key id on the agent's host approves
+// that key or nothing. CodeNotFound when no agent of that name
+// registered; CodeConflict when the name has another live key. Approving
+// the live key again appends nothing.
+func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name, keyID, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
 	a, err := rs.GetAgent(ctx, name)
 	if err != nil {
 		return ledger.RunnerState{}, nil, err
+	}
+	if keyID != "" && keyID != a.KeyID {
+		return ledger.RunnerState{}, nil, &ledger.Error{Code: ledger.CodeConflict, Field: "key_id", Message: fmt.Sprintf(
+			"agent %q is registered with key %s, not %s: nothing was approved; if that is not the agent's key, remove the registration (`ledger agent remove %s`)", name, a.KeyID, clipText(keyID), name)}
 	}
 	return addRunnerKey(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent)
 }
@@ -364,12 +374,76 @@ func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	st, res, err := ApproveAgent(r.Context(), s.store, rs.store, chi.URLParam(r, "name"), who.Name)
+	if err := requireJSON(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req runs.ApproveRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := ledger.DecodeStrict(body, &req); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	st, res, err := ApproveAgent(r.Context(), s.store, rs.store, chi.URLParam(r, "name"), req.KeyID, who.Name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	s.runnerAnswer(w, st, res)
+}
+
+// RemoveAgent removes agent name, by the admin named by: when the name's
+// live key is an agent key, its revocation is appended first (reason
+// "agent removed"), then the registration row is deleted, so the name is
+// free for a registration with another key, which needs approving again.
+// A revoked key is never approved again: the agent registers with a new
+// key. CodeNotFound when there is neither a registration nor a live
+// agent key of that name; a live key of a plain runner is left alone.
+func RemoveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name, by string) (runs.RemoveAnswer, error) {
+	out := runs.RemoveAnswer{Name: name}
+	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
+	if err != nil {
+		return out, err
+	}
+	if live, ok := reg.Live(name); ok && live.Kind == ledger.RunnerKindAgent {
+		_, res, err := RevokeRunner(ctx, st, name, "agent removed", by)
+		if err != nil {
+			return out, err
+		}
+		out.Revoked, out.Entry = live.KeyID, res.Entries[0].ID
+	}
+	if out.Registered, err = rs.RemoveAgent(ctx, name); err != nil {
+		return out, err
+	}
+	if !out.Registered && out.Revoked == "" {
+		return out, ledger.NotFound("no agent %q registered", clipText(name))
+	}
+	return out, nil
+}
+
+func (s *Server) handleRemoveAgent(w http.ResponseWriter, r *http.Request) {
+	rs, err := s.runsOrErr()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	who, err := actorOf(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out, err := RemoveAgent(r.Context(), s.store, rs.store, chi.URLParam(r, "name"), who.Name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // agentRequest reads the body of an agent's signed request and checks
@@ -398,7 +472,7 @@ func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed2551
 		}
 		live, ok := reg.Live(name)
 		if !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != a.KeyID {
-			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s`", name, a.KeyID, name)
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s --key-id %s`", name, a.KeyID, name, a.KeyID)
 		}
 		if pub, err = verify.ParseRunnerPublicKey([]byte(live.PublicKey)); err != nil {
 			return a, err
@@ -431,8 +505,8 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if !ledger.ValidRunnerName(req.Name) {
-		s.writeError(w, r, ledger.FieldError("name", "must be 1-64 of [a-z0-9._-] starting alphanumeric"))
+	if err := req.Validate(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if req.Name != r.Header.Get(runs.HeaderAgent) {
@@ -444,49 +518,58 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("public_key", "%v", err))
 		return
 	}
-	if !req.Backend.Valid() {
-		s.writeError(w, r, ledger.FieldError("backend", "must be one of %s", ledger.BackendList()))
-		return
-	}
-	if err := runs.ValidateLabels("labels", req.Labels); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if len(req.Spec.Lanes) == 0 || len(req.Spec.Lanes) > 256 {
-		s.writeError(w, r, ledger.FieldError("spec.lanes", "1 to 256 lanes: the lanes in the agent's own configuration"))
-		return
-	}
 	if _, err := s.agentRequest(w, r, pub, body); err != nil {
 		s.writeError(w, r, err)
-		return
-	}
-	keyID := verify.RunnerKeyID(pub)
-	reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, 0)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if live, ok := reg.Live(req.Name); ok && live.KeyID != keyID {
-		s.writeError(w, r, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin revokes that key first", req.Name, live.KeyID))
 		return
 	}
 	if req.Labels == nil {
 		req.Labels = map[string]string{}
 	}
-	a := runs.Agent{Name: req.Name, KeyID: keyID, PublicKey: verify.AuthorizedKey(pub), Backend: req.Backend, Labels: req.Labels, Spec: req.Spec, Health: clipText(req.Health)}
-	if err := rs.store.Register(r.Context(), a); err != nil {
+	a := runs.Agent{Name: req.Name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), Backend: req.Backend, Labels: req.Labels, Spec: req.Spec, Health: runs.CleanHealth(req.Health)}
+	if a, err = s.registerAgent(r.Context(), rs.store, a); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	// The answer is the stored registration, with its registration and
-	// heartbeat times.
-	if a, err = rs.store.GetAgent(r.Context(), req.Name); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	live, ok := reg.Live(req.Name)
-	a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == keyID
 	s.writeJSON(w, http.StatusOK, map[string]any{"agent": a})
+}
+
+// registerAgent stores registration a (its signature checked) and returns
+// the stored registration, with its registration and heartbeat times and
+// Approved set. CodeConflict, nothing stored, when the name has another
+// live key, is registered with another key (runs.Store.Register), or is
+// approved with a's key and a changes its hardware (runs.HardwareChange,
+// the error naming the field).
+func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent) (runs.Agent, error) {
+	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
+	if err != nil {
+		return a, err
+	}
+	live, ok := reg.Live(a.Name)
+	if ok && live.KeyID != a.KeyID {
+		how := "ledger agent remove " + a.Name
+		if live.Kind != ledger.RunnerKindAgent {
+			how = "ledger runner revoke " + a.Name
+		}
+		return a, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin frees it first (`%s`)", a.Name, live.KeyID, how)
+	}
+	approved := ok && live.Kind == ledger.RunnerKindAgent
+	if approved {
+		// The approval was for the hardware it declared then.
+		prev, err := rs.GetAgent(ctx, a.Name)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return a, err
+		}
+		if field := runs.HardwareChange(prev, a); err == nil && field != "" {
+			return a, &ledger.Error{Code: ledger.CodeConflict, Field: field, Message: fmt.Sprintf(
+				"agent %q is approved for the hardware it registered with, and this registration changes %s: nothing was changed; an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", a.Name, field, a.Name)}
+		}
+	}
+	if err := rs.Register(ctx, a); err != nil {
+		return a, err
+	}
+	got, err := rs.GetAgent(ctx, a.Name)
+	got.Approved = approved
+	return got, err
 }
 
 // agentBody reads and authenticates an agent request (approved key).

@@ -64,6 +64,7 @@ func (s *Server) routes() chi.Router {
 		api.With(run).Post("/runs/{id}/cancel", s.handleCancelRun)
 		api.With(read).Get("/agents", s.handleListAgents)
 		api.With(admin).Post("/agents/{name}/approve", s.handleApproveAgent)
+		api.With(admin).Post("/agents/{name}/remove", s.handleRemoveAgent)
 		api.With(record).Post("/agent/register", s.handleAgentRegister)
 		api.With(record).Post("/agent/poll", s.handleAgentPoll)
 		api.With(record).Post("/agent/runs/{id}/heartbeat", s.handleAgentHeartbeat)

@@ -58,9 +58,15 @@ independently of the lanes; when the server answers that the run is being
 canceled, the lane stops at the next case boundary and the attempt is
 reported canceled, recording nothing.
 
-The key must be approved by an admin first (ledger agent approve NAME): an
-unapproved agent is registered but gets no run. --token is a record token;
-its lane, backend and repository scope bound the runs the agent is given.
+The key must be approved by an admin first (ledger agent approve NAME
+--key-id ID, with the key_id this command logs at start): an unapproved
+agent is registered but gets no run. The name (default: the host name) is
+owned by the first key that registers it: another key is refused until an
+admin runs ledger agent remove NAME, and once approved the agent's backend,
+labels, device model, memory and count cannot change. --repository defaults
+to the checkout's origin remote and must be the repository the runs name.
+--token is a record token; its lane, backend and repository scope bound the
+runs the agent is given.
 
 Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
 		Args: cobra.NoArgs,
@@ -68,7 +74,7 @@ Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
 	}
 	f := cmd.Flags()
 	host, _ := os.Hostname()
-	f.StringVar(&c.Name, "name", agentName(host), "agent name (a runner name: 1-64 of [a-z0-9._-])")
+	f.StringVar(&c.Name, "name", agentName(host), "agent name (a runner name: 1-64 of [a-z0-9._-]; default: the host name, lower-cased, other characters dropped)")
 	f.StringVar(&c.Key, "key", "", "the agent's Ed25519 private key (see ledger runner keygen); required")
 	f.StringVar(&c.Backend, "backend", "cpu", "backend this agent runs (registered: "+strings.Join(runner.BackendNames(), ", ")+")")
 	f.StringArrayVar(&c.Labels, "label", nil, "agent label key=value (repeatable), matched against a run's required labels")
@@ -81,7 +87,7 @@ Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
 	f.DurationVar(&c.PollWait, "poll-wait", 20*time.Second, "how long one poll for a run waits (the server caps it)")
 	f.IntVar(&c.ExpectDevices, "expect-devices", 0, "health probe: the number of devices this host must have (cuda: counted by nvidia-smi; 0: at least one)")
 	f.IntVar(&c.MaxRuns, "max-runs", 0, "exit after this many runs (0: run until interrupted)")
-	cmd.AddCommand(newAgentApproveCmd(a), newAgentListCmd(a))
+	cmd.AddCommand(newAgentApproveCmd(a), newAgentRemoveCmd(a), newAgentListCmd(a))
 	return cmd
 }
 
@@ -101,16 +107,23 @@ func agentName(host string) string {
 }
 
 func newAgentApproveCmd(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "approve NAME",
+	var keyID string
+	cmd := &cobra.Command{
+		Use:   "approve NAME [--key-id SHA256:...]",
 		Short: "Approve the key agent NAME registered with (admin; a runner-key leaf of kind agent)",
-		Args:  cobra.ExactArgs(1),
+		Long: `ledger agent approve approves the key agent NAME registered with and prints
+that key's id. Check it against the id the agent logged at start ("agent
+registered ... key_id=SHA256:...") and pass it as --key-id: the server then
+refuses the approval, appending nothing, when the registration carries any
+other key. A registration is never taken over by another key while it waits
+(409); remove one you do not trust with ledger agent remove NAME.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.serverClient(true)
 			if err != nil {
 				return err
 			}
-			st, e, err := c.ApproveAgent(cmd.Context(), args[0])
+			st, e, err := c.ApproveAgent(cmd.Context(), args[0], keyID)
 			if err != nil {
 				return errExit(2, "agent approve: %v", err)
 			}
@@ -121,12 +134,49 @@ func newAgentApproveCmd(a *app) *cobra.Command {
 			return a.printRunner(st, e, what)
 		},
 	}
+	cmd.Flags().StringVar(&keyID, "key-id", "", "the key id (SHA256:...) the agent logged; the approval is refused when the registration carries another")
+	return cmd
+}
+
+func newAgentRemoveCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove agent NAME (admin): revoke its approved key, if any (a leaf), and delete its registration",
+		Long: `ledger agent remove frees the name NAME: when the agent is approved its key
+is revoked (a runner-key leaf; a revoked key is never approved again, so the
+agent restarts with a new key from ledger runner keygen), and its
+registration is deleted, so the next registration of NAME, with any key,
+waits for ledger agent approve again. It is the way to replace a waiting
+registration whose key is not the agent's, and to re-approve an agent whose
+hardware changed (the server refuses an approved agent's registration that
+changes its backend, labels, device model, memory or count).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.serverClient(true)
+			if err != nil {
+				return err
+			}
+			out, err := c.RemoveAgent(cmd.Context(), args[0])
+			if err != nil {
+				return errExit(2, "agent remove: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(out)
+			}
+			fmt.Fprintf(a.stdout, "removed agent %s", out.Name)
+			if out.Revoked != "" {
+				fmt.Fprintf(a.stdout, "  revoked key %s  id=%s", out.Revoked, out.Entry)
+			}
+			fmt.Fprintln(a.stdout)
+			return nil
+		},
+	}
 }
 
 func newAgentListCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List the registered agents: spec, last heartbeat, health, current run",
+		Short: "List the registered agents: key id, spec, last heartbeat, health, current run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.serverClient(false)
@@ -141,9 +191,12 @@ func newAgentListCmd(a *app) *cobra.Command {
 				return a.printJSON(map[string]any{"agents": list})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tAPPROVED\tONLINE\tBACKEND\tLABELS\tDEVICE\tHEALTH\tLAST SEEN\tRUN")
-			for _, g := range list {
-				fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.Approved, g.Online, g.Backend, runs.SortedLabels(g.Labels),
+			fmt.Fprintln(tw, "NAME\tKEY ID\tAPPROVED\tONLINE\tBACKEND\tLABELS\tDEVICE\tHEALTH\tLAST SEEN\tRUN")
+			for _, info := range list {
+				// The server sends visible text; a table never carries a
+				// control character, whatever server it came from.
+				g := info.Agent.Visible()
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, g.Approved, info.Online, g.Backend, runs.SortedLabels(g.Labels),
 					g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
 			}
 			return tw.Flush()
@@ -233,7 +286,7 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	}
 	a.log.Info("agent registered", "name", c.Name, "key_id", reg.KeyID, "approved", reg.Approved, "backend", c.Backend, "labels", runs.SortedLabels(labels), "health", health)
 	if !reg.Approved {
-		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + "`; polling until then")
+		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + " --key-id " + reg.KeyID + "`; polling until then")
 	}
 	done := 0
 	backoff := time.Second

@@ -69,12 +69,27 @@ func (c *Client) Agents(ctx context.Context) ([]runs.AgentInfo, error) {
 
 // ApproveAgent approves the key agent name registered with (POST
 // /agents/{name}/approve, scope admin): a runner-key leaf of kind agent.
-func (c *Client) ApproveAgent(ctx context.Context, name string) (ledger.RunnerState, ledger.AppendedEntry, error) {
+// keyID, when not "", must be the registered key's id; the server refuses
+// the approval (409, nothing appended) when it is another.
+func (c *Client) ApproveAgent(ctx context.Context, name, keyID string) (ledger.RunnerState, ledger.AppendedEntry, error) {
+	body, err := json.Marshal(runs.ApproveRequest{KeyID: keyID})
+	if err != nil {
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+	}
 	var a runnerAnswer
-	if err := c.do(ctx, request{method: http.MethodPost, path: "/agents/" + url.PathEscape(name) + "/approve", body: []byte("{}"), contentType: "application/json"}, &a, nil); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/agents/" + url.PathEscape(name) + "/approve", body: body, contentType: "application/json"}, &a, nil); err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	return a.Runner, a.entry(), nil
+}
+
+// RemoveAgent removes agent name (POST /agents/{name}/remove, scope
+// admin): its approved key, if any, is revoked (a leaf) and its
+// registration deleted, so the name can register again with another key.
+func (c *Client) RemoveAgent(ctx context.Context, name string) (runs.RemoveAnswer, error) {
+	var a runs.RemoveAnswer
+	err := c.do(ctx, request{method: http.MethodPost, path: "/agents/" + url.PathEscape(name) + "/remove", body: []byte("{}"), contentType: "application/json"}, &a, nil)
+	return a, err
 }
 
 // Agent is the agent side of the runs API: every request carries the

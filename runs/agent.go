@@ -1,0 +1,192 @@
+package runs
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// MaxAgentLanes is the most lanes an agent may declare.
+const MaxAgentLanes = 256
+
+// MaxHealth is the most bytes of a health verdict kept (longer ones are
+// cut at a rune boundary).
+const MaxHealth = 512
+
+// Validate checks every field of a registration except the public key
+// (the caller parses it) with the text checks evidence gets
+// (ledger.CheckText: valid UTF-8, no control character, length caps
+// ledger.MaxIdentifier and ledger.MaxShortText): name a runner name;
+// backend a known backend; labels as ValidateLabels; spec.lanes 1 to
+// MaxAgentLanes lane names; spec.repository, spec.device.model,
+// spec.device.driver, spec.device.attrs values and spec.host identifiers
+// of at most MaxIdentifier bytes; spec.commit, spec.runner.version,
+// spec.runner.commit and attrs keys at most MaxShortText; counts not
+// negative. Health is free text that is cleaned (CleanHealth), not
+// refused. Errors are CodeInvalid naming the first bad field; nothing is
+// echoed beyond 64 bytes.
+func (r *RegisterRequest) Validate() error {
+	if !ledger.ValidRunnerName(r.Name) {
+		return ledger.FieldError("name", "must be 1-64 of [a-z0-9._-] starting alphanumeric")
+	}
+	if !r.Backend.Valid() {
+		return ledger.FieldError("backend", "must be one of %s", ledger.BackendList())
+	}
+	if err := ValidateLabels("labels", r.Labels); err != nil {
+		return err
+	}
+	return r.Spec.Validate()
+}
+
+// Validate checks s as RegisterRequest.Validate describes; field names
+// start with "spec.".
+func (s *AgentSpec) Validate() error {
+	if len(s.Lanes) == 0 || len(s.Lanes) > MaxAgentLanes {
+		return ledger.FieldError("spec.lanes", "1 to %d lanes: the lanes in the agent's own configuration", MaxAgentLanes)
+	}
+	for i, l := range s.Lanes {
+		if !laneRe.MatchString(l) {
+			return ledger.FieldError(fmt.Sprintf("spec.lanes[%d]", i), "must be a lane name (1-96 of [a-z0-9._-], optionally /vN)")
+		}
+	}
+	if s.DeviceCount < 0 || s.CPUs < 0 || s.Device.Cores < 0 {
+		return ledger.FieldError("spec", "device_count, cpus and device.cores must not be negative")
+	}
+	if len(s.Device.Attrs) > 64 {
+		return ledger.FieldError("spec.device.attrs", "at most 64 attrs, got %d", len(s.Device.Attrs))
+	}
+	for _, f := range []struct {
+		field, v string
+		max      int
+	}{
+		{"spec.repository", s.Repository, ledger.MaxIdentifier},
+		{"spec.commit", s.Commit, ledger.MaxShortText},
+		{"spec.device.model", s.Device.Model, ledger.MaxIdentifier},
+		{"spec.device.driver", s.Device.Driver, ledger.MaxIdentifier},
+		{"spec.runner.version", s.Runner.Version, ledger.MaxShortText},
+		{"spec.runner.commit", s.Runner.Commit, ledger.MaxShortText},
+		{"spec.host", s.Host, ledger.MaxIdentifier},
+	} {
+		if err := ledger.CheckText(f.field, f.v, f.max, false, false); err != nil {
+			return err
+		}
+	}
+	for k, v := range s.Device.Attrs {
+		if err := ledger.CheckText("spec.device.attrs", k, ledger.MaxShortText, true, false); err != nil {
+			return err
+		}
+		if err := ledger.CheckText("spec.device.attrs."+clip(k), v, ledger.MaxIdentifier, false, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hardwareAttrs are the device attributes that identify the hardware
+// (the CUDA backend's and nvidia-smi's memory, the compute capability).
+var hardwareAttrs = []string{"memory_bytes", "compute_capability", "smi_memory_mib"}
+
+// HardwareChange returns the first field in which next declares other
+// hardware than prev ("" when none): backend, labels, spec.device.model,
+// spec.device.cores, the device attrs memory_bytes, compute_capability
+// and smi_memory_mib, spec.device_count, spec.memory_bytes. The lanes,
+// build, driver, host name and health may change without it. An approved
+// agent's registration may only change where this returns "".
+func HardwareChange(prev, next Agent) string {
+	switch {
+	case prev.Backend != next.Backend:
+		return "backend"
+	case !maps.Equal(prev.Labels, next.Labels):
+		return "labels"
+	case prev.Spec.Device.Model != next.Spec.Device.Model:
+		return "spec.device.model"
+	case prev.Spec.Device.Cores != next.Spec.Device.Cores:
+		return "spec.device.cores"
+	case prev.Spec.DeviceCount != next.Spec.DeviceCount:
+		return "spec.device_count"
+	case prev.Spec.MemoryBytes != next.Spec.MemoryBytes:
+		return "spec.memory_bytes"
+	}
+	for _, k := range hardwareAttrs {
+		if prev.Spec.Device.Attrs[k] != next.Spec.Device.Attrs[k] {
+			return "spec.device.attrs." + k
+		}
+	}
+	return ""
+}
+
+// CleanHealth returns a health verdict as it is stored: control
+// characters (newlines included) replaced by spaces, invalid UTF-8 by
+// U+FFFD, cut to at most MaxHealth bytes at a rune boundary.
+func CleanHealth(s string) string {
+	return cut(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD")), MaxHealth)
+}
+
+// Visible returns s with every control character written as a Go escape
+// (\x1b, \u0085) and invalid UTF-8 as U+FFFD, so that a terminal or a
+// page shows the text and obeys none of it. Other text is unchanged.
+func Visible(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if unicode.IsControl(r) {
+			q := fmt.Sprintf("%+q", string(r))
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Visible returns a copy of a whose text fields (name, key id, backend,
+// labels, health, current run, spec's repository, commit, lanes, host,
+// device and runner) are Visible, for a table or a page.
+func (a Agent) Visible() Agent {
+	v := Visible
+	a.Name, a.KeyID, a.Backend, a.Health, a.CurrentRun = v(a.Name), v(a.KeyID), ledger.Backend(v(string(a.Backend))), v(a.Health), v(a.CurrentRun)
+	labels := make(map[string]string, len(a.Labels))
+	for k, val := range a.Labels {
+		labels[v(k)] = v(val)
+	}
+	a.Labels = labels
+	sp := &a.Spec
+	sp.Repository, sp.Commit, sp.Host = v(sp.Repository), v(sp.Commit), v(sp.Host)
+	lanes := make([]string, len(sp.Lanes))
+	for i, l := range sp.Lanes {
+		lanes[i] = v(l)
+	}
+	sp.Lanes = lanes
+	sp.Device.Model, sp.Device.Driver = v(sp.Device.Model), v(sp.Device.Driver)
+	if sp.Device.Attrs != nil {
+		attrs := make(map[string]string, len(sp.Device.Attrs))
+		for k, val := range sp.Device.Attrs {
+			attrs[v(k)] = v(val)
+		}
+		sp.Device.Attrs = attrs
+	}
+	sp.Runner.Version, sp.Runner.Commit = v(sp.Runner.Version), v(sp.Runner.Commit)
+	return a
+}
+
+// cut returns s cut to at most n bytes at a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
