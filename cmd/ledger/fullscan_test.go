@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,109 @@ func TestFullScanCatchesMiddleEdit(t *testing.T) {
 	c, b := post(base, 501)
 	if c != 503 || !strings.Contains(b, "refusing to sign") || !strings.Contains(b, "leaf 7") || strings.Contains(b, `"status":"failed"`) {
 		t.Fatalf("append on the tampered log: %d %s", c, b)
+	}
+}
+
+// TestFullScanCatchesProjectionEdit edits the commit_id column of a
+// failing record's leaves row on a stopped server: the leaf is intact,
+// but every query by the release's commit stops returning it, so the gate
+// would read only the passing record. Without the full verification the
+// restarted server reports the release ready (which shows the edit
+// hides the record); with it, the background scan compares the row with
+// its leaf, /healthz turns degraded naming the leaf and the readiness
+// check is refused rather than reported passed.
+func TestFullScanCatchesProjectionEdit(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "data", "ledger.db")
+	relFile := filepath.Join(dir, "release.yaml")
+	rel := strings.Replace(releaseCLIYAML, "  - id: platform\n    kind: manual\n    role: platform-reviewer\n", "", 1)
+	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local := func(want int, stdin string, args ...string) string {
+		t.Helper()
+		o, e, code := runBin(t, stdin, append([]string{"--db", db}, args...)...)
+		if code != want {
+			t.Fatalf("ledger %v: exit %d, want %d\n%s%s", args, code, want, o, e)
+		}
+		return o + e
+	}
+	so, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "rm", "--scope", "admin")
+	if code != 0 {
+		t.Fatalf("token create: %s", se)
+	}
+	secret := strings.TrimSpace(so)
+	local(0, "", "release", "apply", relFile)
+	head := strings.Repeat("a", 40)
+	local(0, releaseEvidence(head), "record", "-")
+	local(0, strings.Replace(releaseEvidence(head), `"status":"passed"`, `"status":"failed"`, 1), "record", "-")
+	if out := local(1, "", "release", "check", "3.1.0"); !strings.Contains(out, "NOT READY") {
+		t.Fatalf("check with the failing record: %s", out)
+	}
+	h, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx int64
+	if err := h.QueryRow("SELECT idx FROM leaves WHERE kind = 'evidence' AND status = 'failed'").Scan(&idx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec("UPDATE leaves SET commit_id = ? WHERE idx = ?", strings.Repeat("0", 40), idx); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+
+	remote := func(base string, args ...string) (string, int) {
+		t.Helper()
+		o, e, code := runBin(t, "", append([]string{"--server", base, "--token", secret}, args...)...)
+		return o + e, code
+	}
+	t.Run("scan-off", func(t *testing.T) {
+		off := copyDir(t, filepath.Dir(db))
+		srv, base := startServer(t, off, "--full-scan=false")
+		defer func() { srv.Process.Kill(); srv.Wait() }()
+		if out, code := remote(base, "release", "check", "3.1.0"); code != 0 {
+			t.Fatalf("the edit did not hide the failing record from an unscanned server (exit %d): %s", code, out)
+		}
+	})
+
+	srv, base := startServer(t, db)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		_ = json.Unmarshal(b, &out)
+		if resp.StatusCode == 503 && out["status"] == "degraded" {
+			r, _ := out["reason"].(string)
+			if out["tampered_index"] != float64(idx) || !strings.Contains(r, "projection columns do not match the leaf") {
+				t.Fatalf("healthz degraded without naming leaf %d and the projection: %v", idx, out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healthz never degraded after the projection edit: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, code := remote(base, "release", "check", "3.1.0")
+	if code == 0 || !strings.Contains(out, "refusing to sign") {
+		t.Fatalf("readiness on the tampered log: exit %d: %s", code, out)
+	}
+	req, _ := http.NewRequest("GET", base+"/api/v1/releases/3.1.0/readiness", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || strings.Contains(string(b), `"ready":true`) {
+		t.Fatalf("readiness API on the tampered log: %d %s", resp.StatusCode, b)
 	}
 }
