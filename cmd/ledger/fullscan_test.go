@@ -199,3 +199,62 @@ func TestFullScanCatchesProjectionEdit(t *testing.T) {
 		t.Fatalf("readiness API on the tampered log: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestFullScanLaterScanCatchesLiveEdit edits the commit_id column of a
+// failing record's row while the server runs, after its first full
+// verification passed: a later scan (--full-scan-every) must find it and
+// put the server in the tampered state.
+func TestFullScanLaterScanCatchesLiveEdit(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	so, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "ci", "--scope", "record")
+	if code != 0 {
+		t.Fatalf("token create: %s", se)
+	}
+	if o, e, code := runBin(t, strings.Replace(releaseEvidence(strings.Repeat("a", 40)), `"status":"passed"`, `"status":"failed"`, 1), "--db", db, "record", "-"); code != 0 {
+		t.Fatalf("record: %s %s", o, e)
+	}
+	srv, base := startServer(t, db, "--full-scan-every", "100ms")
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	postEvidence(t, base, strings.TrimSpace(so), 1)
+	health := func() (int, map[string]any) {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &out)
+		return resp.StatusCode, out
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c, out := health(); c != 200 || out["status"] != "ok" {
+		t.Fatalf("healthz before the edit: %d %v", c, out)
+	}
+	sqlExec(t, db, "UPDATE leaves SET commit_id = '"+strings.Repeat("0", 40)+"' WHERE idx = 1")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, out := health()
+		if c == 503 && out["status"] == "degraded" {
+			if r, _ := out["reason"].(string); out["tampered_index"] != float64(1) || !strings.Contains(r, "projection columns do not match the leaf") {
+				t.Fatalf("healthz degraded without naming leaf 1 and the projection: %v", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no later scan found the live edit: %d %v", c, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/v1/evidence", bytes.NewReader(crashEvidence(2)))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(so))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "refusing to sign") {
+		t.Fatalf("append after the later scan found the edit: %d %s", resp.StatusCode, b)
+	}
+}
