@@ -50,8 +50,10 @@ type ServeConfig struct {
 	// FullScan runs the background full verification after start
 	// (LEDGER_FULL_SCAN; default true): every leaf up to the signed size at
 	// start, checked against its leaf hash and the signed tree, in chunks
-	// of ScanChunk leaves with ScanPause between them. A failing leaf puts
-	// the server in the tampered state (see ledger.Log.FullScan). Once a
+	// of ScanChunk leaves with ScanPause between them, then the store's
+	// audit, which compares every projection row and column with its leaf.
+	// A finding puts the server in the tampered state (see
+	// ledger.Log.FullScan). Once a
 	// scan passes, another runs ScanEvery later over the log as signed
 	// then (LEDGER_FULL_SCAN_EVERY, --full-scan-every; default 1h; 0: only
 	// the scan at start), so that an edit made under the running server is
@@ -344,7 +346,7 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the server's run to this file (for go tool pprof; complete after shutdown)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
-	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served")
+	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree, then every projection row against its leaf (the audit), in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served, an edited projection row only by `ledger audit`")
 	cmd.Flags().IntVar(&c.ScanChunk, "full-scan-chunk", c.ScanChunk, "leaves the full verification checks at a time")
 	cmd.Flags().DurationVar(&c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
 	cmd.Flags().DurationVar(&c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
