@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
 )
 
 // TestFullScanCatchesMiddleEdit edits a leaf below the journal's last
@@ -103,36 +105,46 @@ func TestFullScanCatchesMiddleEdit(t *testing.T) {
 // restarted server reports the release ready (which shows the edit
 // hides the record); with it, the background scan compares the row with
 // its leaf, /healthz turns degraded naming the leaf and the readiness
-// check is refused rather than reported passed.
+// check is refused rather than reported passed. On SQLite and on
+// PostgreSQL (pgtest; skipped when it is not installed).
 func TestFullScanCatchesProjectionEdit(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "data", "ledger.db")
-	relFile := filepath.Join(dir, "release.yaml")
+	t.Run("sqlite", func(t *testing.T) {
+		db := filepath.Join(t.TempDir(), "ledger.db")
+		testProjectionEdit(t, db, nil, func() (*sql.DB, error) { return sql.Open("sqlite", "file:"+db) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.NewDatabase(t)
+		testProjectionEdit(t, dsn, []string{"--data-dir", t.TempDir()}, func() (*sql.DB, error) { return sql.Open("pgx", dsn) })
+	})
+}
+
+// testProjectionEdit is TestFullScanCatchesProjectionEdit on the database
+// db (the --db argument, with the extra global flags) opened by open.
+func testProjectionEdit(t *testing.T, db string, extra []string, open func() (*sql.DB, error)) {
+	relFile := filepath.Join(t.TempDir(), "release.yaml")
 	rel := strings.Replace(releaseCLIYAML, "  - id: platform\n    kind: manual\n    role: platform-reviewer\n", "", 1)
 	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	local := func(want int, stdin string, args ...string) string {
+	global := append([]string{"--db", db}, extra...)
+	local := func(want int, stdin string, args ...string) (string, string) {
 		t.Helper()
-		o, e, code := runBin(t, stdin, append([]string{"--db", db}, args...)...)
+		o, e, code := runBin(t, stdin, append(global, args...)...)
 		if code != want {
 			t.Fatalf("ledger %v: exit %d, want %d\n%s%s", args, code, want, o, e)
 		}
-		return o + e
+		return o, e
 	}
-	so, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "rm", "--scope", "admin")
-	if code != 0 {
-		t.Fatalf("token create: %s", se)
-	}
+	so, _ := local(0, "", "token", "create", "--name", "rm", "--scope", "admin")
 	secret := strings.TrimSpace(so)
 	local(0, "", "release", "apply", relFile)
 	head := strings.Repeat("a", 40)
 	local(0, releaseEvidence(head), "record", "-")
 	local(0, strings.Replace(releaseEvidence(head), `"status":"passed"`, `"status":"failed"`, 1), "record", "-")
-	if out := local(1, "", "release", "check", "3.1.0"); !strings.Contains(out, "NOT READY") {
-		t.Fatalf("check with the failing record: %s", out)
+	if o, _ := local(1, "", "release", "check", "3.1.0"); !strings.Contains(o, "NOT READY") {
+		t.Fatalf("check with the failing record: %s", o)
 	}
-	h, err := sql.Open("sqlite", "file:"+db)
+	h, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +152,7 @@ func TestFullScanCatchesProjectionEdit(t *testing.T) {
 	if err := h.QueryRow("SELECT idx FROM leaves WHERE kind = 'evidence' AND status = 'failed'").Scan(&idx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Exec("UPDATE leaves SET commit_id = ? WHERE idx = ?", strings.Repeat("0", 40), idx); err != nil {
+	if _, err := h.Exec(fmt.Sprintf("UPDATE leaves SET commit_id = '%s' WHERE idx = %d", strings.Repeat("0", 40), idx)); err != nil {
 		t.Fatal(err)
 	}
 	h.Close()
@@ -150,16 +162,16 @@ func TestFullScanCatchesProjectionEdit(t *testing.T) {
 		o, e, code := runBin(t, "", append([]string{"--server", base, "--token", secret}, args...)...)
 		return o + e, code
 	}
-	t.Run("scan-off", func(t *testing.T) {
-		off := copyDir(t, filepath.Dir(db))
-		srv, base := startServer(t, off, "--full-scan=false")
-		defer func() { srv.Process.Kill(); srv.Wait() }()
-		if out, code := remote(base, "release", "check", "3.1.0"); code != 0 {
-			t.Fatalf("the edit did not hide the failing record from an unscanned server (exit %d): %s", code, out)
-		}
-	})
+	// The scan off first: the edit hides the failing record.
+	srv, base := startServer(t, db, append(extra, "--full-scan=false")...)
+	out, code := remote(base, "release", "check", "3.1.0")
+	srv.Process.Kill()
+	srv.Wait()
+	if code != 0 {
+		t.Fatalf("the edit did not hide the failing record from an unscanned server (exit %d): %s", code, out)
+	}
 
-	srv, base := startServer(t, db)
+	srv, base = startServer(t, db, extra...)
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -183,7 +195,7 @@ func TestFullScanCatchesProjectionEdit(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	out, code := remote(base, "release", "check", "3.1.0")
+	out, code = remote(base, "release", "check", "3.1.0")
 	if code == 0 || !strings.Contains(out, "refusing to sign") {
 		t.Fatalf("readiness on the tampered log: exit %d: %s", code, out)
 	}
