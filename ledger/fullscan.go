@@ -61,9 +61,19 @@ type ScanOptions struct {
 // leaf itself when its bytes fail, else the first leaf after the last
 // checkpoint whose root still matched (exact when checkpoints are one
 // leaf apart; otherwise the first of the range, which the message gives).
-// Cancelling ctx stops the scan between chunks (ctx's error). Read
-// failures are other errors and change no state. Safe to run beside
-// appends: leaves below size never change.
+// When every leaf passed and r is also an Auditor, its Audit then runs
+// (the `ledger audit` of the driver's snapshot, the log's leaves at that
+// moment): beside the same leaf and tree checks it compares every
+// projection row and column a query filters by (the evidence columns,
+// heads_index, evidence_artifacts, the tokens and id tables) with its
+// leaf, so that an edited projection, which hides a record from queries
+// without touching a leaf, puts the log in the tampered state too, named
+// by the audit's first bad leaf (the leaf at size-1 when the problem is
+// not tied to one leaf, such as a row count). Cancelling ctx stops the
+// scan between chunks (ctx's error). Read failures, the audit's
+// included, are other errors and change no state. Safe to run beside
+// appends: leaves below size never change, and the audit reads one
+// snapshot.
 func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o ScanOptions) error {
 	if size == 0 {
 		return nil
@@ -124,7 +134,26 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 			}
 		}
 	}
+	if a, ok := r.(Auditor); ok {
+		return l.auditProjections(ctx, a, size, o.Now)
+	}
 	return nil
+}
+
+// auditProjections runs a's audit after the leaves passed and sets the
+// tamper state on its first finding.
+func (l *Log) auditProjections(ctx context.Context, a Auditor, size uint64, now func() time.Time) error {
+	rep, err := a.Audit(ctx)
+	if err != nil {
+		return fmt.Errorf("full scan: audit: %w", err)
+	}
+	if rep.OK {
+		return nil
+	}
+	if rep.FirstBadIndex < 0 {
+		return l.tampered(size-1, "is the last leaf of a log whose audit fails: "+rep.Problem, now())
+	}
+	return l.tampered(uint64(rep.FirstBadIndex), "fails the audit: "+rep.Problem, now())
 }
 
 // scanProblem is leafProblem without decoding JSON: the bytes must hash

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
 )
 
 // TestFullScanCatchesMiddleEdit edits a leaf below the journal's last
@@ -92,5 +95,178 @@ func TestFullScanCatchesMiddleEdit(t *testing.T) {
 	c, b := post(base, 501)
 	if c != 503 || !strings.Contains(b, "refusing to sign") || !strings.Contains(b, "leaf 7") || strings.Contains(b, `"status":"failed"`) {
 		t.Fatalf("append on the tampered log: %d %s", c, b)
+	}
+}
+
+// TestFullScanCatchesProjectionEdit edits the commit_id column of a
+// failing record's leaves row on a stopped server: the leaf is intact,
+// but every query by the release's commit stops returning it, so the gate
+// would read only the passing record. Without the full verification the
+// restarted server reports the release ready (which shows the edit
+// hides the record); with it, the background scan compares the row with
+// its leaf, /healthz turns degraded naming the leaf and the readiness
+// check is refused rather than reported passed. On SQLite and on
+// PostgreSQL (pgtest; skipped when it is not installed).
+func TestFullScanCatchesProjectionEdit(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		db := filepath.Join(t.TempDir(), "ledger.db")
+		testProjectionEdit(t, db, nil, func() (*sql.DB, error) { return sql.Open("sqlite", "file:"+db) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.NewDatabase(t)
+		testProjectionEdit(t, dsn, []string{"--data-dir", t.TempDir()}, func() (*sql.DB, error) { return sql.Open("pgx", dsn) })
+	})
+}
+
+// testProjectionEdit is TestFullScanCatchesProjectionEdit on the database
+// db (the --db argument, with the extra global flags) opened by open.
+func testProjectionEdit(t *testing.T, db string, extra []string, open func() (*sql.DB, error)) {
+	relFile := filepath.Join(t.TempDir(), "release.yaml")
+	rel := strings.Replace(releaseCLIYAML, "  - id: platform\n    kind: manual\n    role: platform-reviewer\n", "", 1)
+	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	global := append([]string{"--db", db}, extra...)
+	local := func(want int, stdin string, args ...string) (string, string) {
+		t.Helper()
+		o, e, code := runBin(t, stdin, append(global, args...)...)
+		if code != want {
+			t.Fatalf("ledger %v: exit %d, want %d\n%s%s", args, code, want, o, e)
+		}
+		return o, e
+	}
+	so, _ := local(0, "", "token", "create", "--name", "rm", "--scope", "admin")
+	secret := strings.TrimSpace(so)
+	local(0, "", "release", "apply", relFile)
+	head := strings.Repeat("a", 40)
+	local(0, releaseEvidence(head), "record", "-")
+	local(0, strings.Replace(releaseEvidence(head), `"status":"passed"`, `"status":"failed"`, 1), "record", "-")
+	if o, _ := local(1, "", "release", "check", "3.1.0"); !strings.Contains(o, "NOT READY") {
+		t.Fatalf("check with the failing record: %s", o)
+	}
+	h, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx int64
+	if err := h.QueryRow("SELECT idx FROM leaves WHERE kind = 'evidence' AND status = 'failed'").Scan(&idx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec(fmt.Sprintf("UPDATE leaves SET commit_id = '%s' WHERE idx = %d", strings.Repeat("0", 40), idx)); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+
+	remote := func(base string, args ...string) (string, int) {
+		t.Helper()
+		o, e, code := runBin(t, "", append([]string{"--server", base, "--token", secret}, args...)...)
+		return o + e, code
+	}
+	// The scan off first: the edit hides the failing record.
+	srv, base := startServer(t, db, append(extra, "--full-scan=false")...)
+	out, code := remote(base, "release", "check", "3.1.0")
+	srv.Process.Kill()
+	srv.Wait()
+	if code != 0 {
+		t.Fatalf("the edit did not hide the failing record from an unscanned server (exit %d): %s", code, out)
+	}
+
+	srv, base = startServer(t, db, extra...)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		_ = json.Unmarshal(b, &out)
+		if resp.StatusCode == 503 && out["status"] == "degraded" {
+			r, _ := out["reason"].(string)
+			if out["tampered_index"] != float64(idx) || !strings.Contains(r, "projection columns do not match the leaf") {
+				t.Fatalf("healthz degraded without naming leaf %d and the projection: %v", idx, out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healthz never degraded after the projection edit: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, code = remote(base, "release", "check", "3.1.0")
+	if code == 0 || !strings.Contains(out, "refusing to sign") {
+		t.Fatalf("readiness on the tampered log: exit %d: %s", code, out)
+	}
+	req, _ := http.NewRequest("GET", base+"/api/v1/releases/3.1.0/readiness", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || strings.Contains(string(b), `"ready":true`) {
+		t.Fatalf("readiness API on the tampered log: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestFullScanLaterScanCatchesLiveEdit edits the commit_id column of a
+// failing record's row while the server runs, after its first full
+// verification passed: a later scan (--full-scan-every) must find it and
+// put the server in the tampered state.
+func TestFullScanLaterScanCatchesLiveEdit(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	so, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "ci", "--scope", "record")
+	if code != 0 {
+		t.Fatalf("token create: %s", se)
+	}
+	if o, e, code := runBin(t, strings.Replace(releaseEvidence(strings.Repeat("a", 40)), `"status":"passed"`, `"status":"failed"`, 1), "--db", db, "record", "-"); code != 0 {
+		t.Fatalf("record: %s %s", o, e)
+	}
+	srv, base := startServer(t, db, "--full-scan-every", "100ms")
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	postEvidence(t, base, strings.TrimSpace(so), 1)
+	health := func() (int, map[string]any) {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &out)
+		return resp.StatusCode, out
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c, out := health(); c != 200 || out["status"] != "ok" {
+		t.Fatalf("healthz before the edit: %d %v", c, out)
+	}
+	sqlExec(t, db, "UPDATE leaves SET commit_id = '"+strings.Repeat("0", 40)+"' WHERE idx = 1")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, out := health()
+		if c == 503 && out["status"] == "degraded" {
+			if r, _ := out["reason"].(string); out["tampered_index"] != float64(1) || !strings.Contains(r, "projection columns do not match the leaf") {
+				t.Fatalf("healthz degraded without naming leaf 1 and the projection: %v", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no later scan found the live edit: %d %v", c, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/v1/evidence", bytes.NewReader(crashEvidence(2)))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(so))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "refusing to sign") {
+		t.Fatalf("append after the later scan found the edit: %d %s", resp.StatusCode, b)
 	}
 }

@@ -50,11 +50,18 @@ type ServeConfig struct {
 	// FullScan runs the background full verification after start
 	// (LEDGER_FULL_SCAN; default true): every leaf up to the signed size at
 	// start, checked against its leaf hash and the signed tree, in chunks
-	// of ScanChunk leaves with ScanPause between them. A failing leaf puts
-	// the server in the tampered state (see ledger.Log.FullScan).
+	// of ScanChunk leaves with ScanPause between them, then the store's
+	// audit, which compares every projection row and column with its leaf.
+	// A finding puts the server in the tampered state (see
+	// ledger.Log.FullScan). Once a
+	// scan passes, another runs ScanEvery later over the log as signed
+	// then (LEDGER_FULL_SCAN_EVERY, --full-scan-every; default 1h; 0: only
+	// the scan at start), so that an edit made under the running server is
+	// found too.
 	FullScan  bool
 	ScanChunk int
 	ScanPause time.Duration
+	ScanEvery time.Duration
 	// SigstoreTrustedRoot is a Sigstore trusted_root.json and
 	// SigstorePolicy the identity rules file (ingest.ParseSigstoreRules)
 	// Sigstore bundles posted to /api/v1/evidence are verified with
@@ -83,7 +90,7 @@ type ServeConfig struct {
 // environment variables; envErr reports a variable that does not parse (a
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
-	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond,
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond, ScanEvery: time.Hour,
 		SigstoreTrustedRoot: envOr("LEDGER_SIGSTORE_TRUSTED_ROOT", ""), SigstorePolicy: envOr("LEDGER_SIGSTORE_POLICY", "")}
 	if v := os.Getenv("LEDGER_FULL_SCAN"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -91,6 +98,13 @@ func defaultServeConfig() (c ServeConfig, envErr error) {
 			return c, fmt.Errorf("LEDGER_FULL_SCAN=%q: want true or false (1/0, t/f)", v)
 		}
 		c.FullScan = b
+	}
+	if v := os.Getenv("LEDGER_FULL_SCAN_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("LEDGER_FULL_SCAN_EVERY=%q: want a duration such as 1h (0: only at start)", v)
+		}
+		c.ScanEvery = d
 	}
 	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -144,6 +158,9 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
 		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
+	}
+	if c.ScanEvery < 0 {
+		return fmt.Errorf("--full-scan-every %s: must not be negative (0: only at start)", c.ScanEvery)
 	}
 	return nil
 }
@@ -256,12 +273,26 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 }
 
 // fullScan is the server's background full verification of the log up
-// to its signed size at start (ledger.Log.FullScan), logged when it ends.
+// to its signed size at start (ledger.Log.FullScan), logged when it ends,
+// then again every c.ScanEvery up to the size signed then (also after one
+// that could not finish), until one finds tampering or ctx ends.
 func fullScan(ctx context.Context, st *Store, c ServeConfig) {
+	for fullScanOnce(ctx, st, c) && c.ScanEvery > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.ScanEvery):
+		}
+	}
+}
+
+// fullScanOnce runs one full verification and reports whether another
+// may follow: false once it found tampering or ctx ended.
+func fullScanOnce(ctx context.Context, st *Store, c ServeConfig) bool {
 	cp, err := st.Checkpoint(ctx)
 	if err != nil {
 		c.Log.Error("full verification: read the checkpoint", "err", err.Error())
-		return
+		return ctx.Err() == nil
 	}
 	start := time.Now()
 	c.Log.Info("full verification started", "size", cp.Size)
@@ -270,13 +301,16 @@ func fullScan(ctx context.Context, st *Store, c ServeConfig) {
 	switch {
 	case err == nil:
 		c.Log.Info("full verification passed", "size", cp.Size, "took", time.Since(start).Round(time.Millisecond).String())
+		return true
 	case errors.As(err, &te):
 		// FullScan logged the tampering and set the state.
 	case ctx.Err() != nil:
 		c.Log.Info("full verification stopped", "size", cp.Size)
 	default:
 		c.Log.Error("full verification could not finish", "err", err.Error())
+		return true
 	}
+	return false
 }
 
 func newServeCmd(a *app) *cobra.Command {
@@ -312,9 +346,10 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the server's run to this file (for go tool pprof; complete after shutdown)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
-	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served")
+	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree, then every projection row against its leaf (the audit), in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served, an edited projection row only by `ledger audit`")
 	cmd.Flags().IntVar(&c.ScanChunk, "full-scan-chunk", c.ScanChunk, "leaves the full verification checks at a time")
 	cmd.Flags().DurationVar(&c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
+	cmd.Flags().DurationVar(&c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
 	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
 	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of identity rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp, san|san_regexp}] (env LEDGER_SIGSTORE_POLICY)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")

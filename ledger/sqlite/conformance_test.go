@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -77,6 +78,8 @@ func tamperSQL(edit storetest.Edit, i uint64) []string {
 		return []string{fmt.Sprintf("UPDATE leaves SET status = CASE status WHEN 'failed' THEN 'passed' ELSE 'failed' END WHERE idx = %d", i)}
 	case storetest.EditCheckpoint:
 		return []string{fmt.Sprintf("UPDATE checkpoints SET root = zeroblob(32) WHERE size = %d", i+1)}
+	case storetest.EditProjectionCommit:
+		return []string{fmt.Sprintf("UPDATE leaves SET commit_id = '%s' WHERE idx = %d", strings.Repeat("0", 40), i)}
 	}
 	panic(fmt.Sprintf("no SQL for %v", edit))
 }

@@ -108,3 +108,41 @@ func TestFullScanConsistentForgery(t *testing.T) {
 		t.Fatalf("problem: %q", ts.Problem)
 	}
 }
+
+// TestFullScanProjectionTables: projection edits the audit finds only
+// over a whole table (an evidence_artifacts row deleted, so that a query
+// by artifact digest misses the record; a lane column edited) put the
+// log in the tampered state through the full verification, the row
+// count named at the last leaf, the column at its own leaf.
+func TestFullScanProjectionTables(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, sql string
+		index     uint64
+		want      string
+	}{
+		{"artifact-row-deleted", "DELETE FROM evidence_artifacts WHERE idx = 11", 29, "evidence_artifacts holds 29 rows"},
+		{"lane-edited", "UPDATE leaves SET key = 'other/v1' WHERE idx = 13", 13, "key column does not match the leaf body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := buildLog(t, 30)
+			rawExec(t, path, tc.sql)
+			s, err := Open(ctx, Options{Path: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			err = s.FullScan(ctx, s, 30, ledger.ScanOptions{Chunk: 8})
+			var te *ledger.TamperError
+			if !errors.As(err, &te) || te.Index != tc.index {
+				t.Fatalf("scan: %v, want leaf %d", err, tc.index)
+			}
+			if ts, bad := s.Tampered(); !bad || ts.Index != tc.index || !strings.Contains(ts.Problem, tc.want) {
+				t.Fatalf("tamper state: %+v %v, want %q", ts, bad, tc.want)
+			}
+			if _, err := s.Append(ctx, []ledger.Record{evRecord(t, sampleEvidence(99))}, ""); ledger.ErrorCode(err) != ledger.CodeUnavailable {
+				t.Fatalf("append on a tampered log: %v", err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -405,6 +406,7 @@ func testTamper(t *testing.T, h Harness) {
 		{InsertLeaf, 20, 20},
 		{EditProjection, 4, 4},
 		{EditCheckpoint, 12, 12},
+		{EditProjectionCommit, 6, 6},
 	}
 	for _, tc := range cases {
 		t.Run(tc.edit.String(), func(t *testing.T) {
@@ -422,6 +424,50 @@ func testTamper(t *testing.T, h Harness) {
 			}
 			if rep.OK || rep.FirstBadIndex != tc.want || rep.Problem == "" {
 				t.Fatalf("audit after %s at %d: ok %v, first bad %d, want %d (%s)", tc.edit, tc.at, rep.OK, rep.FirstBadIndex, tc.want, rep.Problem)
+			}
+		})
+	}
+}
+
+// fullScanner is a store with its log's background full verification
+// (ledger.Log.FullScan, promoted from the embedded *ledger.Log).
+type fullScanner interface {
+	FullScan(ctx context.Context, r ledger.EntryAtReader, size uint64, o ledger.ScanOptions) error
+	Tampered() (ledger.TamperState, bool)
+}
+
+// testScanProjection: a projection column edited behind the store's
+// back (the leaf's bytes, hash and tree untouched) puts the log in the
+// tampered state through the full verification alone, naming the leaf.
+func testScanProjection(t *testing.T, h Harness) {
+	if h.Tamper == nil {
+		t.Skip("the harness cannot edit a stored log")
+	}
+	for _, tc := range []struct {
+		edit Edit
+		at   uint64
+	}{{EditProjection, 4}, {EditProjectionCommit, 6}} {
+		t.Run(tc.edit.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s := h.Open(t)
+			for i := 0; i < 20; i++ {
+				appendOK(t, s, evRec(t, i))
+			}
+			if sc, ok := s.(fullScanner); !ok {
+				t.Fatalf("%T has no FullScan", s)
+			} else if err := sc.FullScan(ctx, s, 20, ledger.ScanOptions{Chunk: 7}); err != nil {
+				t.Fatalf("clean log: %v", err)
+			}
+			edited := h.Tamper(t, s, tc.edit, tc.at)
+			sc := edited.(fullScanner)
+			err := sc.FullScan(ctx, edited, 20, ledger.ScanOptions{Chunk: 7})
+			var te *ledger.TamperError
+			if !errors.As(err, &te) || te.Index != tc.at {
+				t.Fatalf("full scan after %s at %d: %v", tc.edit, tc.at, err)
+			}
+			ts, bad := sc.Tampered()
+			if !bad || ts.Index != tc.at || !strings.Contains(ts.Problem, "projection columns do not match the leaf") {
+				t.Fatalf("tamper state after %s at %d: %+v %v", tc.edit, tc.at, ts, bad)
 			}
 		})
 	}

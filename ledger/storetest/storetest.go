@@ -42,10 +42,14 @@ const (
 	// EditCheckpoint changes the stored root of the checkpoint of tree
 	// size i+1.
 	EditCheckpoint
+	// EditProjectionCommit changes evidence leaf i's commit column to
+	// forty zeros without touching its bytes: every query by the leaf's
+	// commit stops returning it.
+	EditProjectionCommit
 )
 
 func (e Edit) String() string {
-	return [...]string{"edit-leaf-body", "edit-leaf-body-and-rehash", "delete-leaf", "truncate-from", "swap-leaves", "insert-leaf", "edit-projection", "edit-checkpoint"}[e]
+	return [...]string{"edit-leaf-body", "edit-leaf-body-and-rehash", "delete-leaf", "truncate-from", "swap-leaves", "insert-leaf", "edit-projection", "edit-checkpoint", "edit-projection-commit"}[e]
 }
 
 // Harness is what a driver gives Run.
@@ -81,4 +85,5 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Keys", func(t *testing.T) { testKeys(t, h) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, h) })
 	t.Run("AuditDetectsTampering", func(t *testing.T) { testTamper(t, h) })
+	t.Run("FullScanDetectsProjectionEdits", func(t *testing.T) { testScanProjection(t, h) })
 }
