@@ -93,8 +93,10 @@ var hardwareAttrs = []string{"memory_bytes", "compute_capability", "smi_memory_m
 // HardwareChange returns the first field in which next declares other
 // hardware than prev ("" when none): backend, labels, spec.device.model,
 // spec.device.cores, the device attrs memory_bytes, compute_capability
-// and smi_memory_mib, spec.device_count, spec.memory_bytes. The lanes,
-// build, driver, host name and health may change without it. An approved
+// and smi_memory_mib, spec.device_count, spec.memory_bytes, spec.cpus,
+// and the repository its builds are of (spec.repository). The lanes, the
+// build (commit, runner), driver, host name and health may change
+// without it. An approved
 // agent's registration may only change where this returns "".
 func HardwareChange(prev, next Agent) string {
 	switch {
@@ -110,6 +112,10 @@ func HardwareChange(prev, next Agent) string {
 		return "spec.device_count"
 	case prev.Spec.MemoryBytes != next.Spec.MemoryBytes:
 		return "spec.memory_bytes"
+	case prev.Spec.CPUs != next.Spec.CPUs:
+		return "spec.cpus"
+	case prev.Spec.Repository != next.Spec.Repository:
+		return "spec.repository"
 	}
 	for _, k := range hardwareAttrs {
 		if prev.Spec.Device.Attrs[k] != next.Spec.Device.Attrs[k] {
@@ -119,28 +125,37 @@ func HardwareChange(prev, next Agent) string {
 	return ""
 }
 
-// CleanHealth returns a health verdict as it is stored: control
-// characters (newlines included) replaced by spaces, invalid UTF-8 by
+// CleanHealth returns a health verdict as it is stored: control and
+// bidirectional formatting characters (newlines included) replaced by
+// spaces, invalid UTF-8 by
 // U+FFFD, cut to at most MaxHealth bytes at a rune boundary.
 func CleanHealth(s string) string {
 	return cut(strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if hidden(r) {
 			return ' '
 		}
 		return r
 	}, strings.ToValidUTF8(s, "\uFFFD")), MaxHealth)
 }
 
-// Visible returns s with every control character written as a Go escape
-// (\x1b, \u0085) and invalid UTF-8 as U+FFFD, so that a terminal or a
-// page shows the text and obeys none of it. Other text is unchanged.
+// hidden reports whether r is a control character (Cc) or a bidirectional
+// formatting character (Bidi_Control, e.g. U+202E), which make text
+// display otherwise than it is stored.
+func hidden(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+}
+
+// Visible returns s with every control and bidirectional formatting
+// character written as a Go escape (\x1b, \u0085, \u202e) and invalid
+// UTF-8 as U+FFFD, so that a terminal or a page shows the text and obeys
+// none of it. Other text is unchanged.
 func Visible(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) && utf8.ValidString(s) {
+	if !strings.ContainsFunc(s, hidden) && utf8.ValidString(s) {
 		return s
 	}
 	var b strings.Builder
 	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		if unicode.IsControl(r) {
+		if hidden(r) {
 			q := fmt.Sprintf("%+q", string(r))
 			b.WriteString(q[1 : len(q)-1])
 			continue

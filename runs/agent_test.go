@@ -63,9 +63,9 @@ func TestRegisterNeverTakesOverAName(t *testing.T) {
 	}
 }
 
-// TestVisibleAndCleanHealth: Visible writes every control character as an
-// escape and leaves other text alone; CleanHealth drops control
-// characters and cuts at a rune boundary.
+// TestVisibleAndCleanHealth: Visible writes every control and
+// bidirectional formatting character as an escape and leaves other text
+// alone; CleanHealth drops them and cuts at a rune boundary.
 func TestVisibleAndCleanHealth(t *testing.T) {
 	for in, want := range map[string]string{
 		"H200":           "H200",
@@ -74,13 +74,15 @@ func TestVisibleAndCleanHealth(t *testing.T) {
 		"c1\u0085":       `c1\u0085`,
 		"bad\xff":        "bad\uFFFD",
 		"ünïcode – fine": "ünïcode – fine",
+		"gnp\u202e.exe":  `gnp\u202e.exe`,
+		"iso\u2066x":     `iso\u2066x`,
 	} {
 		if got := runs.Visible(in); got != want {
 			t.Errorf("Visible(%q) = %q, want %q", in, got, want)
 		}
 	}
-	h := runs.CleanHealth("line1\nline2\x1b" + strings.Repeat("é", runs.MaxHealth))
-	if len(h) > runs.MaxHealth || !utf8.ValidString(h) || strings.ContainsAny(h, "\n\x1b") || !strings.HasPrefix(h, "line1 line2 ") {
+	h := runs.CleanHealth("line1\nline2\x1b\u202e" + strings.Repeat("é", runs.MaxHealth))
+	if len(h) > runs.MaxHealth || !utf8.ValidString(h) || strings.ContainsAny(h, "\n\x1b\u202e") || !strings.HasPrefix(h, "line1 line2  ") {
 		t.Fatalf("CleanHealth: %q", h[:20])
 	}
 }

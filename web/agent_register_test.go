@@ -194,6 +194,8 @@ func TestApprovedAgentCannotChangeHardware(t *testing.T) {
 		{"spec.device.cores", func(r *runs.RegisterRequest) { r.Spec.Device.Cores = 132 }},
 		{"spec.device_count", func(r *runs.RegisterRequest) { r.Spec.DeviceCount = 8 }},
 		{"spec.memory_bytes", func(r *runs.RegisterRequest) { r.Spec.MemoryBytes = 2 << 40 }},
+		{"spec.cpus", func(r *runs.RegisterRequest) { r.Spec.CPUs = 128 }},
+		{"spec.repository", func(r *runs.RegisterRequest) { r.Spec.Repository = "github.com/evil/x" }},
 		{"spec.device.attrs.memory_bytes", func(r *runs.RegisterRequest) {
 			r.Spec.Device.Attrs = map[string]string{"memory_bytes": "150754820096"}
 		}},

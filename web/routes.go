@@ -27,7 +27,7 @@ func (s *Server) routes() chi.Router {
 	run := s.require(ledger.ScopeRun)
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders, s.admit)
+	r.Use(middleware.RequestID, s.recoverer, s.instrument, securityHeaders, s.refuseWhenTampered, s.admit)
 	r.Get("/healthz", s.handleHealth)
 	r.With(read).Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 

@@ -199,6 +199,19 @@ func testProjectionEdit(t *testing.T, db string, extra []string, open func() (*s
 	if code == 0 || !strings.Contains(out, "refusing to sign") {
 		t.Fatalf("readiness on the tampered log: exit %d: %s", code, out)
 	}
+	// The views computed from the projections are refused too: the
+	// overview and the release page would count the hidden record out.
+	for _, p := range []string{"/api/v1/overview", "/releases/3.1.0"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || strings.Contains(string(vb), `"ready": true`) {
+			t.Fatalf("GET %s on the tampered log: %d %.300s", p, resp.StatusCode, vb)
+		}
+	}
 	req, _ := http.NewRequest("GET", base+"/api/v1/releases/3.1.0/readiness", nil)
 	req.Header.Set("Authorization", "Bearer "+secret)
 	resp, err := http.DefaultClient.Do(req)
