@@ -30,6 +30,7 @@ func TestLogReadRoutes(t *testing.T) {
 		{"/api/v1/evidence?repository=%ff%fe", 400, "repository"},
 		{"/api/v1/evidence?repository=a%00b", 400, "repository"},
 		{"/api/v1/evidence?lane=a&lane=b", 400, "lane"},
+		{"/api/v1/evidence?lane=a%e2%80%aeb", 400, "lane"},
 		{"/api/v1/evidence?%ff=1", 400, "query"},
 		{"/api/v1/evidence?a=%zz", 400, ""},
 		{"/api/v1/log/entries?kind=evidence&limit=0", 400, "limit"},

@@ -17,7 +17,8 @@ var repeatableParams = map[string]map[string]bool{
 }
 
 // checkQuery refuses an API request whose query string does not parse, has
-// a name or value that is not valid UTF-8 or holds a control character,
+// a name or value that is not valid UTF-8 or holds a control or
+// bidirectional formatting character,
 // or repeats a parameter its route takes once (which would silently keep
 // the first): 400 naming the parameter, before any handler runs.
 func (s *Server) checkQuery(next http.Handler) http.Handler {
@@ -38,7 +39,7 @@ func (s *Server) checkQuery(next http.Handler) http.Handler {
 		sort.Strings(names)
 		for _, k := range names {
 			if !plainText(k) {
-				s.writeError(w, r, ledger.FieldError("query", "a query parameter name must be valid UTF-8 without control characters"))
+				s.writeError(w, r, ledger.FieldError("query", "a query parameter name must be valid UTF-8 without control or bidirectional formatting characters"))
 				return
 			}
 			field := k
@@ -49,7 +50,7 @@ func (s *Server) checkQuery(next http.Handler) http.Handler {
 			}
 			for _, v := range vs {
 				if !plainText(v) {
-					s.writeError(w, r, ledger.FieldError(field, "must be valid UTF-8 without control characters"))
+					s.writeError(w, r, ledger.FieldError(field, "must be valid UTF-8 without control or bidirectional formatting characters"))
 					return
 				}
 			}
@@ -58,13 +59,14 @@ func (s *Server) checkQuery(next http.Handler) http.Handler {
 	})
 }
 
-// plainText reports whether s is valid UTF-8 free of control characters.
+// plainText reports whether s is valid UTF-8 free of control characters
+// and of bidirectional formatting characters (Bidi_Control).
 func plainText(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, c := range s {
-		if unicode.IsControl(c) {
+		if unicode.IsControl(c) || unicode.Is(unicode.Bidi_Control, c) {
 			return false
 		}
 	}
