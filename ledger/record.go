@@ -166,6 +166,9 @@ func PrepareEvidence(body []byte) (Evidence, []byte, error) {
 		return e, nil, err
 	}
 	e.Normalize()
+	if b, ok := appendEvidence(make([]byte, 0, 640+len(e.Details)), &e); ok {
+		return e, b, nil
+	}
 	b, err := marshalNoEscape(&e)
 	return e, b, err
 }
