@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 
@@ -17,9 +18,20 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/evidence-ledger/ledger/internal/logbuf"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
 )
+
+// served is cfg with the access log `ledger serve` writes (text lines
+// through a logbuf.Writer), into io.Discard: an ingest benchmark measures
+// the server as it is run, not slog.Default's unbuffered line per request.
+func served(b *testing.B, cfg Config) Config {
+	var w *logbuf.Writer
+	cfg.AccessLog, w = logbuf.AccessLogger(io.Discard, slog.LevelInfo)
+	b.Cleanup(func() { w.Close() })
+	return cfg
+}
 
 // postAll POSTs b.N bodies to /api/v1/evidence from clients concurrent
 // clients, each reading its answer (as a client does, which also keeps its
@@ -63,7 +75,7 @@ func postAllTo(b *testing.B, envs []*apiEnv, clients int, bodies <-chan []byte) 
 // HTTP from 16 concurrent clients (compare with
 // ledger/sqlite.BenchmarkRawInsertPerRowTx run in the same invocation).
 func BenchmarkHTTPAppendConcurrent16(b *testing.B) {
-	e := newAPIEnv(b, Config{})
+	e := newAPIEnv(b, served(b, Config{}))
 	var n atomic.Int64
 	bodies := make(chan []byte, 64)
 	go func() {
@@ -83,7 +95,7 @@ func BenchmarkHTTPAppendConcurrent16(b *testing.B) {
 func BenchmarkHTTPAppendBatch100(b *testing.B) {
 	for _, clients := range []int{1, 4} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			e := newAPIEnv(b, Config{MaxBody: 64 << 20})
+			e := newAPIEnv(b, served(b, Config{MaxBody: 64 << 20}))
 			// Every request body is made before the timer starts: the body
 			// generator is not the system under test, and on two cores it
 			// would take CPU from the server.
@@ -123,7 +135,7 @@ func BenchmarkHTTPAppendTwoServers(b *testing.B) {
 		return []*apiEnv{e, {srv: hs, store: st2, record: e.record, read: e.read}}
 	}
 	b.Run("single/clients=16", func(b *testing.B) {
-		envs := two(b, Config{})
+		envs := two(b, served(b, Config{}))
 		var n atomic.Int64
 		bodies := make(chan []byte, 64)
 		go func() {
@@ -137,7 +149,7 @@ func BenchmarkHTTPAppendTwoServers(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	})
 	b.Run("batch100/clients=4", func(b *testing.B) {
-		envs := two(b, Config{MaxBody: 64 << 20})
+		envs := two(b, served(b, Config{MaxBody: 64 << 20}))
 		bodies := make(chan []byte, b.N)
 		for i := 0; i < b.N; i++ {
 			batch := make([]any, 100)

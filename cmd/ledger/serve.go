@@ -330,9 +330,9 @@ func newServeCmd(a *app) *cobra.Command {
 			// The access log is buffered (1 MiB, flushed every 5 ms and
 			// at shutdown) so that no request waits on stderr; errors
 			// and tampering reports stay unbuffered on a.log.
-			access := logbuf.New(a.stderr, 1<<20, 5*time.Millisecond)
+			var access *logbuf.Writer
+			c.AccessLog, access = logbuf.AccessLogger(a.stderr, a.logLevel())
 			defer access.Close()
-			c.AccessLog = slog.New(slog.NewTextHandler(access, &slog.HandlerOptions{Level: a.logLevel()}))
 			if err := RunServe(cmd.Context(), c); err != nil {
 				return errExit(2, "serve: %v", err)
 			}

@@ -3,6 +3,7 @@ package logbuf
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -130,4 +131,14 @@ func (w *Writer) Close() error {
 		err = w.flush(true)
 	})
 	return err
+}
+
+// AccessLogger is the access log `ledger serve` writes: a slog text
+// handler at level over a Writer on sink of 1 MiB flushed every 5 ms.
+// The caller closes the Writer at shutdown (it flushes what is
+// buffered). The web package's HTTP benchmarks use it too, so that they
+// measure the server as it is run.
+func AccessLogger(sink io.Writer, level slog.Leveler) (*slog.Logger, *Writer) {
+	w := New(sink, 1<<20, 5*time.Millisecond)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), w
 }
