@@ -62,6 +62,11 @@ type ServeConfig struct {
 	ScanChunk int
 	ScanPause time.Duration
 	ScanEvery time.Duration
+	// FileCheckEvery is how often the server checks that the SQLite
+	// database file at its path is the one it opened (watchFile); it
+	// stops, exit 2, once it is not. 0: no check (appends are still
+	// refused by the driver after a change).
+	FileCheckEvery time.Duration
 	// SigstoreTrustedRoot is a Sigstore trusted_root.json and
 	// SigstorePolicy the identity rules file (ingest.ParseSigstoreRules)
 	// Sigstore bundles posted to /api/v1/evidence are verified with
@@ -90,7 +95,7 @@ type ServeConfig struct {
 // environment variables; envErr reports a variable that does not parse (a
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
-	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond, ScanEvery: time.Hour,
+	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond, ScanEvery: time.Hour, FileCheckEvery: time.Second,
 		SigstoreTrustedRoot: envOr("LEDGER_SIGSTORE_TRUSTED_ROOT", ""), SigstorePolicy: envOr("LEDGER_SIGSTORE_POLICY", "")}
 	if v := os.Getenv("LEDGER_FULL_SCAN"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -158,6 +163,9 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
 		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
+	}
+	if c.FileCheckEvery < 0 {
+		return fmt.Errorf("--file-check-every %s: must not be negative (0: no check)", c.FileCheckEvery)
 	}
 	if c.ScanEvery < 0 {
 		return fmt.Errorf("--full-scan-every %s: must not be negative (0: only at start)", c.ScanEvery)
@@ -257,9 +265,12 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	var stopErr error
 	select {
 	case err := <-errc:
 		return err
+	case stopErr = <-watchFile(scanCtx, st, c.FileCheckEvery):
+		c.Log.Error("ledger stopping", "err", stopErr)
 	case <-ctx.Done():
 	}
 	c.Log.Info("ledger shutting down: finishing requests in flight (up to 15 s)")
@@ -269,7 +280,36 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	c.Log.Info("ledger stopped")
-	return nil
+	return stopErr
+}
+
+// watchFile checks every interval that the SQLite database file at --db
+// is still the file the server opened (sqlite.Store.FileUnchanged) and
+// sends the error once it is not: the server then stops rather than go on
+// with connections split between the old file and the new one. Its
+// appends are refused from the moment of the change by the driver's own
+// check. Nothing is sent for PostgreSQL or with interval 0.
+func watchFile(ctx context.Context, st *Store, interval time.Duration) <-chan error {
+	out := make(chan error, 1)
+	if st.lite == nil || interval <= 0 {
+		return out
+	}
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := st.lite.FileUnchanged(); err != nil {
+					out <- err
+					return
+				}
+			}
+		}
+	}()
+	return out
 }
 
 // fullScan is the server's background full verification of the log up
@@ -349,6 +389,7 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree, then every projection row against its leaf (the audit), in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served, an edited projection row only by `ledger audit`")
 	cmd.Flags().IntVar(&c.ScanChunk, "full-scan-chunk", c.ScanChunk, "leaves the full verification checks at a time")
 	cmd.Flags().DurationVar(&c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
+	cmd.Flags().DurationVar(&c.FileCheckEvery, "file-check-every", c.FileCheckEvery, "how often to check that the SQLite database file at --db is still the file the server opened; the server stops (exit 2) once it was replaced or removed (0: no check)")
 	cmd.Flags().DurationVar(&c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
 	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
 	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of identity rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp, san|san_regexp}] (env LEDGER_SIGSTORE_POLICY)")

@@ -18,7 +18,12 @@ const storedSizeQuery = "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves"
 // BeginBatch implements ledger.Driver: an IMMEDIATE transaction on the
 // writer connection (the DSN's _txlock), the writer's statements prepared
 // before it (the writer pool's one connection is then free).
+// A database file replaced at its path since open (FileUnchanged) gets
+// no batch.
 func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
+	if err := d.fileUnchanged(); err != nil {
+		return nil, err
+	}
 	st, err := d.prepareStmts(ctx)
 	if err != nil {
 		return nil, dbErr("prepare", err)

@@ -89,6 +89,10 @@ type driver struct {
 	opts   Options
 	log    *slog.Logger
 
+	// file is the database file as stat(2) saw it at open (nil when it
+	// could not be read), for FileUnchanged.
+	file os.FileInfo
+
 	stmts     *stmts       // the writer's prepared statements (writer goroutine only)
 	ids       *idIndex     // the writer's view of the id tables (writer goroutine only; loaded by Start)
 	idf       *idFilter    // content ids seen (nil when read-only)
@@ -174,10 +178,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	} else if err := createPrivate(opts.Path); err != nil {
 		return nil, err
 	}
+	opened, _ := os.Stat(opts.Path)
 	d, err := openDriver(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	d.file = opened
 	if opts.Key.Signer == nil {
 		if opts.Key, err = keys.Load(opts.KeyDir, !opts.ReadOnly); err != nil {
 			d.close()
