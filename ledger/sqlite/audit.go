@@ -54,6 +54,7 @@ type auditSrc struct {
 	leafRows    *sql.Rows // read by RunAudit's reader goroutine only
 	nodeRows    *sql.Rows
 	snapSize    uint64
+	beyond      sql.NullInt64 // the first tree_nodes ord past a tree of snapSize, in the snapshot
 	waitArt     func() artResult
 
 	artifacts, wantHead int64  // counted from the leaves
@@ -81,6 +82,14 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 	}
 	// The snapshot begins with this first read.
 	if err := a.tx.QueryRowContext(ctx, storedSizeQuery).Scan(&a.snapSize); err != nil {
+		a.close()
+		return nil, err
+	}
+	// tree_nodes streams on another connection, whose snapshot may hold
+	// the nodes of leaves appended since: it reads only the nodes a tree
+	// of snapSize leaves completes, and a node beyond them is looked for
+	// here, in the snapshot.
+	if err := a.tx.QueryRowContext(ctx, "SELECT MIN(ord) FROM tree_nodes WHERE ord >= ?", nodeBound(a.snapSize)).Scan(&a.beyond); err != nil {
 		a.close()
 		return nil, err
 	}
@@ -209,12 +218,21 @@ func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow
 func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, error) {
 	if a.nodeRows == nil {
 		var err error
-		if a.nodeRows, err = a.conn2.QueryContext(ctx, "SELECT ord, hash FROM tree_nodes ORDER BY ord"); err != nil {
+		if a.nodeRows, err = a.conn2.QueryContext(ctx, "SELECT ord, hash FROM tree_nodes WHERE ord < ? ORDER BY ord", nodeBound(a.snapSize)); err != nil {
 			return compact.NodeID{}, nil, false, err
 		}
 	}
 	if !a.nodeRows.Next() {
-		return compact.NodeID{}, nil, false, a.nodeRows.Err()
+		if err := a.nodeRows.Err(); err != nil {
+			return compact.NodeID{}, nil, false, err
+		}
+		if a.beyond.Valid {
+			// Once: the node the snapshot holds past its last leaf.
+			ord := a.beyond.Int64
+			a.beyond.Valid = false
+			return ordNode(ord), nil, true, nil
+		}
+		return compact.NodeID{}, nil, false, nil
 	}
 	var ord int64
 	var h []byte

@@ -16,6 +16,12 @@ func nodeOrd(id compact.NodeID) int64 {
 	return int64(end<<6 | uint64(id.Level))
 }
 
+// nodeBound is the least ord of a node that a tree of size leaves has
+// not completed: a node's ord is end<<6 | level with end the tree size
+// at which it completes, so a tree of size holds exactly the nodes with
+// ord below (size+1)<<6.
+func nodeBound(size uint64) int64 { return int64((size + 1) << 6) }
+
 // queryer is what both *sql.DB and *sql.Tx offer.
 type queryer interface {
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
