@@ -283,3 +283,89 @@ func TestFullScanLaterScanCatchesLiveEdit(t *testing.T) {
 		t.Fatalf("append after the later scan found the edit: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestTamperedStateOutlivesRestart: a finding of the full verification
+// leaves the tampered marker beside the key, so the next start verifies
+// the whole log before it serves: killed and restarted (its background
+// scan slowed to a chunk of one leaf per 500 ms, so that without the
+// marker the first requests would come before any finding), the server
+// refuses the first append and /healthz is degraded from the start. Once
+// the edit is repaired the next start's verification passes, removes the
+// marker and appends are taken again.
+func TestTamperedStateOutlivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	so, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "ci", "--scope", "record")
+	if code != 0 {
+		t.Fatalf("token create: %s", se)
+	}
+	secret := strings.TrimSpace(so)
+	srv, base := startServer(t, db, "--full-scan=false")
+	for i := range 6 {
+		postEvidence(t, base, secret, int64(i))
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	var idx int64
+	var commit string
+	h, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.QueryRow("SELECT idx, commit_id FROM leaves WHERE kind = 'evidence' ORDER BY idx LIMIT 1").Scan(&idx, &commit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec(fmt.Sprintf("UPDATE leaves SET commit_id = '%s' WHERE idx = %d", strings.Repeat("0", 40), idx)); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+
+	healthz := func(base string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &out)
+		return resp.StatusCode, out
+	}
+	srv, base = startServer(t, db)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, out := healthz(base); code == 503 && out["status"] == "degraded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("healthz never degraded after the projection edit")
+		}
+	}
+	marker := filepath.Join(dir, TamperMarkerFile)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no tampered marker after the finding: %v", err)
+	}
+	srv.Process.Kill()
+	srv.Wait()
+
+	slow := []string{"--full-scan-chunk", "1", "--full-scan-pause", "500ms"}
+	srv, base = startServer(t, db, slow...)
+	if code, body := postStatus(t, base, secret, 100); code != http.StatusServiceUnavailable || !strings.Contains(body, "refusing to sign") {
+		t.Fatalf("first append after the restart of a tampered server: %d %s", code, body)
+	}
+	if code, out := healthz(base); code != 503 || out["tampered_index"] != float64(idx) {
+		t.Fatalf("healthz right after the restart: %d %v", code, out)
+	}
+	srv.Process.Kill()
+	srv.Wait()
+
+	sqlExec(t, db, fmt.Sprintf("UPDATE leaves SET commit_id = '%s' WHERE idx = %d", commit, idx))
+	srv, base = startServer(t, db, slow...)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	if code, body := postStatus(t, base, secret, 101); code != http.StatusCreated {
+		t.Fatalf("append after the repair: %d %s", code, body)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatalf("the tampered marker stays after a passing verification: %v", err)
+	}
+}

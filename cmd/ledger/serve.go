@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/internal/logbuf"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/runs"
@@ -67,6 +70,9 @@ type ServeConfig struct {
 	// stops, exit 2, once it is not. 0: no check (appends are still
 	// refused by the driver after a change).
 	FileCheckEvery time.Duration
+	// keyDir is the data directory RunServe resolved (the tampered
+	// marker's home).
+	keyDir string
 	// SigstoreTrustedRoot is a Sigstore trusted_root.json and
 	// SigstorePolicy the identity rules file (ingest.ParseSigstoreRules)
 	// Sigstore bundles posted to /api/v1/evidence are verified with
@@ -239,6 +245,11 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		runStore = runs.New(rdb, nil)
 	}
 	defer runStore.Close()
+	c.keyDir = keyDir
+	verifiedAtStart, err := scanIfMarked(ctx, st, c)
+	if err != nil {
+		return err
+	}
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, AccessLog: c.AccessLog, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
 		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig})
 	if err != nil {
@@ -260,8 +271,16 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	scanCtx, stopScan := context.WithCancel(ctx)
 	defer stopScan()
-	if c.FullScan {
+	if c.FullScan && !verifiedAtStart {
 		go fullScan(scanCtx, st, c)
+	} else if c.FullScan && c.ScanEvery > 0 {
+		go func() {
+			select {
+			case <-scanCtx.Done():
+			case <-time.After(c.ScanEvery):
+				fullScan(scanCtx, st, c)
+			}
+		}()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -312,6 +331,64 @@ func watchFile(ctx context.Context, st *Store, interval time.Duration) <-chan er
 	return out
 }
 
+// TamperMarkerFile is the file, beside the signing key and the
+// signed-state journal, that a full verification's finding leaves behind
+// (the TamperState as JSON), so that the tampered state outlives the
+// process: the next start verifies the whole log before it serves.
+const TamperMarkerFile = "tampered.json"
+
+func writeTamperMarker(dir string, ts ledger.TamperState) error {
+	b, err := json.Marshal(ts)
+	if err != nil {
+		return err
+	}
+	return keys.WriteAtomic(filepath.Join(dir, TamperMarkerFile), append(b, '\n'), 0o600)
+}
+
+// scanIfMarked runs, when a previous run left the tampered marker, the
+// full verification before the server listens, whatever --full-scan says
+// (verified reports that it ran): a log that fails it again is served in
+// the tampered state from the first request (no append or signature in
+// between); one that passes (repaired since) is served normally and the
+// marker is removed. A verification that cannot finish refuses the start.
+func scanIfMarked(ctx context.Context, st *Store, c ServeConfig) (verified bool, _ error) {
+	path := filepath.Join(c.keyDir, TamperMarkerFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("serve: read the tampered marker %s: %w", path, err)
+	}
+	var prev ledger.TamperState
+	if err := json.Unmarshal(b, &prev); err != nil {
+		return false, fmt.Errorf("serve: the tampered marker %s does not parse (a previous run found tampering): remove it only after `ledger audit` passes", path)
+	}
+	c.Log.Warn("a previous run found tampering: verifying the whole log before serving", "leaf", prev.Index, "problem", prev.Problem, "since", prev.Since.Format(time.RFC3339))
+	cp, err := st.Checkpoint(ctx)
+	if err != nil {
+		return false, fmt.Errorf("serve: read the checkpoint for the verification a previous finding requires: %w", err)
+	}
+	err = st.Log.FullScan(ctx, st, cp.Size, ledger.ScanOptions{Chunk: c.ScanChunk})
+	var te *ledger.TamperError
+	switch {
+	case err == nil:
+		if err := os.Remove(path); err != nil {
+			return false, fmt.Errorf("serve: the log verifies again but the tampered marker %s stays: %w", path, err)
+		}
+		c.Log.Info("the log verifies again: the tampered marker is removed", "size", cp.Size)
+	case errors.As(err, &te):
+		if ts, ok := st.Log.Tampered(); ok {
+			if err := writeTamperMarker(c.keyDir, ts); err != nil {
+				c.Log.Error("write the tampered marker", "err", err.Error())
+			}
+		}
+	default:
+		return false, fmt.Errorf("serve: the full verification a previous finding requires (%s) could not finish: %w", path, err)
+	}
+	return true, nil
+}
+
 // fullScan is the server's background full verification of the log up
 // to its signed size at start (ledger.Log.FullScan), logged when it ends,
 // then again every c.ScanEvery up to the size signed then (also after one
@@ -343,7 +420,13 @@ func fullScanOnce(ctx context.Context, st *Store, c ServeConfig) bool {
 		c.Log.Info("full verification passed", "size", cp.Size, "took", time.Since(start).Round(time.Millisecond).String())
 		return true
 	case errors.As(err, &te):
-		// FullScan logged the tampering and set the state.
+		// FullScan logged the tampering and set the state; the marker
+		// keeps it across a restart.
+		if ts, ok := st.Log.Tampered(); ok && c.keyDir != "" {
+			if err := writeTamperMarker(c.keyDir, ts); err != nil {
+				c.Log.Error("full verification: write the tampered marker", "err", err.Error())
+			}
+		}
 	case ctx.Err() != nil:
 		c.Log.Info("full verification stopped", "size", cp.Size)
 	default:
