@@ -182,6 +182,41 @@ func parseExpiry(v string) (time.Time, error) {
 // postReleaseForm handles one of the release page's forms. Success
 // redirects (303) back to the release page; a failure re-renders it with
 // the problem and the status of the error table.
+// renderFormError answers a release-page form post that err refused: a
+// server error as the error page; otherwise the release page again (p,
+// or loaded when nil) with the status of err and its message shown at the
+// form that was posted (v.Form: the run form's own place, or the record
+// forms' problem line), the values posted kept in the forms.
+func (s *Server) renderFormError(w http.ResponseWriter, r *http.Request, p *releasePage, version string, v formValues, err error) {
+	st, body := errorBody(err)
+	if st >= 500 {
+		s.renderError(w, r, err)
+		return
+	}
+	if p == nil {
+		var perr error
+		if p, perr = s.loadReleasePage(r, version); perr != nil {
+			s.renderError(w, r, perr)
+			return
+		}
+	}
+	p.Forms = s.releaseForms(w, r, version, v)
+	runProblem := ""
+	if v.Form == formRuns {
+		runProblem = body.Message
+	} else {
+		p.Forms.Problem = body.Message
+	}
+	if perr := s.fillRunPlan(r.Context(), w, r, p, -1, runProblem); perr != nil {
+		s.renderError(w, r, perr)
+		return
+	}
+	if st == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
+	}
+	s.render(w, r, st, "release", p)
+}
+
 func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		version := chi.URLParam(r, "version")
@@ -217,26 +252,7 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			}
 		}
 		if err != nil {
-			st, body := errorBody(err)
-			if st >= 500 {
-				s.renderError(w, r, err)
-				return
-			}
-			p, perr := s.loadReleasePage(r, version)
-			if perr != nil {
-				s.renderError(w, r, perr)
-				return
-			}
-			p.Forms = s.releaseForms(w, r, version, v)
-			p.Forms.Problem = body.Message
-			if perr := s.fillRunPlan(r.Context(), w, r, p, -1, ""); perr != nil {
-				s.renderError(w, r, perr)
-				return
-			}
-			if st == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
-			}
-			s.render(w, r, st, "release", p)
+			s.renderFormError(w, r, nil, version, v, err)
 			return
 		}
 		s.log.Info("release form recorded", "form", form, "version", version, "by", tok.Name)

@@ -270,20 +270,7 @@ func (s *Server) postReleaseRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	n, tok, err := s.queueMissing(w, r, p)
 	if err != nil {
-		st, body := errorBody(err)
-		if st >= 500 {
-			s.renderError(w, r, err)
-			return
-		}
-		p.Forms = s.releaseForms(w, r, version, formValues{Form: formRuns})
-		if perr := s.fillRunPlan(r.Context(), w, r, p, -1, body.Message); perr != nil {
-			s.renderError(w, r, perr)
-			return
-		}
-		if st == http.StatusUnauthorized {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ledger"`)
-		}
-		s.render(w, r, st, "release", p)
+		s.renderFormError(w, r, p, version, formValues{Form: formRuns}, err)
 		return
 	}
 	s.log.Info("release form recorded", "form", formRuns, "version", version, "by", tok.Name, "queued", n)
