@@ -69,3 +69,43 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 		t.Fatalf("served openapi: %d", code)
 	}
 }
+
+// TestAPIQueryNamesMatchOpenAPI: the query names checkQuery lets through
+// (apiQueryNames) are exactly those web/openapi.yaml documents at some
+// route, inline or through components/parameters.
+func TestAPIQueryNamesMatchOpenAPI(t *testing.T) {
+	var doc any
+	if err := yaml.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	documented := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if x["in"] == "query" {
+				if n, ok := x["name"].(string); ok {
+					documented[n] = true
+				}
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
+	for n := range documented {
+		if !apiQueryNames[n] {
+			t.Errorf("openapi.yaml documents query parameter %q, which checkQuery refuses", n)
+		}
+	}
+	for n := range apiQueryNames {
+		if !documented[n] {
+			t.Errorf("checkQuery lets %q through, but openapi.yaml documents it at no route", n)
+		}
+	}
+}

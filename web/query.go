@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -16,11 +17,34 @@ var repeatableParams = map[string]map[string]bool{
 	http.MethodPost: {"artifact": true},
 }
 
+// apiQueryNames is every query parameter name an /api/v1 route reads, the
+// union over the routes (web/openapi.yaml documents each at its route;
+// TestAPIQueryNamesMatchOpenAPI holds the two together). A name outside it
+// is a typo or a parameter of another API, and is refused rather than
+// ignored: an ignored filter answers the unfiltered list.
+var apiQueryNames = map[string]bool{
+	"a": true, "artifact": true, "as_of": true, "b": true, "backend": true, "commit": true, "cursor": true,
+	"format": true, "from": true, "index": true, "key": true, "kind": true, "lane": true, "limit": true,
+	"repository": true, "since": true, "size": true, "state": true, "status": true, "to": true, "tree": true,
+	"verdict": true,
+}
+
+// apiQueryList is apiQueryNames sorted, for the refusal's message.
+var apiQueryList = func() string {
+	names := make([]string, 0, len(apiQueryNames))
+	for k := range apiQueryNames {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}()
+
 // checkQuery refuses an API request whose query string does not parse, has
 // a name or value that is not valid UTF-8 or holds a control or
-// bidirectional formatting character,
-// or repeats a parameter its route takes once (which would silently keep
-// the first): 400 naming the parameter, before any handler runs.
+// bidirectional formatting character, names a parameter no API route
+// reads (apiQueryNames), or repeats a parameter its route takes once
+// (which would silently keep the first): 400 naming the parameter, before
+// any handler runs.
 func (s *Server) checkQuery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.RawQuery == "" {
@@ -40,6 +64,10 @@ func (s *Server) checkQuery(next http.Handler) http.Handler {
 		for _, k := range names {
 			if !plainText(k) {
 				s.writeError(w, r, ledger.FieldError("query", "a query parameter name must be valid UTF-8 without control or bidirectional formatting characters"))
+				return
+			}
+			if !apiQueryNames[k] {
+				s.writeError(w, r, ledger.FieldError(clipText(k), "unknown query parameter: the API reads only %s (each route its own; see /api/v1/openapi.yaml)", apiQueryList))
 				return
 			}
 			field := k
