@@ -181,6 +181,7 @@ type appendReq struct {
 	hint    any // Driver.LookupIDs' answer
 	idemKey string
 	reqHash []byte
+	guard   AppendGuard // from the caller's context (WithAppendGuard)
 	resp    chan appendResp
 }
 
@@ -283,7 +284,7 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	if len(idemKey) > MaxIdempotencyKey {
 		return nil, FieldError("Idempotency-Key", "at most %d bytes", MaxIdempotencyKey)
 	}
-	req := &appendReq{ctx: ctx, idemKey: idemKey, resp: make(chan appendResp, 1)}
+	req := &appendReq{ctx: ctx, idemKey: idemKey, guard: guardFrom(ctx), resp: make(chan appendResp, 1)}
 	var err error
 	if req.recs, err = PrepareRecords(recs); err != nil {
 		return nil, err

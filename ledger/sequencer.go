@@ -101,6 +101,7 @@ type batchRun struct {
 	now     time.Time
 	idems   []int             // requests whose idempotency key to store
 	keys    map[string][]byte // idempotency key -> request hash, this batch
+	guards  map[string]error  // AppendGuard key -> its Check's answer, this batch
 }
 
 // fail answers every request not answered yet with err.
@@ -236,6 +237,20 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 	if r.idemKey != "" {
 		if h, ok := run.keys[r.idemKey]; ok && !bytes.Equal(h, r.reqHash) {
 			run.results[i].err = &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
+			return nil, nil
+		}
+	}
+	if g := r.guard; g != nil {
+		err, seen := run.guards[g.Key()]
+		if !seen {
+			err = g.Check(ctx, run.b)
+			if run.guards == nil {
+				run.guards = map[string]error{}
+			}
+			run.guards[g.Key()] = err
+		}
+		if err != nil {
+			run.results[i].err = err
 			return nil, nil
 		}
 	}

@@ -521,6 +521,12 @@ var routeScope = map[string]string{
 type countingStore struct {
 	*sqlite.Store
 	entries atomic.Int64
+	auths   atomic.Int64 // AuthenticateRow calls
+}
+
+func (c *countingStore) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
+	c.auths.Add(1)
+	return c.Store.AuthenticateRow(ctx, secret)
 }
 
 func (c *countingStore) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Entry, string, error) {

@@ -249,7 +249,7 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.store.Append(r.Context(), recs, idem)
+	res, err := s.appendGuarded(w, r, recs, idem)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

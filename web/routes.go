@@ -35,7 +35,7 @@ func (s *Server) routes() chi.Router {
 		api.Use(s.checkQuery)
 		api.Get("/openapi.yaml", s.handleOpenAPI)
 
-		api.With(record).Post("/evidence", s.handlePostEvidence)
+		api.With(s.requireAppend).Post("/evidence", s.handlePostEvidence)
 		api.With(read).Get("/evidence", s.handleListEvidence)
 		api.With(read).Get("/evidence/{id}", s.handleGetEvidence)
 		api.With(read).Get("/evidence/{id}/proof", s.handleEvidenceProof)

@@ -100,6 +100,9 @@ type Server struct {
 	refs     policyRefs
 	// authFails counts failed authentications per client address.
 	authFails *httprate.RateLimiter
+	// appendAuth is the ingest route's token cache, guarded in each
+	// append's batch (appendauth.go).
+	appendAuth appendAuth
 	// listings is the semaphore of list answers in progress.
 	listings chan struct{}
 	storage  storageHealth
@@ -572,24 +575,34 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (ledger.To
 func (s *Server) require(need ledger.Scope) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t, ok, err := s.authenticate(w, r)
-			if err != nil {
-				s.writeError(w, r, err)
+			if need == ledger.ScopeRead && !s.cfg.ReadAuth && r.Header.Get("Authorization") == "" {
+				next.ServeHTTP(w, r)
 				return
 			}
+			t, ok := s.admitToken(w, r, need)
 			if !ok {
-				if need == ledger.ScopeRead && !s.cfg.ReadAuth {
-					next.ServeHTTP(w, r)
-					return
-				}
-				s.writeError(w, r, ledger.Errorf(ledger.CodeUnauthorized, "this request needs a bearer token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need))
-				return
-			}
-			if !t.Scope.Allows(need) {
-				s.writeError(w, r, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this request needs %q", t.Name, t.Scope, need))
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey, t)))
 		})
 	}
+}
+
+// admitToken authenticates r's bearer token and checks that its scope allows
+// need, answering r itself (401, 403, 429) when not.
+func (s *Server) admitToken(w http.ResponseWriter, r *http.Request, need ledger.Scope) (ledger.Token, bool) {
+	t, ok, err := s.authenticate(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return t, false
+	}
+	if !ok {
+		s.writeError(w, r, ledger.Errorf(ledger.CodeUnauthorized, "this request needs a bearer token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need))
+		return t, false
+	}
+	if !t.Scope.Allows(need) {
+		s.writeError(w, r, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this request needs %q", t.Name, t.Scope, need))
+		return t, false
+	}
+	return t, true
 }

@@ -274,3 +274,25 @@ func unixOrNil(t *time.Time) any {
 	}
 	return t.UnixNano()
 }
+
+// TokenRow implements ledger.TokenRowBatch: AuthenticateRow's query in
+// the batch's transaction, which holds the log's sequencer lock, so no
+// other server's append (a revocation) commits between it and the batch.
+func (b *batch) TokenRow(ctx context.Context, secretHash []byte) (ledger.TokenRow, error) {
+	var row ledger.TokenRow
+	var hash []byte
+	var leafIdx, revIdx sql.NullInt64
+	var n int64
+	t, err := scanToken(b.tx.QueryRowContext(ctx, authRowQuery, secretHash), &hash, &leafIdx, &revIdx, &n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
+	}
+	if err != nil {
+		return row, dbErr("token row", err)
+	}
+	row = ledger.ScannedTokenRow(t, hash, leafIdx, revIdx)
+	row.TokenLeaves, row.ReadAt = uint64(n), b.d.opts.Now()
+	return row, nil
+}
+
+var _ ledger.TokenRowBatch = (*batch)(nil)

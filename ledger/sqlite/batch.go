@@ -400,6 +400,7 @@ type stmts struct {
 	size                       *sql.Stmt // the stored log size (storedSizeQuery)
 	cp                         *sql.Stmt // inserts a signed checkpoint
 	idemGet                    *sql.Stmt // an idempotency key's original answer
+	tokenRow                   *sql.Stmt // a tokens row with the token-leaf count (authRowQuery)
 	ids                        idLookup
 	// newOrds/newHashes are the tree nodes (leaves included) appended in
 	// this batch, published to the read cache after COMMIT.
@@ -416,7 +417,7 @@ func (st *stmts) close() {
 	for _, b := range st.bufs() {
 		b.close()
 	}
-	for _, q := range []*sql.Stmt{st.idem, st.entry, st.size, st.cp, st.idemGet} {
+	for _, q := range []*sql.Stmt{st.idem, st.entry, st.size, st.cp, st.idemGet, st.tokenRow} {
 		if q != nil {
 			q.Close()
 		}
@@ -483,6 +484,7 @@ func (d *driver) prepareStmts(ctx context.Context) (*stmts, error) {
 		{&st.size, storedSizeQuery},
 		{&st.cp, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)"},
 		{&st.idemGet, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ? AND created_at >= ?"},
+		{&st.tokenRow, authRowQuery},
 	} {
 		if *p.dst, err = db.PrepareContext(ctx, p.q); err != nil {
 			st.close()

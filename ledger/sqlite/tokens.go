@@ -420,3 +420,24 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 	idx, problem := a.tokens.CheckTable(table)
 	return idx, problem, nil
 }
+
+// TokenRow implements ledger.TokenRowBatch: AuthenticateRow's query in the
+// batch's transaction, so that what it reads is what the batch appends
+// under (no other writer commits before the batch does).
+func (b *batch) TokenRow(ctx context.Context, secretHash []byte) (ledger.TokenRow, error) {
+	var row ledger.TokenRow
+	var leafIdx, revIdx sql.NullInt64
+	var n int64
+	t, err := scanToken(multiScanner{b.tx.StmtContext(ctx, b.st.tokenRow).QueryRowContext(ctx, secretHash), []any{&leafIdx, &revIdx, &n}})
+	if errors.Is(err, sql.ErrNoRows) {
+		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
+	}
+	if err != nil {
+		return row, dbErr("token row", err)
+	}
+	row = ledger.ScannedTokenRow(t, secretHash, leafIdx, revIdx)
+	row.TokenLeaves, row.ReadAt = uint64(n), b.d.opts.Now()
+	return row, nil
+}
+
+var _ ledger.TokenRowBatch = (*batch)(nil)
