@@ -34,6 +34,10 @@ type Options struct {
 	// Progress, when not nil, gets each lane's progress (from Run's
 	// goroutine).
 	Progress func(lane string, done, total int)
+	// LaneDone, when not nil, gets each lane's LaneRun as soon as its
+	// evidence is built, before the next lane starts (from Run's
+	// goroutine), so a caller can record it while later lanes run.
+	LaneDone func(LaneRun)
 	// Snapshots overrides alloc-snapshot's snapshot count (tests only).
 	Snapshots int
 	// Now is the clock (default time.Now).
@@ -113,6 +117,9 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 		}
 		lr.Evidence = ev
 		out = append(out, lr)
+		if o.LaneDone != nil {
+			o.LaneDone(lr)
+		}
 	}
 	return out, nil
 }

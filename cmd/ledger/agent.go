@@ -435,15 +435,26 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 		defer close(superDone)
 		ag.supervise(ctx, work, stop, l, take, log)
 	}()
+	var st *stager
 	finish := func(req runs.FinishRequest) {
 		req.Attempt, req.Lease = l.Attempt, l.Lease
 		for try := range 5 {
 			_, err := ag.api.Finish(ctx, l.Run.ID, req)
 			if err == nil {
-				log.Info("agent finished the attempt", "status", req.Status)
+				log.Info("agent finished the attempt", "status", req.Status, "staged", len(req.Staged))
 				return
 			}
 			var le *ledger.Error
+			if errors.As(err, &le) && le.Code == ledger.CodeConflict && strings.HasPrefix(le.Field, "staged[") && st != nil {
+				// The server no longer holds what was staged (it restarted):
+				// the same evidence again, every envelope in full.
+				log.Warn("agent's staged evidence is gone from the server: sending the envelopes in the finish", "err", err)
+				if req.Evidence, err = st.envelopes(); err != nil {
+					req = runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "error", Message: err.Error()}
+				}
+				req.Staged = nil
+				continue
+			}
 			if errors.As(err, &le) && le.Code != ledger.CodeInternal {
 				log.Error("agent finish refused", "err", err)
 				return
@@ -477,7 +488,9 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	defer b.Close()
 	lanesDone := 0
 	var cur string
+	st = ag.newStager(ctx, work, l, log)
 	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(),
+		LaneDone: st.laneDone,
 		Progress: func(lane string, done, total int) {
 			if lane != cur {
 				if cur != "" {
@@ -488,6 +501,10 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 			setProgress(runs.Progress{Lane: lane, Done: done, Total: total, LanesDone: lanesDone})
 		}})
 	cause := context.Cause(work)
+	if cause != nil || rerr != nil || ctx.Err() != nil {
+		st.abandon()
+	}
+	staged, serr := st.wait()
 	stop(nil)
 	<-superDone
 	switch {
@@ -503,24 +520,113 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 		finish(runs.FinishRequest{Status: "error", Message: "run: " + rerr.Error()})
 		return health
 	}
-	evs := make([]ledger.Evidence, len(results))
-	for i, r := range results {
-		evs[i] = r.Evidence
+	if serr == nil && len(results) != len(staged) {
+		serr = fmt.Errorf("%d lanes ran, %d were signed", len(results), len(staged))
 	}
-	recs, err := evidenceRecords(evs)
-	if err != nil {
-		finish(runs.FinishRequest{Status: "error", Message: err.Error()})
+	if serr != nil {
+		finish(runs.FinishRequest{Status: "error", Message: serr.Error()})
 		return health
 	}
-	envs := make([]json.RawMessage, len(recs))
-	for i, r := range recs {
-		env, err := verify.SignEvidence(ctx, ag.priv, r.Body)
-		if err != nil {
-			finish(runs.FinishRequest{Status: "error", Message: "sign: " + err.Error()})
-			return health
+	req := runs.FinishRequest{Status: "completed"}
+	for _, sl := range staged {
+		if sl.digest != "" {
+			req.Staged = append(req.Staged, sl.digest)
+		} else {
+			req.Evidence = append(req.Evidence, sl.env)
 		}
-		envs[i] = env
 	}
-	finish(runs.FinishRequest{Status: "completed", Evidence: envs})
+	finish(req)
 	return health
+}
+
+// stager signs each lane's evidence as the lane ends and stages the
+// envelope on the server (POST /agent/runs/{id}/evidence) while the next
+// lanes run, so that the finish names staged records instead of carrying
+// and having the server check them all at the end. A lane whose staging
+// fails is sent in full in the finish. Its methods are safe for
+// concurrent use.
+type stager struct {
+	ag   *agent
+	ctx  context.Context
+	stop context.CancelFunc
+	work context.Context
+	l    *runs.LeaseAnswer
+	log  *slog.Logger
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	done []stagedLane
+	err  error
+}
+
+// stagedLane is one lane's signed envelope and, once staged, the digest
+// the server answered ("" when it was not staged).
+type stagedLane struct {
+	env    json.RawMessage
+	digest string
+}
+
+func (ag *agent) newStager(ctx, work context.Context, l *runs.LeaseAnswer, log *slog.Logger) *stager {
+	sctx, stop := context.WithCancel(ctx)
+	return &stager{ag: ag, ctx: sctx, stop: stop, work: work, l: l, log: log}
+}
+
+// laneDone is runner.Options.LaneDone: it reserves the lane's slot (lane
+// order) and signs and stages its evidence on a goroutine.
+func (st *stager) laneDone(lr runner.LaneRun) {
+	if st.work.Err() != nil {
+		return // canceled or lost: nothing of this attempt is recorded
+	}
+	st.mu.Lock()
+	i := len(st.done)
+	st.done = append(st.done, stagedLane{})
+	st.mu.Unlock()
+	st.wg.Go(func() {
+		recs, err := evidenceRecords([]ledger.Evidence{lr.Evidence})
+		var env json.RawMessage
+		if err == nil {
+			env, err = verify.SignEvidence(st.ctx, st.ag.priv, recs[0].Body)
+		}
+		if err != nil {
+			st.mu.Lock()
+			st.err = errors.Join(st.err, fmt.Errorf("sign %s: %w", lr.Lane, err))
+			st.mu.Unlock()
+			return
+		}
+		ans, err := st.ag.api.Stage(st.ctx, st.l.Run.ID, runs.StageRequest{Attempt: st.l.Attempt, Lease: st.l.Lease, Envelope: env})
+		if err != nil && st.ctx.Err() == nil {
+			st.log.Warn("agent could not stage a lane's evidence: it goes in the finish", "lane", lr.Lane, "err", err)
+		}
+		st.mu.Lock()
+		st.done[i] = stagedLane{env: env, digest: ans.Digest}
+		if err != nil {
+			st.done[i].digest = ""
+		}
+		st.mu.Unlock()
+	})
+}
+
+// abandon stops the stagings in flight: the attempt records nothing.
+func (st *stager) abandon() { st.stop() }
+
+// wait waits for every lane's signing and staging and returns the lanes
+// in the order they ended, or the first signing error.
+func (st *stager) wait() ([]stagedLane, error) {
+	st.wg.Wait()
+	st.stop()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Clone(st.done), st.err
+}
+
+// envelopes is every lane's envelope, for a finish that carries them all.
+func (st *stager) envelopes() ([]json.RawMessage, error) {
+	lanes, err := st.wait()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]json.RawMessage, len(lanes))
+	for i, sl := range lanes {
+		out[i] = sl.env
+	}
+	return out, nil
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// followWait is how long one read of a followed run waits for a change.
+const followWait = 5 * time.Second
+
 // runRemote is `ledger run --remote`: queue the run on --server, follow
 // its progress until it is final, print it and exit with its status (0
 // done, 1 failed, 3 canceled or expired).
@@ -42,14 +45,33 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	fmt.Fprintf(a.stderr, "queued run %s (%s on %s)\n", run.ID, strings.Join(run.Lanes, ","), run.Backend)
 	prog := a.newProgress()
 	var failing time.Time // when the reads of the run began to fail
+	// The server answers a read with wait and since as soon as the run
+	// changes; a server without it answers at once with no version, and
+	// the run is then polled every 100 ms.
+	version, waits := "", true
+	wait := followWait
+	if a.Timeout > 0 {
+		wait = min(wait, a.Timeout/2) // one read must end within --timeout
+	}
 	for !runs.Final(run.State) {
+		pause := 100 * time.Millisecond
+		if waits && version != "" && failing.IsZero() {
+			pause = 0
+		}
 		select {
 		case <-ctx.Done():
 			prog.done()
 			return errExit(2, "interrupted: run %s goes on (ledger runs cancel %s stops it)", run.ID, run.ID)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
-		next, err := cl.Run(ctx, run.ID)
+		next, v, err := cl.RunWait(ctx, run.ID, version, wait)
+		if err == nil {
+			waits = v != ""
+			version = v
+		}
+		if err != nil && ctx.Err() != nil {
+			continue
+		}
 		if err != nil {
 			if failing.IsZero() {
 				failing = time.Now()
