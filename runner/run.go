@@ -29,6 +29,11 @@ type Options struct {
 	// BinaryPath is the program pinned as artifact "bin/ledger"; empty
 	// means os.Executable().
 	BinaryPath string
+	// BinaryDigest, when not empty, is the "sha256:<hex>" digest pinned as
+	// "bin/ledger" instead of hashing BinaryPath: a long-running caller (an
+	// agent) hashes its program once at start, which is also the program
+	// that runs when the file on disk is replaced later.
+	BinaryDigest string
 	// Runner identifies the runner build; see BuildRunner.
 	Runner ledger.RunnerBuild
 	// Progress, when not nil, gets each lane's progress (from Run's
@@ -82,16 +87,19 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 	if now == nil {
 		now = time.Now
 	}
-	bin := o.BinaryPath
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("run: locate the running binary: %w", err)
+	binDigest := o.BinaryDigest
+	if binDigest == "" {
+		bin := o.BinaryPath
+		if bin == "" {
+			var err error
+			if bin, err = os.Executable(); err != nil {
+				return nil, fmt.Errorf("run: locate the running binary: %w", err)
+			}
 		}
-	}
-	binDigest, err := FileDigest(bin)
-	if err != nil {
-		return nil, fmt.Errorf("run: hash the running binary: %w", err)
+		var err error
+		if binDigest, err = FileDigest(bin); err != nil {
+			return nil, fmt.Errorf("run: hash the running binary: %w", err)
+		}
 	}
 	common := map[string]string{"bin/ledger": binDigest}
 	for name, src := range b.Sources() {

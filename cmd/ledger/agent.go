@@ -227,6 +227,7 @@ type agent struct {
 	priv ed25519.PrivateKey
 	subj ledger.Subject
 	spec runs.AgentSpec
+	bin  string // digest of the agent's program, hashed once at start
 }
 
 func (a *app) runAgent(ctx context.Context, c agentConfig) error {
@@ -275,7 +276,15 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	if err != nil {
 		return errExit(2, "subject: %v", err)
 	}
-	ag := &agent{a: a, c: c, api: client.NewAgent(cl, c.Name, priv), priv: priv, subj: subj}
+	exe, err := os.Executable()
+	if err != nil {
+		return errExit(2, "locate the running binary: %v", err)
+	}
+	binDigest, err := runner.FileDigest(exe)
+	if err != nil {
+		return errExit(2, "hash the running binary: %v", err)
+	}
+	ag := &agent{a: a, c: c, api: client.NewAgent(cl, c.Name, priv), priv: priv, subj: subj, bin: binDigest}
 	health, spec := ag.probe()
 	spec.Lanes, spec.Repository, spec.Commit = lanes, subj.Repository, subj.Commit
 	ag.spec = spec
@@ -489,7 +498,7 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	lanesDone := 0
 	var cur string
 	st = ag.newStager(ctx, work, l, log)
-	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(),
+	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(), BinaryDigest: ag.bin,
 		LaneDone: st.laneDone,
 		Progress: func(lane string, done, total int) {
 			if lane != cur {
@@ -593,7 +602,10 @@ func (st *stager) laneDone(lr runner.LaneRun) {
 			return
 		}
 		ans, err := st.ag.api.Stage(st.ctx, st.l.Run.ID, runs.StageRequest{Attempt: st.l.Attempt, Lease: st.l.Lease, Envelope: env})
-		if err != nil && st.ctx.Err() == nil {
+		switch {
+		case err == nil:
+			st.log.Info("agent staged a lane's evidence", "lane", lr.Lane, "digest", ans.Digest)
+		case st.ctx.Err() == nil:
 			st.log.Warn("agent could not stage a lane's evidence: it goes in the finish", "lane", lr.Lane, "err", err)
 		}
 		st.mu.Lock()

@@ -48,16 +48,17 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	// The server answers a read with wait and since as soon as the run
 	// changes; a server without it answers at once with no version, and
 	// the run is then polled every 100 ms.
-	version, waits := "", true
+	version, waits, first := "", true, true
 	wait := followWait
 	if a.Timeout > 0 {
 		wait = min(wait, a.Timeout/2) // one read must end within --timeout
 	}
 	for !runs.Final(run.State) {
 		pause := 100 * time.Millisecond
-		if waits && version != "" && failing.IsZero() {
+		if first || waits && version != "" && failing.IsZero() {
 			pause = 0
 		}
+		first = false
 		select {
 		case <-ctx.Done():
 			prog.done()
