@@ -87,19 +87,9 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 	if now == nil {
 		now = time.Now
 	}
-	binDigest := o.BinaryDigest
-	if binDigest == "" {
-		bin := o.BinaryPath
-		if bin == "" {
-			var err error
-			if bin, err = os.Executable(); err != nil {
-				return nil, fmt.Errorf("run: locate the running binary: %w", err)
-			}
-		}
-		var err error
-		if binDigest, err = FileDigest(bin); err != nil {
-			return nil, fmt.Errorf("run: hash the running binary: %w", err)
-		}
+	binDigest, err := o.binaryDigest()
+	if err != nil {
+		return nil, err
 	}
 	common := map[string]string{"bin/ledger": binDigest}
 	for name, src := range b.Sources() {
@@ -130,6 +120,26 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 		}
 	}
 	return out, nil
+}
+
+// binaryDigest is the digest pinned as "bin/ledger": BinaryDigest, else
+// the hash of BinaryPath or of the running program.
+func (o Options) binaryDigest() (string, error) {
+	if o.BinaryDigest != "" {
+		return o.BinaryDigest, nil
+	}
+	bin := o.BinaryPath
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("run: locate the running binary: %w", err)
+		}
+	}
+	d, err := FileDigest(bin)
+	if err != nil {
+		return "", fmt.Errorf("run: hash the running binary: %w", err)
+	}
+	return d, nil
 }
 
 // BuildEvidence turns a lane's result into a normalized, validated

@@ -276,13 +276,9 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	if err != nil {
 		return errExit(2, "subject: %v", err)
 	}
-	exe, err := os.Executable()
+	binDigest, err := programDigest()
 	if err != nil {
-		return errExit(2, "locate the running binary: %v", err)
-	}
-	binDigest, err := runner.FileDigest(exe)
-	if err != nil {
-		return errExit(2, "hash the running binary: %v", err)
+		return errExit(2, "%v", err)
 	}
 	ag := &agent{a: a, c: c, api: client.NewAgent(cl, c.Name, priv), priv: priv, subj: subj, bin: binDigest}
 	health, spec := ag.probe()
@@ -321,6 +317,20 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 		done++
 	}
 	return nil
+}
+
+// programDigest is the "sha256:<hex>" digest of the running program, the
+// artifact "bin/ledger" its evidence pins.
+func programDigest() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate the running binary: %w", err)
+	}
+	d, err := runner.FileDigest(exe)
+	if err != nil {
+		return "", fmt.Errorf("hash the running binary: %w", err)
+	}
+	return d, nil
 }
 
 // probe is the hardware health probe: the backend opens (for cuda: a
@@ -445,33 +455,7 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 		ag.supervise(ctx, work, stop, l, take, log)
 	}()
 	var st *stager
-	finish := func(req runs.FinishRequest) {
-		req.Attempt, req.Lease = l.Attempt, l.Lease
-		for try := range 5 {
-			_, err := ag.api.Finish(ctx, l.Run.ID, req)
-			if err == nil {
-				log.Info("agent finished the attempt", "status", req.Status, "staged", len(req.Staged))
-				return
-			}
-			var le *ledger.Error
-			if errors.As(err, &le) && le.Code == ledger.CodeConflict && strings.HasPrefix(le.Field, "staged[") && st != nil {
-				// The server no longer holds what was staged (it restarted):
-				// the same evidence again, every envelope in full.
-				log.Warn("agent's staged evidence is gone from the server: sending the envelopes in the finish", "err", err)
-				if req.Evidence, err = st.envelopes(); err != nil {
-					req = runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "error", Message: err.Error()}
-				}
-				req.Staged = nil
-				continue
-			}
-			if errors.As(err, &le) && le.Code != ledger.CodeInternal {
-				log.Error("agent finish refused", "err", err)
-				return
-			}
-			log.Warn("agent finish failed (retrying)", "err", err, "try", try+1)
-			time.Sleep(time.Duration(try+1) * 500 * time.Millisecond)
-		}
-	}
+	finish := func(req runs.FinishRequest) { ag.finish(ctx, l, st, req, log) }
 	health, _ := ag.probe()
 	if health != "ok" {
 		stop(nil)
@@ -529,12 +513,19 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 		finish(runs.FinishRequest{Status: "error", Message: "run: " + rerr.Error()})
 		return health
 	}
-	if serr == nil && len(results) != len(staged) {
-		serr = fmt.Errorf("%d lanes ran, %d were signed", len(results), len(staged))
+	finish(completed(len(results), staged, serr))
+	return health
+}
+
+// completed is the finish of an attempt whose lanes all ran: the staged
+// lanes by digest, the others in full; an error finish when a lane's
+// evidence could not be signed.
+func completed(lanes int, staged []stagedLane, err error) runs.FinishRequest {
+	if err == nil && lanes != len(staged) {
+		err = fmt.Errorf("%d lanes ran, %d were signed", lanes, len(staged))
 	}
-	if serr != nil {
-		finish(runs.FinishRequest{Status: "error", Message: serr.Error()})
-		return health
+	if err != nil {
+		return runs.FinishRequest{Status: "error", Message: err.Error()}
 	}
 	req := runs.FinishRequest{Status: "completed"}
 	for _, sl := range staged {
@@ -544,8 +535,37 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 			req.Evidence = append(req.Evidence, sl.env)
 		}
 	}
-	finish(req)
-	return health
+	return req
+}
+
+// finish posts the finish of lease l, retrying transport and internal
+// errors (5 tries); when the server no longer holds what st staged (409
+// naming staged[i]: it restarted), it sends the same evidence again with
+// every envelope in full.
+func (ag *agent) finish(ctx context.Context, l *runs.LeaseAnswer, st *stager, req runs.FinishRequest, log *slog.Logger) {
+	req.Attempt, req.Lease = l.Attempt, l.Lease
+	for try := range 5 {
+		_, err := ag.api.Finish(ctx, l.Run.ID, req)
+		if err == nil {
+			log.Info("agent finished the attempt", "status", req.Status, "staged", len(req.Staged))
+			return
+		}
+		var le *ledger.Error
+		if errors.As(err, &le) && le.Code == ledger.CodeConflict && strings.HasPrefix(le.Field, "staged[") && st != nil {
+			log.Warn("agent's staged evidence is gone from the server: sending the envelopes in the finish", "err", err)
+			if req.Evidence, err = st.envelopes(); err != nil {
+				req = runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "error", Message: err.Error()}
+			}
+			req.Staged = nil
+			continue
+		}
+		if errors.As(err, &le) && le.Code != ledger.CodeInternal {
+			log.Error("agent finish refused", "err", err)
+			return
+		}
+		log.Warn("agent finish failed (retrying)", "err", err, "try", try+1)
+		time.Sleep(time.Duration(try+1) * 500 * time.Millisecond)
+	}
 }
 
 // stager signs each lane's evidence as the lane ends and stages the
