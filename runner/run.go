@@ -29,11 +29,20 @@ type Options struct {
 	// BinaryPath is the program pinned as artifact "bin/ledger"; empty
 	// means os.Executable().
 	BinaryPath string
+	// BinaryDigest, when not empty, is the "sha256:<hex>" digest pinned as
+	// "bin/ledger" instead of hashing BinaryPath: a long-running caller (an
+	// agent) hashes its program once at start, which is also the program
+	// that runs when the file on disk is replaced later.
+	BinaryDigest string
 	// Runner identifies the runner build; see BuildRunner.
 	Runner ledger.RunnerBuild
 	// Progress, when not nil, gets each lane's progress (from Run's
 	// goroutine).
 	Progress func(lane string, done, total int)
+	// LaneDone, when not nil, gets each lane's LaneRun as soon as its
+	// evidence is built, before the next lane starts (from Run's
+	// goroutine), so a caller can record it while later lanes run.
+	LaneDone func(LaneRun)
 	// Snapshots overrides alloc-snapshot's snapshot count (tests only).
 	Snapshots int
 	// Now is the clock (default time.Now).
@@ -78,16 +87,9 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 	if now == nil {
 		now = time.Now
 	}
-	bin := o.BinaryPath
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("run: locate the running binary: %w", err)
-		}
-	}
-	binDigest, err := FileDigest(bin)
+	binDigest, err := o.binaryDigest()
 	if err != nil {
-		return nil, fmt.Errorf("run: hash the running binary: %w", err)
+		return nil, err
 	}
 	common := map[string]string{"bin/ledger": binDigest}
 	for name, src := range b.Sources() {
@@ -113,8 +115,31 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 		}
 		lr.Evidence = ev
 		out = append(out, lr)
+		if o.LaneDone != nil {
+			o.LaneDone(lr)
+		}
 	}
 	return out, nil
+}
+
+// binaryDigest is the digest pinned as "bin/ledger": BinaryDigest, else
+// the hash of BinaryPath or of the running program.
+func (o Options) binaryDigest() (string, error) {
+	if o.BinaryDigest != "" {
+		return o.BinaryDigest, nil
+	}
+	bin := o.BinaryPath
+	if bin == "" {
+		var err error
+		if bin, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("run: locate the running binary: %w", err)
+		}
+	}
+	d, err := FileDigest(bin)
+	if err != nil {
+		return "", fmt.Errorf("run: hash the running binary: %w", err)
+	}
+	return d, nil
 }
 
 // BuildEvidence turns a lane's result into a normalized, validated

@@ -1,6 +1,8 @@
 package runs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -58,12 +60,48 @@ type HeartbeatAnswer struct {
 // attempt could not run (a failed health probe, say), Message says why, and
 // it counts as an infrastructure failure (the run is queued again while
 // attempts remain).
+//
+// Staged names evidence staged for this attempt before the finish (POST
+// /api/v1/agent/runs/{id}/evidence), by the digests the staging answered;
+// a completed finish carries one record per lane between Evidence and
+// Staged. A digest the server no longer holds (it restarted, say) is
+// refused with 409 naming staged[i], and nothing is appended: the agent
+// sends the full envelopes in Evidence instead.
 type FinishRequest struct {
 	Attempt  int               `json:"attempt"`
 	Lease    string            `json:"lease"`
 	Status   string            `json:"status"`
 	Message  string            `json:"message,omitempty"`
 	Evidence []json.RawMessage `json:"evidence,omitempty"`
+	Staged   []string          `json:"staged,omitempty"`
+}
+
+// StageRequest is the body of POST /api/v1/agent/runs/{id}/evidence: one
+// lane's DSSE envelope of evidence, signed by the agent's key, sent as the
+// lane ends, for the attempt and lease the agent holds. The server checks
+// it as a finish would and keeps the prepared record staged for that
+// (run, attempt, lease) only; nothing is appended until a completed finish
+// names it.
+type StageRequest struct {
+	Attempt  int             `json:"attempt"`
+	Lease    string          `json:"lease"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+// StageAnswer is the answer of a staging: the digest the finish names the
+// staged record by ("sha256:" + 64 hex of the envelope bytes as received),
+// the lane, and the content id the record will have once appended.
+type StageAnswer struct {
+	Digest   string `json:"digest"`
+	Lane     string `json:"lane"`
+	Evidence string `json:"evidence"`
+}
+
+// EnvelopeDigest is the digest a staged envelope is named by: "sha256:"
+// and the hex SHA-256 of its bytes.
+func EnvelopeDigest(env []byte) string {
+	sum := sha256.Sum256(env)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // AgentInfo is an agent as GET /api/v1/agents lists it.

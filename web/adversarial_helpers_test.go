@@ -492,6 +492,7 @@ var routeScope = map[string]string{
 	"POST /api/v1/agent/register":                "record", // and a request signature (agent_test.go)
 	"POST /api/v1/agent/poll":                    "record",
 	"POST /api/v1/agent/runs/{id}/heartbeat":     "record",
+	"POST /api/v1/agent/runs/{id}/evidence":      "record",
 	"POST /api/v1/agent/runs/{id}/finish":        "record",
 	"GET /api/v1/overview":                       "read",
 	"GET /api/v1/lanes/*":                        "read",

@@ -33,6 +33,8 @@ type runState struct {
 	planMu   sync.Mutex // the release run form's plan-and-queue (no duplicate on a double press)
 	wakeMu   sync.Mutex
 	wake     chan struct{} // closed and replaced when a run becomes queued
+	changed  notifier      // woken when any run changes (GET /runs/{id}?wait= waits on it)
+	staged   stage         // evidence staged by lease holders, appended only by their finish
 }
 
 func (rs *runState) woken() <-chan struct{} {
@@ -148,6 +150,10 @@ func (s *Server) expireLeases(ctx context.Context) error {
 	if requeued > 0 {
 		s.runs.wakeAll()
 	}
+	if requeued > 0 || len(final) > 0 {
+		s.runs.changed.wakeAll()
+	}
+	s.pruneStaged(ctx)
 	for _, r := range final {
 		if aerr := s.appendOutcome(ctx, r); aerr != nil {
 			err = errors.Join(err, aerr)
@@ -171,9 +177,13 @@ func (s *Server) appendOutcome(ctx context.Context, r runs.Run) error {
 	return s.runs.store.SetOutcome(ctx, r.ID, res.Entries[0].ID)
 }
 
-// RunAnswer is a run as the API answers it.
+// RunAnswer is a run as the API answers it. Version, in the answers of
+// GET /api/v1/runs/{id}, is the run's version (32 hex): passed back as
+// since with wait, the request is answered as soon as the run's version
+// differs, or when wait ends.
 type RunAnswer struct {
-	Run runs.Run `json:"run"`
+	Run     runs.Run `json:"run"`
+	Version string   `json:"version,omitempty"`
 }
 
 func (s *Server) handleCreateRun(w http.ResponseWriter, r *http.Request) {
@@ -264,12 +274,39 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	run, err := rs.store.Get(r.Context(), chi.URLParam(r, "id"))
+	wait, since, err := runWait(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, RunAnswer{Run: run})
+	id := chi.URLParam(r, "id")
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		woken := rs.changed.woken()
+		run, err := rs.store.Get(r.Context(), id)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		v := runVersion(run)
+		if wait == 0 || v != since || runs.Final(run.State) {
+			w.Header().Set("ETag", `"`+v+`"`)
+			s.writeJSON(w, http.StatusOK, RunAnswer{Run: run, Version: v})
+			return
+		}
+		select {
+		case <-woken:
+		case <-deadline:
+			wait = 0 // answer the run as it is
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 func (s *Server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
@@ -292,7 +329,9 @@ func (s *Server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rs.mu.Lock()
+	rs.staged.drop(id, nil)
 	run, final, err := rs.store.Cancel(r.Context(), id)
+	rs.changed.wakeAll()
 	if err == nil && final {
 		err = s.appendOutcome(r.Context(), run)
 		if err == nil {
@@ -635,6 +674,7 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if run != nil {
+			rs.changed.wakeAll()
 			_ = rs.store.Seen(r.Context(), a.Name, "", run.ID)
 			s.writeJSON(w, http.StatusOK, runs.LeaseAnswer{Run: *run, Attempt: run.Attempt, Lease: run.LeaseID, LeaseUntil: run.LeaseUntil, LeaseTTLMS: rs.ttl.Milliseconds()})
 			return
@@ -667,6 +707,7 @@ func (s *Server) handleAgentHeartbeat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.runs.changed.wakeAll()
 	_ = s.runs.store.Seen(r.Context(), a.Name, "", id)
 	s.writeJSON(w, http.StatusOK, runs.HeartbeatAnswer{State: run.State, Cancel: run.State == runs.Canceling, LeaseUntil: run.LeaseUntil})
 }
@@ -723,7 +764,7 @@ func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.Fi
 		if run.State != runs.Canceling {
 			return run, 0, ledger.FieldError("status", "canceled: the run was not canceled (state %s); finish it as completed or error", run.State)
 		}
-		if len(req.Evidence) > 0 {
+		if len(req.Evidence) > 0 || len(req.Staged) > 0 {
 			return run, 0, ledger.FieldError("evidence", "a canceled attempt records nothing")
 		}
 		attempt.Outcome = "canceled"
@@ -740,7 +781,7 @@ func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.Fi
 	default:
 		return run, 0, ledger.FieldError("status", "must be completed, canceled or error, got %q", clipText(req.Status))
 	}
-	recs, ids, passed, err := s.finishEvidence(r, a, run, req.Evidence)
+	recs, ids, passed, err := s.finishEvidence(r, a, run, req)
 	if err != nil {
 		return run, 0, err
 	}
@@ -765,6 +806,8 @@ func (s *Server) finishInfrastructure(ctx context.Context, run runs.Run, attempt
 	if err != nil {
 		return got, 0, err
 	}
+	s.runs.staged.drop(run.ID, nil)
+	s.runs.changed.wakeAll()
 	if runs.Final(got.State) {
 		if err := s.appendOutcome(ctx, got); err != nil {
 			return got, 0, err
@@ -776,50 +819,56 @@ func (s *Server) finishInfrastructure(ctx context.Context, run runs.Run, attempt
 	return got, http.StatusOK, err
 }
 
-// finishEvidence checks the envelopes of a completed attempt: each a DSSE
-// envelope signed by the agent's own approved key (not another runner's),
-// in the request token's scope, for a lane of the run on its backend, one
-// per lane; it returns the records, their content ids and whether every
-// lane passed.
-func (s *Server) finishEvidence(r *http.Request, a runs.Agent, run runs.Run, envs []json.RawMessage) ([]ledger.Record, []string, bool, error) {
-	if len(envs) != len(run.Lanes) {
-		return nil, nil, false, ledger.FieldError("evidence", "one envelope per lane of the run: want %d, got %d", len(run.Lanes), len(envs))
+// finishEvidence gathers the evidence of a completed attempt: the
+// envelopes req carries, checked now (checkEnvelopes), and the records it
+// names as staged for this (run, attempt, lease), checked when they were
+// staged; one per lane of the run. It returns the records, their content
+// ids and whether every lane passed. A staged digest the server does not
+// hold is a CodeConflict error naming staged[i].
+func (s *Server) finishEvidence(r *http.Request, a runs.Agent, run runs.Run, req runs.FinishRequest) ([]ledger.Record, []string, bool, error) {
+	if n := len(req.Evidence) + len(req.Staged); n != len(run.Lanes) {
+		return nil, nil, false, ledger.FieldError("evidence", "one envelope per lane of the run, sent in evidence or named in staged: want %d, got %d", len(run.Lanes), n)
 	}
-	tok, _ := TokenFrom(r.Context())
-	recs, err := s.signedRecords(r, envs, true, tok, recorderFor(r), func(i int) string { return fmt.Sprintf("evidence[%d].", i) })
+	staged, err := s.runs.staged.take(stageKey{run: run.ID, attempt: req.Attempt, lease: req.Lease}, req.Staged)
 	if err != nil {
 		return nil, nil, false, err
 	}
-	ids := make([]string, len(recs))
+	sent, err := s.checkEnvelopes(r, a, run, req.Evidence, func(i int) string { return fmt.Sprintf("evidence[%d]", i) })
+	if err != nil {
+		return nil, nil, false, err
+	}
+	all := append(staged, sent...)
+	recs := make([]ledger.Record, len(all))
+	ids := make([]string, len(all))
 	seen := map[string]bool{}
 	passed := true
-	for i, rec := range recs {
-		p, err := ledger.PrepareOne(rec)
-		if err != nil {
-			return nil, nil, false, prefixed(err, fmt.Sprintf("evidence[%d].", i))
+	for i, lr := range all {
+		if seen[ledger.LaneName(lr.lane)] {
+			field := fmt.Sprintf("evidence[%d].lane", i-len(staged))
+			if i < len(staged) {
+				field = fmt.Sprintf("staged[%d]", i)
+			}
+			return nil, nil, false, ledger.FieldError(field, "lane %q twice", lr.lane)
 		}
-		e := p.Evidence
-		field := fmt.Sprintf("evidence[%d]", i)
-		switch {
-		case e.Signer == nil || e.Signer.Runner != a.Name || e.Signer.KeyID != a.KeyID:
-			return nil, nil, false, ledger.FieldError(field+".signatures", "must be signed by agent %s's own key", a.Name)
-		case !slices.Contains(run.Lanes, e.Lane) && !slices.Contains(run.Lanes, ledger.LaneName(e.Lane)):
-			return nil, nil, false, ledger.FieldError(field+".lane", "lane %q is not a lane of run %s", e.Lane, run.ID)
-		case seen[ledger.LaneName(e.Lane)]:
-			return nil, nil, false, ledger.FieldError(field+".lane", "lane %q twice", e.Lane)
-		case e.Backend != run.Backend:
-			return nil, nil, false, ledger.FieldError(field+".backend", "run %s is for backend %s, not %s", run.ID, run.Backend, e.Backend)
-		case run.Commit != "" && e.Subject.Commit != run.Commit:
-			return nil, nil, false, ledger.FieldError(field+".subject.commit", "run %s is for commit %s", run.ID, run.Commit)
-		case run.Repository != "" && e.Subject.Repository != run.Repository:
-			return nil, nil, false, ledger.FieldError(field+".subject.repository", "run %s is for repository %s", run.ID, run.Repository)
-		}
-		seen[ledger.LaneName(e.Lane)] = true
-		recs[i] = p.Record() // appendFinish's Append does not prepare it again
-		ids[i] = p.ID
-		passed = passed && e.Status == ledger.StatusPassed
+		seen[ledger.LaneName(lr.lane)] = true
+		passed = passed && lr.passed
+	}
+	// The records go in the run's lane order, however they came.
+	slices.SortStableFunc(all, func(x, y laneRecord) int { return laneIndex(run.Lanes, x.lane) - laneIndex(run.Lanes, y.lane) })
+	for i, lr := range all {
+		recs[i], ids[i] = lr.rec, lr.id
 	}
 	return recs, ids, passed, nil
+}
+
+// laneIndex is the position of lane (name or name/vN) in lanes.
+func laneIndex(lanes []string, lane string) int {
+	for i, l := range lanes {
+		if l == lane || l == ledger.LaneName(lane) {
+			return i
+		}
+	}
+	return len(lanes)
 }
 
 // appendFinish appends recs and the outcome of run (in its final state)
@@ -843,6 +892,8 @@ func (s *Server) appendFinish(ctx context.Context, run runs.Run, lease string, r
 	}
 	outcome := res.Entries[len(res.Entries)-1].ID
 	got, err := s.runs.store.Finish(ctx, run.ID, lease, run.State, run.Attempts, ids, outcome, "")
+	s.runs.staged.drop(run.ID, nil)
+	s.runs.changed.wakeAll()
 	if err != nil {
 		return got, 0, err
 	}

@@ -26,7 +26,7 @@ var apiQueryNames = map[string]bool{
 	"a": true, "artifact": true, "as_of": true, "b": true, "backend": true, "commit": true, "cursor": true,
 	"format": true, "from": true, "index": true, "key": true, "kind": true, "lane": true, "limit": true,
 	"repository": true, "since": true, "size": true, "state": true, "status": true, "to": true, "tree": true,
-	"verdict": true,
+	"verdict": true, "wait": true,
 }
 
 // apiQueryList is apiQueryNames sorted, for the refusal's message.

@@ -68,6 +68,7 @@ func (s *Server) routes() chi.Router {
 		api.With(record).Post("/agent/register", s.handleAgentRegister)
 		api.With(record).Post("/agent/poll", s.handleAgentPoll)
 		api.With(record).Post("/agent/runs/{id}/heartbeat", s.handleAgentHeartbeat)
+		api.With(record).Post("/agent/runs/{id}/evidence", s.handleAgentStage)
 		api.With(record).Post("/agent/runs/{id}/finish", s.handleAgentFinish)
 
 		api.With(read).Get("/heads", s.handleListHeads)

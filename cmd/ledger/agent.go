@@ -227,6 +227,7 @@ type agent struct {
 	priv ed25519.PrivateKey
 	subj ledger.Subject
 	spec runs.AgentSpec
+	bin  string // digest of the agent's program, hashed once at start
 }
 
 func (a *app) runAgent(ctx context.Context, c agentConfig) error {
@@ -275,7 +276,11 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	if err != nil {
 		return errExit(2, "subject: %v", err)
 	}
-	ag := &agent{a: a, c: c, api: client.NewAgent(cl, c.Name, priv), priv: priv, subj: subj}
+	binDigest, err := programDigest()
+	if err != nil {
+		return errExit(2, "%v", err)
+	}
+	ag := &agent{a: a, c: c, api: client.NewAgent(cl, c.Name, priv), priv: priv, subj: subj, bin: binDigest}
 	health, spec := ag.probe()
 	spec.Lanes, spec.Repository, spec.Commit = lanes, subj.Repository, subj.Commit
 	ag.spec = spec
@@ -312,6 +317,20 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 		done++
 	}
 	return nil
+}
+
+// programDigest is the "sha256:<hex>" digest of the running program, the
+// artifact "bin/ledger" its evidence pins.
+func programDigest() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate the running binary: %w", err)
+	}
+	d, err := runner.FileDigest(exe)
+	if err != nil {
+		return "", fmt.Errorf("hash the running binary: %w", err)
+	}
+	return d, nil
 }
 
 // probe is the hardware health probe: the backend opens (for cuda: a
@@ -435,23 +454,8 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 		defer close(superDone)
 		ag.supervise(ctx, work, stop, l, take, log)
 	}()
-	finish := func(req runs.FinishRequest) {
-		req.Attempt, req.Lease = l.Attempt, l.Lease
-		for try := range 5 {
-			_, err := ag.api.Finish(ctx, l.Run.ID, req)
-			if err == nil {
-				log.Info("agent finished the attempt", "status", req.Status)
-				return
-			}
-			var le *ledger.Error
-			if errors.As(err, &le) && le.Code != ledger.CodeInternal {
-				log.Error("agent finish refused", "err", err)
-				return
-			}
-			log.Warn("agent finish failed (retrying)", "err", err, "try", try+1)
-			time.Sleep(time.Duration(try+1) * 500 * time.Millisecond)
-		}
-	}
+	var st *stager
+	finish := func(req runs.FinishRequest) { ag.finish(ctx, l, st, req, log) }
 	health, _ := ag.probe()
 	if health != "ok" {
 		stop(nil)
@@ -477,7 +481,9 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	defer b.Close()
 	lanesDone := 0
 	var cur string
-	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(),
+	st = ag.newStager(ctx, work, l, log)
+	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(), BinaryDigest: ag.bin,
+		LaneDone: st.laneDone,
 		Progress: func(lane string, done, total int) {
 			if lane != cur {
 				if cur != "" {
@@ -488,6 +494,10 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 			setProgress(runs.Progress{Lane: lane, Done: done, Total: total, LanesDone: lanesDone})
 		}})
 	cause := context.Cause(work)
+	if cause != nil || rerr != nil || ctx.Err() != nil {
+		st.abandon()
+	}
+	staged, serr := st.wait()
 	stop(nil)
 	<-superDone
 	switch {
@@ -503,24 +513,152 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 		finish(runs.FinishRequest{Status: "error", Message: "run: " + rerr.Error()})
 		return health
 	}
-	evs := make([]ledger.Evidence, len(results))
-	for i, r := range results {
-		evs[i] = r.Evidence
-	}
-	recs, err := evidenceRecords(evs)
-	if err != nil {
-		finish(runs.FinishRequest{Status: "error", Message: err.Error()})
-		return health
-	}
-	envs := make([]json.RawMessage, len(recs))
-	for i, r := range recs {
-		env, err := verify.SignEvidence(ctx, ag.priv, r.Body)
-		if err != nil {
-			finish(runs.FinishRequest{Status: "error", Message: "sign: " + err.Error()})
-			return health
-		}
-		envs[i] = env
-	}
-	finish(runs.FinishRequest{Status: "completed", Evidence: envs})
+	finish(completed(len(results), staged, serr))
 	return health
+}
+
+// completed is the finish of an attempt whose lanes all ran: the staged
+// lanes by digest, the others in full; an error finish when a lane's
+// evidence could not be signed.
+func completed(lanes int, staged []stagedLane, err error) runs.FinishRequest {
+	if err == nil && lanes != len(staged) {
+		err = fmt.Errorf("%d lanes ran, %d were signed", lanes, len(staged))
+	}
+	if err != nil {
+		return runs.FinishRequest{Status: "error", Message: err.Error()}
+	}
+	req := runs.FinishRequest{Status: "completed"}
+	for _, sl := range staged {
+		if sl.digest != "" {
+			req.Staged = append(req.Staged, sl.digest)
+		} else {
+			req.Evidence = append(req.Evidence, sl.env)
+		}
+	}
+	return req
+}
+
+// finish posts the finish of lease l, retrying transport and internal
+// errors (5 tries); when the server no longer holds what st staged (409
+// naming staged[i]: it restarted), it sends the same evidence again with
+// every envelope in full.
+func (ag *agent) finish(ctx context.Context, l *runs.LeaseAnswer, st *stager, req runs.FinishRequest, log *slog.Logger) {
+	req.Attempt, req.Lease = l.Attempt, l.Lease
+	for try := range 5 {
+		_, err := ag.api.Finish(ctx, l.Run.ID, req)
+		if err == nil {
+			log.Info("agent finished the attempt", "status", req.Status, "staged", len(req.Staged))
+			return
+		}
+		var le *ledger.Error
+		if errors.As(err, &le) && le.Code == ledger.CodeConflict && strings.HasPrefix(le.Field, "staged[") && st != nil {
+			log.Warn("agent's staged evidence is gone from the server: sending the envelopes in the finish", "err", err)
+			if req.Evidence, err = st.envelopes(); err != nil {
+				req = runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "error", Message: err.Error()}
+			}
+			req.Staged = nil
+			continue
+		}
+		if errors.As(err, &le) && le.Code != ledger.CodeInternal {
+			log.Error("agent finish refused", "err", err)
+			return
+		}
+		log.Warn("agent finish failed (retrying)", "err", err, "try", try+1)
+		time.Sleep(time.Duration(try+1) * 500 * time.Millisecond)
+	}
+}
+
+// stager signs each lane's evidence as the lane ends and stages the
+// envelope on the server (POST /agent/runs/{id}/evidence) while the next
+// lanes run, so that the finish names staged records instead of carrying
+// and having the server check them all at the end. A lane whose staging
+// fails is sent in full in the finish. Its methods are safe for
+// concurrent use.
+type stager struct {
+	ag   *agent
+	ctx  context.Context
+	stop context.CancelFunc
+	work context.Context
+	l    *runs.LeaseAnswer
+	log  *slog.Logger
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	done []stagedLane
+	err  error
+}
+
+// stagedLane is one lane's signed envelope and, once staged, the digest
+// the server answered ("" when it was not staged).
+type stagedLane struct {
+	env    json.RawMessage
+	digest string
+}
+
+func (ag *agent) newStager(ctx, work context.Context, l *runs.LeaseAnswer, log *slog.Logger) *stager {
+	sctx, stop := context.WithCancel(ctx)
+	return &stager{ag: ag, ctx: sctx, stop: stop, work: work, l: l, log: log}
+}
+
+// laneDone is runner.Options.LaneDone: it reserves the lane's slot (lane
+// order) and signs and stages its evidence on a goroutine.
+func (st *stager) laneDone(lr runner.LaneRun) {
+	if st.work.Err() != nil {
+		return // canceled or lost: nothing of this attempt is recorded
+	}
+	st.mu.Lock()
+	i := len(st.done)
+	st.done = append(st.done, stagedLane{})
+	st.mu.Unlock()
+	st.wg.Go(func() {
+		recs, err := evidenceRecords([]ledger.Evidence{lr.Evidence})
+		var env json.RawMessage
+		if err == nil {
+			env, err = verify.SignEvidence(st.ctx, st.ag.priv, recs[0].Body)
+		}
+		if err != nil {
+			st.mu.Lock()
+			st.err = errors.Join(st.err, fmt.Errorf("sign %s: %w", lr.Lane, err))
+			st.mu.Unlock()
+			return
+		}
+		ans, err := st.ag.api.Stage(st.ctx, st.l.Run.ID, runs.StageRequest{Attempt: st.l.Attempt, Lease: st.l.Lease, Envelope: env})
+		switch {
+		case err == nil:
+			st.log.Info("agent staged a lane's evidence", "lane", lr.Lane, "digest", ans.Digest)
+		case st.ctx.Err() == nil:
+			st.log.Warn("agent could not stage a lane's evidence: it goes in the finish", "lane", lr.Lane, "err", err)
+		}
+		st.mu.Lock()
+		st.done[i] = stagedLane{env: env, digest: ans.Digest}
+		if err != nil {
+			st.done[i].digest = ""
+		}
+		st.mu.Unlock()
+	})
+}
+
+// abandon stops the stagings in flight: the attempt records nothing.
+func (st *stager) abandon() { st.stop() }
+
+// wait waits for every lane's signing and staging and returns the lanes
+// in the order they ended, or the first signing error.
+func (st *stager) wait() ([]stagedLane, error) {
+	st.wg.Wait()
+	st.stop()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Clone(st.done), st.err
+}
+
+// envelopes is every lane's envelope, for a finish that carries them all.
+func (st *stager) envelopes() ([]json.RawMessage, error) {
+	lanes, err := st.wait()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]json.RawMessage, len(lanes))
+	for i, sl := range lanes {
+		out[i] = sl.env
+	}
+	return out, nil
 }

@@ -9,10 +9,14 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/runner"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/spf13/cobra"
 )
+
+// followWait is how long one read of a followed run waits for a change.
+const followWait = 5 * time.Second
 
 // runRemote is `ledger run --remote`: queue the run on --server, follow
 // its progress until it is final, print it and exit with its status (0
@@ -41,31 +45,9 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	}
 	fmt.Fprintf(a.stderr, "queued run %s (%s on %s)\n", run.ID, strings.Join(run.Lanes, ","), run.Backend)
 	prog := a.newProgress()
-	var failing time.Time // when the reads of the run began to fail
-	for !runs.Final(run.State) {
-		select {
-		case <-ctx.Done():
-			prog.done()
-			return errExit(2, "interrupted: run %s goes on (ledger runs cancel %s stops it)", run.ID, run.ID)
-		case <-time.After(100 * time.Millisecond):
-		}
-		next, err := cl.Run(ctx, run.ID)
-		if err != nil {
-			if failing.IsZero() {
-				failing = time.Now()
-			}
-			if time.Since(failing) >= c.GiveUp {
-				prog.done()
-				return errExit(2, "lost the server for %s while following run %s (last error: %v): the run goes on there; `ledger runs show %s` reads it later", c.GiveUp, run.ID, err, run.ID)
-			}
-			a.log.Warn("follow run", "err", err)
-			continue
-		}
-		failing = time.Time{}
-		run = next
-		if run.Progress.Lane != "" {
-			prog.update(run.Progress.Lane, run.Progress.Done, run.Progress.Total)
-		}
+	run, err = a.followRun(ctx, cl, run, c.GiveUp, prog)
+	if err != nil {
+		return err
 	}
 	prog.done()
 	if a.JSON {
@@ -82,6 +64,53 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 		return errExit(1, "")
 	}
 	return errExit(3, "run %s %s", run.ID, run.State)
+}
+
+// followRun reads run until it is final, updating prog, and returns it.
+// The server answers a read with wait and since as soon as the run
+// changes; a server without it answers at once with no version, and the
+// run is then polled every 100 ms. It gives up (exit 2) when every read
+// has failed for giveUp, and on interrupt.
+func (a *app) followRun(ctx context.Context, cl *client.Client, run runs.Run, giveUp time.Duration, prog *progress) (runs.Run, error) {
+	var failing time.Time // when the reads of the run began to fail
+	version, waits, first := "", true, true
+	wait := followWait
+	if a.Timeout > 0 {
+		wait = min(wait, a.Timeout/2) // one read must end within --timeout
+	}
+	for !runs.Final(run.State) {
+		pause := 100 * time.Millisecond
+		if first || waits && version != "" && failing.IsZero() {
+			pause = 0
+		}
+		first = false
+		select {
+		case <-ctx.Done():
+			prog.done()
+			return run, errExit(2, "interrupted: run %s goes on (ledger runs cancel %s stops it)", run.ID, run.ID)
+		case <-time.After(pause):
+		}
+		next, v, err := cl.RunWait(ctx, run.ID, version, wait)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			continue
+		case err != nil:
+			if failing.IsZero() {
+				failing = time.Now()
+			}
+			if time.Since(failing) >= giveUp {
+				prog.done()
+				return run, errExit(2, "lost the server for %s while following run %s (last error: %v): the run goes on there; `ledger runs show %s` reads it later", giveUp, run.ID, err, run.ID)
+			}
+			a.log.Warn("follow run", "err", err)
+			continue
+		}
+		failing, waits, version, run = time.Time{}, v != "", v, next
+		if run.Progress.Lane != "" {
+			prog.update(run.Progress.Lane, run.Progress.Done, run.Progress.Total)
+		}
+	}
+	return run, nil
 }
 
 func printRun(w io.Writer, r runs.Run) {

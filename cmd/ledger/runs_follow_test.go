@@ -2,11 +2,17 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
 )
 
 // TestRemoteRunGivesUpOnLostServer: `ledger run --remote` follows a run
@@ -54,4 +60,50 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestRemoteRunPollsAServerWithoutWait: against a server whose run
+// answers carry no version (one from before the long poll), `ledger run
+// --remote` polls the run, about every 100 ms, never asking it to wait,
+// and exits with the run's status once it is final.
+func TestRemoteRunPollsAServerWithoutWait(t *testing.T) {
+	var mu sync.Mutex
+	var reads []time.Time
+	var waited bool
+	run := runs.Run{ID: "run_" + strings.Repeat("ab", 16), State: runs.Queued, Backend: ledger.BackendCPU, Lanes: []string{quickLane}, Labels: map[string]string{}, Attempts: []ledger.RunAttempt{}, Evidence: []string{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/api/v1/runs":
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(map[string]any{"run": run})
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/runs/"+run.ID:
+			mu.Lock()
+			reads = append(reads, time.Now())
+			waited = waited || r.URL.Query().Has("wait")
+			cur := run
+			if len(reads) >= 4 {
+				cur.State, cur.Attempt, cur.Agent = runs.Done, 1, "old"
+			}
+			mu.Unlock()
+			_ = json.NewEncoder(w).Encode(map[string]any{"run": cur})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	out, se, code := runBin(t, "", "--server", srv.URL, "--token", "lgr_test", "run", "--remote", "--backend", "cpu", "--lane", quickLane)
+	if code != 0 || !strings.Contains(out, "done") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, se)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if waited || len(reads) != 4 {
+		t.Fatalf("%d reads, asked to wait: %v; want 4 plain reads", len(reads), waited)
+	}
+	for i := 2; i < len(reads); i++ {
+		if gap := reads[i].Sub(reads[i-1]); gap < 80*time.Millisecond {
+			t.Fatalf("read %d came %s after the one before: want the 100 ms poll", i, gap)
+		}
+	}
 }

@@ -51,6 +51,26 @@ func (c *Client) Run(ctx context.Context, id string) (runs.Run, error) {
 	return a.Run, err
 }
 
+// RunWait returns run id and its version (GET /runs/{id}?wait=&since=):
+// with since a version an earlier answer carried, the server answers as
+// soon as the run's version differs from it, the run is final, or wait
+// (at most 30 s on the server) ends. since "" answers at once. A server
+// without the wait answers at once and with version "": the caller then
+// polls. CodeNotFound when there is no run id.
+func (c *Client) RunWait(ctx context.Context, id, since string, wait time.Duration) (runs.Run, string, error) {
+	var a struct {
+		Run     runs.Run `json:"run"`
+		Version string   `json:"version"`
+	}
+	q := url.Values{}
+	if since != "" && wait > 0 {
+		q.Set("wait", wait.String())
+		q.Set("since", since)
+	}
+	err := c.do(ctx, request{method: http.MethodGet, path: "/runs/" + url.PathEscape(id), query: q}, &a, nil)
+	return a.Run, a.Version, err
+}
+
 // CancelRun asks run id to stop (POST /runs/{id}/cancel, scope run).
 func (c *Client) CancelRun(ctx context.Context, id string) (runs.Run, error) {
 	var a runAnswer
@@ -156,6 +176,16 @@ func (a *Agent) Poll(ctx context.Context, wait time.Duration, health string) (*r
 func (a *Agent) Heartbeat(ctx context.Context, id string, req runs.HeartbeatRequest) (runs.HeartbeatAnswer, error) {
 	var out runs.HeartbeatAnswer
 	_, err := a.post(ctx, "/agent/runs/"+url.PathEscape(id)+"/heartbeat", req, &out, 0)
+	return out, err
+}
+
+// Stage sends one lane's DSSE envelope for the attempt held (POST
+// /agent/runs/{id}/evidence): the server checks it as a finish would and
+// keeps it staged, appending nothing; the answer's digest is what
+// FinishRequest.Staged names it by. 409 when the lease is not held.
+func (a *Agent) Stage(ctx context.Context, id string, req runs.StageRequest) (runs.StageAnswer, error) {
+	var out runs.StageAnswer
+	_, err := a.post(ctx, "/agent/runs/"+url.PathEscape(id)+"/evidence", req, &out, 0)
 	return out, err
 }
 
