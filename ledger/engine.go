@@ -151,6 +151,9 @@ type Log struct {
 	chainM sync.Mutex
 	chain  KeyChain                    // the key chain as last loaded or rotated (nil: not loaded)
 	tamper atomic.Pointer[TamperState] // set once a full scan found a bad leaf
+	// committed is the latest checkpoint this process committed (nil
+	// before its first commit), for CheckStored.
+	committed atomic.Pointer[Checkpoint]
 
 	reqs      chan *appendReq
 	rots      chan *appendReq // key rotations, each committed in a batch of its own

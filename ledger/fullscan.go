@@ -27,6 +27,16 @@ func (l *Log) Tampered() (TamperState, bool) {
 	return TamperState{}, false
 }
 
+// MarkTampered puts the log in the tampered state for a finding made
+// outside the engine (the database file replaced under the process): as
+// after a full scan's finding, appends, notes and rotations are refused
+// until the process ends. index is the leaf the finding is about (the
+// last signed one when it is about the whole file). The first finding
+// stays; later ones are dropped. Safe for concurrent use.
+func (l *Log) MarkTampered(index uint64, problem string) {
+	l.tamper.CompareAndSwap(nil, &TamperState{Index: index, Problem: problem, Since: l.opts.Now().UTC()})
+}
+
 // refuseTampered is the CodeUnavailable error every signing act (an
 // append's checkpoint, a note, a rotation) gets once the log is tampered.
 func (l *Log) refuseTampered() error {

@@ -176,6 +176,10 @@ func (run *batchRun) open(ctx context.Context) error {
 	reload := l.tree == nil || stored != l.tree.size()
 	if reload {
 		if l.tree != nil {
+			if err := l.checkExtends(ctx, b, stored); err != nil {
+				b.Rollback()
+				return err
+			}
 			l.opts.Logger.Info("log grew outside this process; reloading the tree", "ours", l.tree.size(), "stored", stored)
 		}
 		t, err := l.loadTree(ctx, b, stored)
@@ -199,6 +203,80 @@ func (run *batchRun) open(ctx context.Context) error {
 		return internal("start batch", err)
 	}
 	return nil
+}
+
+// checkExtends is the engine's guard against a database that went back
+// or forked under the running process: the stored log (stored leaves, as
+// the batch reads it under the write lock) must extend the tree this
+// process last committed and signed, so it may be longer (another
+// process appended) but never shorter, and its root at this process's
+// size must be the root this process signed there. Otherwise the log is
+// put in the tampered state (no append, approval or signature until a
+// restart, whose start-up checks the file against the signed-state
+// journal) and the error is CodeUnavailable, naming both sizes; signing
+// on would give a second root for a size already signed (a fork).
+func (l *Log) checkExtends(ctx context.Context, b Batch, stored uint64) error {
+	ours := l.tree.size()
+	problem := ""
+	if stored < ours {
+		problem = fmt.Sprintf("holds %d leaves, fewer than the %d this process signed", stored, ours)
+	} else if root, err := RootAt(ctx, b, ours); err != nil {
+		return internal("check the stored log against the signed tree", err)
+	} else if root != l.tree.root() {
+		problem = fmt.Sprintf("does not extend the tree this process signed at size %d (another root there)", ours)
+	}
+	if problem == "" {
+		return nil
+	}
+	l.opts.Logger.Error("tampering: the database changed under the running process; refusing to sign", "stored", stored, "signed", ours, "problem", problem)
+	l.tamper.CompareAndSwap(nil, &TamperState{Index: ours - 1, Problem: "the stored log " + problem + " (the database was rolled back or replaced under the running server)", Since: l.opts.Now().UTC()})
+	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the stored log %s: the database was rolled back or replaced under the running server; restart it so that start-up checks the database against the signed-state journal", problem)}
+}
+
+// CheckStored compares the stored log with the latest checkpoint this
+// process committed, outside any batch, for a watchdog between appends:
+// the latest stored checkpoint must not be smaller, the one of the
+// committed size must still be there with the same root. Otherwise the
+// log is put in the tampered state, as checkExtends does at the next
+// append, and a CodeUnavailable error names the problem; read failures
+// are other errors and change nothing. Nothing is checked before the first commit.
+// Two indexed reads of the checkpoints; safe for concurrent use.
+func (l *Log) CheckStored(ctx context.Context) error {
+	ours := l.committed.Load()
+	if ours == nil {
+		return nil
+	}
+	latest, err := l.d.StoredCheckpoint(ctx, 0)
+	if err != nil && ErrorCode(err) != CodeNotFound {
+		return err
+	}
+	problem := ""
+	switch {
+	case err != nil || latest.Size < ours.Size:
+		problem = fmt.Sprintf("ends at a checkpoint of size %d, below the %d this process signed", latest.Size, ours.Size)
+	case latest.Size == ours.Size && latest.Root != ours.Root:
+		problem = fmt.Sprintf("has another root at size %d than this process signed", ours.Size)
+	case latest.Size > ours.Size:
+		at, err := l.d.StoredCheckpoint(ctx, ours.Size)
+		if ErrorCode(err) == CodeNotFound || (err == nil && at.Root != ours.Root) {
+			problem = fmt.Sprintf("no longer holds the checkpoint of size %d this process signed", ours.Size)
+		} else if err != nil {
+			return err
+		}
+	}
+	if problem == "" {
+		return nil
+	}
+	// A commit after the reads moves the committed size on: only a state
+	// still behind it is a finding.
+	if now := l.committed.Load(); now != ours {
+		return nil
+	}
+	ts := &TamperState{Index: ours.Size - 1, Problem: "the stored log " + problem + " (the database was rolled back or replaced under the running server)", Since: l.opts.Now().UTC()}
+	if l.tamper.CompareAndSwap(nil, ts) {
+		l.opts.Logger.Error("tampering: the database changed under the running process; refusing to sign", "problem", ts.Problem)
+	}
+	return &Error{Code: CodeUnavailable, Message: "refusing to sign: " + ts.Problem}
 }
 
 // loadTree rebuilds the compact range of a log of n leaves and checks it
@@ -415,6 +493,9 @@ func (run *batchRun) finish(ctx context.Context) {
 		return
 	}
 	latest := l.tree.latest
+	if latest.Size > 0 {
+		l.committed.Store(&latest)
+	}
 	for _, r := range run.reqs {
 		if r.after != nil && size != run.before.size() {
 			r.after(latest)

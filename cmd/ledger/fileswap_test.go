@@ -109,3 +109,72 @@ func TestServeStopsWhenFileReplaced(t *testing.T) {
 		t.Fatalf("server's stop does not name the replaced file: %s", msg)
 	}
 }
+
+// TestOverwriteInPlaceCaught: an older backup copied over the database
+// file in place (same inode; with and without its -wal and -shm removed)
+// under a running server. Within the watchdog's interval (100 ms here)
+// the server finds that the stored log is behind what it signed: from
+// then on appends get 503, /healthz is degraded and the tampered marker
+// is left for the restart. Before that, the server's connections may
+// still see the old WAL and acknowledge an append or two into the mixed
+// file (logged, not failed: that window is the README's limitation).
+// Before the watchdog compared the stored log with what was signed,
+// appends went on with 201 for ever and signed a second root for sizes
+// already signed.
+func TestOverwriteInPlaceCaught(t *testing.T) {
+	for _, keepWAL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "wal removed", true: "wal kept"}[keepWAL], func(t *testing.T) {
+			db, old, secret := swapSetup(t)
+			srv, base := startServer(t, db, "--file-check-every", "100ms")
+			defer func() { srv.Process.Kill(); srv.Wait() }()
+			for i := range 4 {
+				postEvidence(t, base, secret, int64(10+i))
+			}
+			b, err := os.ReadFile(old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !keepWAL {
+				os.Remove(db + "-wal")
+				os.Remove(db + "-shm")
+			}
+			f, err := os.OpenFile(db, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			deadline := time.Now().Add(10 * time.Second)
+			acked := 0
+			for i := 0; ; i++ {
+				code, body := postStatus(t, base, secret, int64(100+i))
+				if code == http.StatusCreated {
+					acked++
+				} else if code != http.StatusServiceUnavailable && code != http.StatusInternalServerError {
+					t.Fatalf("append after the overwrite: %d %s", code, body)
+				}
+				resp, err := http.Get(base + "/healthz")
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && code != http.StatusCreated {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("10 s after the overwrite: last append %d %s, healthz %d, %d appends acknowledged", code, body, resp.StatusCode, acked)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Logf("%d appends acknowledged before the overwrite was found", acked)
+			if code, body := postStatus(t, base, secret, 999); code != http.StatusServiceUnavailable {
+				t.Fatalf("append after the finding: %d %s", code, body)
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(db), TamperMarkerFile)); err != nil {
+				t.Fatalf("no tampered marker after the finding: %v", err)
+			}
+		})
+	}
+}

@@ -288,8 +288,8 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	select {
 	case err := <-errc:
 		return err
-	case stopErr = <-watchFile(scanCtx, st, c.FileCheckEvery):
-		c.Log.Error("ledger stopping", "err", stopErr)
+	case stopErr = <-watchFile(scanCtx, st, c):
+		c.Log.Error("ledger stopping", "err", stopErr, "db", dbName(c.DB))
 	case <-ctx.Done():
 	}
 	c.Log.Info("ledger shutting down: finishing requests in flight (up to 15 s)")
@@ -302,28 +302,46 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	return stopErr
 }
 
-// watchFile checks every interval that the SQLite database file at --db
-// is still the file the server opened (sqlite.Store.FileUnchanged) and
-// sends the error once it is not: the server then stops rather than go on
-// with connections split between the old file and the new one. Its
-// appends are refused from the moment of the change by the driver's own
-// check. Nothing is sent for PostgreSQL or with interval 0.
-func watchFile(ctx context.Context, st *Store, interval time.Duration) <-chan error {
+// watchFile checks every c.FileCheckEvery, between appends, that the
+// database still holds the log this server signed (ledger.Log.CheckStored:
+// not rolled back, not another root at the size it signed; on a finding
+// the server goes into the tampered state and leaves the tampered
+// marker) and, for SQLite, that the file at --db is still the file it
+// opened (sqlite.Store.FileUnchanged). It sends the file error once the
+// file was replaced: the server is put in the tampered state (healthz
+// degraded) and then stops rather than go on with connections split
+// between the old file and the new one. Appends are refused from the
+// moment of either change by the engine's and the driver's own checks.
+// Nothing is checked with interval 0.
+func watchFile(ctx context.Context, st *Store, c ServeConfig) <-chan error {
 	out := make(chan error, 1)
-	if st.lite == nil || interval <= 0 {
+	if c.FileCheckEvery <= 0 {
 		return out
 	}
 	go func() {
-		t := time.NewTicker(interval)
+		t := time.NewTicker(c.FileCheckEvery)
 		defer t.Stop()
+		marked := false
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			}
+			if st.lite != nil {
 				if err := st.lite.FileUnchanged(); err != nil {
+					cp, _ := st.Log.CheckpointAt(ctx, 0)
+					st.Log.MarkTampered(max(cp.Size, 1)-1, "the database file was replaced or removed under the running server")
 					out <- err
 					return
+				}
+			}
+			if err := st.Log.CheckStored(ctx); err != nil && !marked {
+				if ts, ok := st.Log.Tampered(); ok && c.keyDir != "" {
+					marked = true
+					if werr := writeTamperMarker(c.keyDir, ts); werr != nil {
+						c.Log.Error("write the tampered marker", "err", werr.Error())
+					}
 				}
 			}
 		}

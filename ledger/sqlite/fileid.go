@@ -12,8 +12,8 @@ import (
 // A file moved or restored over the path while the store is open (an old
 // backup put in its place) is not: the store's connections keep the old,
 // unlinked file while new ones would open the new one, so the store must
-// not write or sign again. The error is CodeUnavailable, naming the path
-// and telling to restart (start-up then checks the file at the path
+// not write or sign again. The error is CodeUnavailable, telling to
+// restart (it names no path: API clients see it) (start-up then checks the file at the path
 // against the signed-state journal). A store opened before the check was
 // possible (the file could not be read at open) always passes. Safe for
 // concurrent use; one stat(2) per call.
@@ -31,6 +31,8 @@ func (d *driver) fileUnchanged() error {
 	if err != nil {
 		what = "removed"
 	}
+	// The answer reaches API clients: it names no server path (the
+	// server's log does, through watchFile).
 	return &ledger.Error{Code: ledger.CodeUnavailable, Message: fmt.Sprintf(
-		"the database file %s was %s while this process had it open: nothing more is written or signed; restart so that start-up checks the file now at that path", d.opts.Path, what)}
+		"the database file was %s while the server had it open: nothing more is written or signed; the server must be restarted so that start-up checks the file now at its path", what)}
 }
