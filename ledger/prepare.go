@@ -98,7 +98,7 @@ func PrepareOne(r Record) (Prepared, error) {
 	switch r.Kind {
 	case KindEvidence:
 		var e Evidence
-		e, p.Body, err = PrepareEvidence(r.Body)
+		e, p.Body, err = prepareEvidence(r.Body, r.RecordedBy)
 		p.Evidence, p.Key = &e, e.Lane
 	case KindHead:
 		var h HeadVerification

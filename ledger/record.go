@@ -158,9 +158,21 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 // of the Evidence struct (fields in declaration order, map keys sorted,
 // no HTML escaping), with Details canonicalized by CanonicalJSON.
 func PrepareEvidence(body []byte) (Evidence, []byte, error) {
+	return prepareEvidence(body, nil)
+}
+
+// prepareEvidence is PrepareEvidence with recorded_by set to rec after
+// decoding (Record.RecordedBy) when rec is not nil.
+func prepareEvidence(body []byte, rec *Recorder) (Evidence, []byte, error) {
 	var e Evidence
 	if err := DecodeStrict(body, &e); err != nil {
 		return e, nil, err
+	}
+	if rec != nil {
+		if e.RecordedBy != nil {
+			return e, nil, FieldError(RecordedByField, "is set only by the server (the token or runner key that recorded the record); remove it")
+		}
+		e.RecordedBy = rec
 	}
 	if err := e.Validate(); err != nil {
 		return e, nil, err

@@ -11,6 +11,12 @@ import (
 type Record struct {
 	Kind Kind
 	Body json.RawMessage
+	// RecordedBy, on an evidence record, is set by the server for the
+	// one who recorded it: preparation decodes Body (which must not carry
+	// recorded_by itself: a CodeInvalid error names the field) and sets
+	// it, so the canonical record holds it as if Body had. Ignored for
+	// other kinds.
+	RecordedBy *Recorder
 
 	prepared *Prepared // set by Prepared.Record: Body already prepared
 }

@@ -228,11 +228,16 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			if err := gates.RefuseServerMarkers(raw, prefix(i)); err != nil {
 				return nil, err
 			}
-			stamped, err := stampEvidence(tok, recorderBytes(rec), raw, prefix(i))
-			if err != nil {
+			if rec == nil {
+				recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw}
+				continue
+			}
+			if err := checkPosted(tok, raw, prefix(i)); err != nil {
 				return nil, err
 			}
-			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: stamped}
+			// recorded_by is set when the record is prepared, so its
+			// body is decoded once.
+			recs[i] = ledger.Record{Kind: ledger.KindEvidence, Body: raw, RecordedBy: rec}
 		}
 	}
 	return recs, nil

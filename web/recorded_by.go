@@ -35,28 +35,8 @@ func stampEvidence(t ledger.Token, rec []byte, raw json.RawMessage, prefix strin
 	if rec == nil {
 		return raw, nil
 	}
-	if t.Restricted() || bytes.IndexByte(raw, '\\') >= 0 || bytes.Contains(raw, []byte(ledger.RecordedByField)) {
-		var probe struct {
-			Lane       string          `json:"lane"`
-			Backend    ledger.Backend  `json:"backend"`
-			RecordedBy json.RawMessage `json:"recorded_by"`
-			Subject    struct {
-				Repository string `json:"repository"`
-			} `json:"subject"`
-		}
-		if err := jsonv2.Unmarshal(raw, &probe); err != nil {
-			if err := ledger.DecodeStrict(raw, new(ledger.Evidence)); err != nil {
-				return nil, prefixed(err, prefix)
-			}
-			return nil, ledger.FieldError(prefix, "cannot read the record's lane, backend and repository")
-		}
-		if probe.RecordedBy != nil {
-			return nil, ledger.FieldError(prefix+ledger.RecordedByField, "is set only by the server (the token or runner key that recorded the record); remove it")
-		}
-		if field, ok := t.Covers(probe.Subject.Repository, probe.Lane, probe.Backend); !ok {
-			return nil, &ledger.Error{Code: ledger.CodeForbidden, Field: prefix + field,
-				Message: "out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was recorded"}
-		}
+	if err := checkPosted(t, raw, prefix); err != nil {
+		return nil, err
 	}
 	i := 1
 	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
@@ -71,6 +51,37 @@ func stampEvidence(t ledger.Token, rec []byte, raw json.RawMessage, prefix strin
 		out = append(out, ',')
 	}
 	return append(out, raw[i:]...), nil
+}
+
+// checkPosted is stampEvidence's check of a posted evidence object
+// without the stamping: recorded_by refused, the token's scope applied.
+// The native ingest path sets recorded_by through ledger.Record.RecordedBy
+// instead, so the record is decoded once.
+func checkPosted(t ledger.Token, raw json.RawMessage, prefix string) error {
+	if t.Restricted() || bytes.IndexByte(raw, '\\') >= 0 || bytes.Contains(raw, []byte(ledger.RecordedByField)) {
+		var probe struct {
+			Lane       string          `json:"lane"`
+			Backend    ledger.Backend  `json:"backend"`
+			RecordedBy json.RawMessage `json:"recorded_by"`
+			Subject    struct {
+				Repository string `json:"repository"`
+			} `json:"subject"`
+		}
+		if err := jsonv2.Unmarshal(raw, &probe); err != nil {
+			if err := ledger.DecodeStrict(raw, new(ledger.Evidence)); err != nil {
+				return prefixed(err, prefix)
+			}
+			return ledger.FieldError(prefix, "cannot read the record's lane, backend and repository")
+		}
+		if probe.RecordedBy != nil {
+			return ledger.FieldError(prefix+ledger.RecordedByField, "is set only by the server (the token or runner key that recorded the record); remove it")
+		}
+		if field, ok := t.Covers(probe.Subject.Repository, probe.Lane, probe.Backend); !ok {
+			return &ledger.Error{Code: ledger.CodeForbidden, Field: prefix + field,
+				Message: "out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was recorded"}
+		}
+	}
+	return nil
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
