@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +158,31 @@ func BenchmarkEvidenceEncode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestRecordRecordedBy: a record prepared with RecordedBy is the record
+// whose body carried that recorded_by (same bytes, same id), and a body
+// that carries one itself is refused naming the field.
+func TestRecordRecordedBy(t *testing.T) {
+	body := []byte(`{"lane":"qmv-bias-sum/v1","subject":{"repository":"github.com/x/y","commit":"` + strings.Repeat("1", 40) +
+		`","tree":"` + strings.Repeat("2", 40) + `"},"backend":"cpu","device":{},"runner":{},"cases_exact":1,"cases_total":1,` +
+		`"control":"caught","status":"passed","started_at":"2026-11-29T10:00:00Z","finished_at":"2026-11-29T10:00:01Z"}`)
+	rec := &Recorder{Token: &RecorderToken{ID: "tok_0123456789ab", Name: "ci"}}
+	stamped := append([]byte(`{"recorded_by":{"token":{"id":"tok_0123456789ab","name":"ci"}},`), body[1:]...)
+	want, err := PrepareOne(Record{Kind: KindEvidence, Body: stamped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := PrepareOne(Record{Kind: KindEvidence, Body: body, RecordedBy: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Body, want.Body) || got.ID != want.ID {
+		t.Fatalf("RecordedBy gives\n%s (%s)\nthe stamped body gives\n%s (%s)", got.Body, got.ID, want.Body, want.ID)
+	}
+	_, err = PrepareOne(Record{Kind: KindEvidence, Body: stamped, RecordedBy: rec})
+	var le *Error
+	if !errors.As(err, &le) || le.Field != RecordedByField {
+		t.Fatalf("a body with recorded_by and RecordedBy set: %v", err)
+	}
 }
