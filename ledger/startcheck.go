@@ -80,6 +80,10 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 		}
 		if ok {
 			if n < last.Size {
+				if _, err := r.EntryAt(ctx, last.Size-1); err == nil {
+					// The leaves are all there: checkpoint rows were deleted.
+					return latest, &StartError{Msg: fmt.Sprintf("the database holds the leaves up to the last size this log signed (%d, in %s) but its newest checkpoint is of size %d: the checkpoint rows above it were deleted behind the log (a client holding one would get 404). Restore the newest copy; `ledger audit` names what is missing", last.Size, state.Path(), n)}
+				}
 				return latest, &StartError{Rollback: true, Msg: fmt.Sprintf("the database (size %d) is behind the last checkpoint this log signed (size %d, in %s): it was restored or rolled back, and signing over it would fork the log under the same key. Restore the newest copy, or accept this one explicitly with `ledger restore --accept-rollback` (it records the restore as a leaf and in the journal)", n, last.Size, state.Path())}
 			}
 			cp, err := l.CheckpointAt(ctx, last.Size)

@@ -178,3 +178,31 @@ func TestOverwriteInPlaceCaught(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleWALHint: a backup renamed over a database whose -wal is left
+// beside it (the server killed, so the -wal still holds frames): SQLite
+// applies that -wal to the backup; when the result is corrupt, the
+// refusal says to remove the -wal and -shm left from the old file.
+func TestStaleWALHint(t *testing.T) {
+	db, old, secret := swapSetup(t)
+	srv, base := startServer(t, db, "--full-scan=false")
+	for i := range 30 {
+		postEvidence(t, base, secret, int64(10+i))
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	if _, err := os.Stat(db + "-wal"); err != nil {
+		t.Skipf("no -wal left after kill -9: %v", err)
+	}
+	if err := os.Rename(old, db); err != nil {
+		t.Fatal(err)
+	}
+	_, se, code := runBin(t, "", "--db", db, "serve", "--addr", "127.0.0.1:0")
+	if code != 2 {
+		t.Fatalf("serve on a backup under a stale -wal: exit %d: %s", code, se)
+	}
+	if strings.Contains(se, "corrupt") && !strings.Contains(se, "remove the -wal and -shm files") {
+		t.Fatalf("a corrupt file with a -wal beside it, and no word of the -wal: %s", se)
+	}
+	t.Logf("serve refused: %s", strings.TrimSpace(se))
+}

@@ -45,9 +45,16 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 		}
 		if _, err := os.Stat(path); err == nil {
 			dbExists = true
+			// Looked at before the check opens the file: SQLite applies a
+			// -wal it finds and removes it at close.
+			_, werr := os.Stat(path + "-wal")
 			if err := sqlite.CheckFile(ctx, path, false); err != nil {
 				if errors.Is(err, sqlite.ErrCorrupt) {
-					return nil, nil, fmt.Errorf("refusing to open: %v; restore the newest backup (`ledger audit` says more)", err)
+					hint := ""
+					if werr == nil {
+						hint = " A -wal file was beside it: if a backup was just put in its place, that -wal came from the old database and SQLite applied it to the backup; put the backup back and remove the -wal and -shm files left beside it first."
+					}
+					return nil, nil, fmt.Errorf("refusing to open: %v; restore the newest backup (`ledger audit` says more).%s", err, hint)
 				}
 				return nil, nil, err
 			}

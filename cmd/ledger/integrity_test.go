@@ -150,6 +150,14 @@ func TestIntegrityAttacks(t *testing.T) {
 		auditFails(t, db, nil, "the checkpoint of size "+itoa(mid)+", recorded in the signed-state journal, is missing")
 	})
 
+	t.Run("deleted-latest-checkpoint", func(t *testing.T) {
+		// The leaves all stay: the start-up says checkpoints were
+		// deleted, not that the database was rolled back.
+		db := copyDir(t, tmpl)
+		sqlExec(t, db, "DELETE FROM checkpoints WHERE size = "+itoa(size))
+		serveRefused(t, db, "holds the leaves up to the last size this log signed ("+itoa(size)+",", "checkpoint rows above it were deleted")
+	})
+
 	t.Run("edited-leaf-bytes", func(t *testing.T) {
 		db := copyDir(t, tmpl)
 		// A middle leaf (not in the tail the start-up checks) edited with
