@@ -508,6 +508,7 @@ var routeScope = map[string]string{
 	"GET /agents":                                "read",
 	"GET /lanes/*":                               "read",
 	"GET /trajectories/*":                        "read",
+	"GET /releases":                              "read",
 	"GET /releases/{version}":                    "read",
 	"POST /releases/{version}/waivers":           "form",
 	"POST /releases/{version}/signoffs":          "form",

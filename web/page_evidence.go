@@ -166,6 +166,12 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	e, err := s.evidenceByID(r, id)
 	if err != nil {
+		// An original (the JUnit file, envelope... an evidence record
+		// names) has its own page.
+		if ent, eerr := s.store.Entry(r.Context(), id); eerr == nil && ent.Kind == ledger.KindOriginal {
+			http.Redirect(w, r, "/originals/"+url.PathEscape(ent.ID), http.StatusSeeOther)
+			return
+		}
 		s.renderError(w, r, err)
 		return
 	}

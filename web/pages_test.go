@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -360,5 +361,48 @@ func TestReadAuthPages(t *testing.T) {
 	s.ServeHTTP(rec, req)
 	if rec.Code != 200 {
 		t.Errorf("with token: %d", rec.Code)
+	}
+}
+
+// TestPageRedirects: /releases (no page of its own) leads to the
+// overview's release list, and /evidence/{id} of an original to the
+// original's page.
+func TestPageRedirects(t *testing.T) {
+	e := newAPIEnv(t, Config{})
+	for path, want := range map[string]string{
+		"/releases": "/#h-releases",
+	} {
+		resp, err := noRedirect.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != want {
+			t.Errorf("GET %s: %d to %q, want 303 to %q", path, resp.StatusCode, resp.Header.Get("Location"), want)
+		}
+	}
+	body := "<testsuite name=\"s\" tests=\"1\"><testcase classname=\"c\" name=\"a\"/></testsuite>"
+	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence?lane=junit-suite/v1&backend=external&repository=github.com/x/y&commit="+strings.Repeat("1", 40)+"&tree="+strings.Repeat("2", 40), strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.record)
+	req.Header.Set("Content-Type", "application/junit+xml")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("JUnit post: %d", resp.StatusCode)
+	}
+	origs, _, err := e.store.Entries(context.Background(), ledger.EntryFilter{Kind: ledger.KindOriginal, Limit: 1})
+	if err != nil || len(origs) == 0 {
+		t.Fatalf("original leaf: %v", err)
+	}
+	resp, err = noRedirect.Get(e.srv.URL + "/evidence/" + origs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/originals/"+origs[0].ID {
+		t.Errorf("GET /evidence/<original>: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
