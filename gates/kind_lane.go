@@ -37,20 +37,21 @@ type laneTally struct {
 	duplicates int
 }
 
-func (ev *evaluator) lane(g *Gate) (GateResult, error) {
-	var res GateResult
-	b := ev.bindingOf(g)
-	bl := &baselines{limit: ev.baseLim}
-	t := laneTally{perBackend: map[string]int{}}
-	// First the records at the pins whose signer the gate accepts are
-	// registered as runs (superseded ones too: a copy of a retracted run
-	// must not count in its place), so that each run counts once, in its
-	// first record, whichever copy is read first.
-	type candidate struct {
-		e   ledger.EvidenceEntry
-		why string
-	}
-	var cands []candidate
+// laneCandidate is a record a lane gate read, with why it does not count
+// ("" when that depends on its backend, quality and duplicates).
+type laneCandidate struct {
+	e   ledger.EvidenceEntry
+	why string
+}
+
+// laneCandidates reads every record of g's lane at b's commit, each with
+// why its pins, claim, signer or a supersede excludes it, and registers
+// the records at the pins whose signer the gate accepts as runs
+// (superseded ones too: a copy of a retracted run must not count in its
+// place), so that each run counts once, in its first record, whichever
+// copy is read first.
+func (ev *evaluator) laneCandidates(g *Gate, b binding) ([]laneCandidate, *runSet, error) {
+	var cands []laneCandidate
 	runs := newRunSet()
 	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: b.commit}, func(e ledger.EvidenceEntry) bool {
 		why := ev.pinMismatch(&e.Evidence, b)
@@ -66,22 +67,30 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 				why = r
 			}
 		}
-		cands = append(cands, candidate{e, why})
+		cands = append(cands, laneCandidate{e, why})
 		return true
 	})
+	return cands, runs, err
+}
+
+func (ev *evaluator) lane(g *Gate) (GateResult, error) {
+	var res GateResult
+	b := ev.bindingOf(g)
+	bl := &baselines{limit: ev.baseLim}
+	t := laneTally{perBackend: map[string]int{}}
+	cands, runs, err := ev.laneCandidates(g, b)
 	if err != nil {
 		return res, err
 	}
 	for _, c := range cands {
 		e := c.e
-		if c.why == "" {
-			c.why = runs.duplicate(&e)
-		}
 		if c.why != "" {
 			bl.add(e, c.why)
-			if strings.HasPrefix(c.why, DuplicatePrefix) {
-				t.duplicates++
-			}
+			continue
+		}
+		if d := runs.duplicate(&e); d != "" {
+			bl.add(e, d)
+			t.duplicates++
 			continue
 		}
 		if !slices.Contains(g.Backends, string(e.Evidence.Backend)) {
