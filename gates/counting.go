@@ -19,7 +19,8 @@ const CountingRule = "Only records at the release's exact pins count: repository
 	"and, for head verifications, the trust policy the release binds (none count when it binds none). " +
 	"Any other record is baseline, shown with the reason. At the exact pins one failing record keeps the gate failed " +
 	"until a supersede leaf (attributed and reasoned, by the release's approval role, for these pins) retracts it or the gate is waived; " +
-	"otherwise the passing records count. A superseded record is baseline."
+	"otherwise the passing records count, each run once: a record repeating an earlier record's run " +
+	"(the same DSSE payload by the same signer key, or the same evidence apart from recorded_by) is a duplicate, baseline. A superseded record is baseline."
 
 // KindRule returns the counting rule of gate kind kind in words, or "" for
 // an unknown kind.

@@ -471,7 +471,8 @@ func shortDigest(d string) string {
 
 // quality returns why a run at the exact pins does not pass a lane gate,
 // or "" when it passes; failed is true for a real failure (status failed).
-func (ev *evaluator) quality(e *ledger.Evidence, g *Gate, requireControl bool) (reason string, failed bool) {
+func (ev *evaluator) quality(ee *ledger.EvidenceEntry, g *Gate, requireControl bool) (reason string, failed bool) {
+	e := &ee.Evidence
 	switch {
 	case e.Status == ledger.StatusFailed:
 		return fmt.Sprintf("failed at the release's pins: %d/%d exact", e.CasesExact, e.CasesTotal), true
@@ -485,7 +486,10 @@ func (ev *evaluator) quality(e *ledger.Evidence, g *Gate, requireControl bool) (
 		return fmt.Sprintf("ran %d cases, the lane has %d", e.CasesTotal, g.Cases), false
 	case requireControl && e.Control != ledger.ControlCaught:
 		return "no negative control (the gate requires a caught control)", false
-	case g.freshness > 0 && ev.now.Sub(e.FinishedAt) > g.freshness:
+	case g.freshness > 0 && ev.now.Sub(freshFrom(e, ee.RecordedAt)) > g.freshness:
+		if at := freshFrom(e, ee.RecordedAt); !at.Equal(e.FinishedAt) {
+			return fmt.Sprintf("stale: recorded %s (finished_at %s is later), older than %s", at.Format(time.RFC3339), e.FinishedAt.Format(time.RFC3339), g.Freshness), false
+		}
 		return fmt.Sprintf("stale: finished %s, older than %s", e.FinishedAt.Format(time.RFC3339), g.Freshness), false
 	}
 	return "", false

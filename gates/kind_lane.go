@@ -23,13 +23,54 @@ var laneKind = kindSpec{
 	evaluate: (*evaluator).lane,
 	rule: "At the pins, any run with status failed keeps the gate failed until superseded or waived; " +
 		"otherwise runs on the listed backends that are clean, all cases exact (and as many as cases, when set), " +
-		"control caught and fresh count toward min_runs. Inconclusive, error and partial runs are baseline.",
+		"control caught and fresh (measured from the earlier of finished_at and when the log recorded it) count toward min_runs, " +
+		"each run once: a record repeating an earlier one (the same DSSE payload by the same signer key, or the same evidence apart from recorded_by) is a duplicate. " +
+		"Inconclusive, error, partial and duplicate runs are baseline.",
 }
 
 // laneTally is what the runs of a lane at a gate's commit show.
 type laneTally struct {
 	perBackend map[string]int
 	failing    []FailingRef // newest first
+	// duplicates counts the records that repeat a counted or excluded
+	// run (runSet); they are baseline.
+	duplicates int
+}
+
+// laneCandidate is a record a lane gate read, with why it does not count
+// ("" when that depends on its backend, quality and duplicates).
+type laneCandidate struct {
+	e   ledger.EvidenceEntry
+	why string
+}
+
+// laneCandidates reads every record of g's lane at b's commit, each with
+// why its pins, claim, signer or a supersede excludes it, and registers
+// the records at the pins whose signer the gate accepts as runs
+// (superseded ones too: a copy of a retracted run must not count in its
+// place), so that each run counts once, in its first record, whichever
+// copy is read first.
+func (ev *evaluator) laneCandidates(g *Gate, b binding) ([]laneCandidate, *runSet, error) {
+	var cands []laneCandidate
+	runs := newRunSet()
+	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: b.commit}, func(e ledger.EvidenceEntry) bool {
+		why := ev.pinMismatch(&e.Evidence, b)
+		if why == "" {
+			why = laneClaim(&e.Evidence)
+		}
+		if why == "" {
+			why = ev.signerMismatch(&e.Evidence, g)
+			if why == "" {
+				runs.add(&e)
+			}
+			if r, ok := ev.supersededBy(e.ID); ok {
+				why = r
+			}
+		}
+		cands = append(cands, laneCandidate{e, why})
+		return true
+	})
+	return cands, runs, err
 }
 
 func (ev *evaluator) lane(g *Gate) (GateResult, error) {
@@ -37,20 +78,26 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 	b := ev.bindingOf(g)
 	bl := &baselines{limit: ev.baseLim}
 	t := laneTally{perBackend: map[string]int{}}
-	err := ev.forEachEvidence(ledger.EvidenceFilter{Lane: g.Lane, Commit: b.commit}, func(e ledger.EvidenceEntry) bool {
-		if r := ev.excluded(&e, b); r != "" {
-			bl.add(e, r)
-			return true
+	cands, runs, err := ev.laneCandidates(g, b)
+	if err != nil {
+		return res, err
+	}
+	for _, c := range cands {
+		e := c.e
+		if c.why != "" {
+			bl.add(e, c.why)
+			continue
 		}
-		if r := ev.signerMismatch(&e.Evidence, g); r != "" {
-			bl.add(e, r)
-			return true
+		if d := runs.duplicate(&e); d != "" {
+			bl.add(e, d)
+			t.duplicates++
+			continue
 		}
 		if !slices.Contains(g.Backends, string(e.Evidence.Backend)) {
 			bl.add(e, fmt.Sprintf("other backend %s (gate counts %s)", e.Evidence.Backend, strings.Join(g.Backends, ", ")))
-			return true
+			continue
 		}
-		r, failed := ev.quality(&e.Evidence, g, true)
+		r, failed := ev.quality(&e, g, true)
 		switch {
 		case failed:
 			if len(t.failing) < 50 {
@@ -64,10 +111,6 @@ func (ev *evaluator) lane(g *Gate) (GateResult, error) {
 				res.Satisfying = append(res.Satisfying, ref(e))
 			}
 		}
-		return true
-	})
-	if err != nil {
-		return res, err
 	}
 	if err := ev.sampleBaseline(g.Lane, b, bl, nil); err != nil {
 		return res, err
@@ -103,7 +146,7 @@ func laneVerdict(res *GateResult, g *Gate, t laneTally, what string, others int)
 			}
 		}
 		if len(res.Missing) == 0 {
-			res.State, res.Reason = StatePassed, fmt.Sprintf("%d passing run(s) at the release's pins on every listed backend (%s; min %d each)", total, strings.Join(g.Backends, ", "), minRuns)
+			res.State, res.Reason = StatePassed, fmt.Sprintf("%d passing run(s) at the release's pins on every listed backend (%s; min %d each)", total, strings.Join(g.Backends, ", "), minRuns)+dupNote(t.duplicates)
 			return
 		}
 		var have []string
@@ -112,7 +155,7 @@ func laneVerdict(res *GateResult, g *Gate, t laneTally, what string, others int)
 		}
 		res.Reason = fmt.Sprintf("passing runs at the release's pins per backend: %s (every listed backend needs %d)", strings.Join(have, ", "), minRuns)
 	case total >= minRuns:
-		res.State, res.Reason = StatePassed, fmt.Sprintf("%d passing run(s) at the release's pins (min %d)", total, minRuns)
+		res.State, res.Reason = StatePassed, fmt.Sprintf("%d passing run(s) at the release's pins (min %d)", total, minRuns)+dupNote(t.duplicates)
 		return
 	default:
 		res.Missing = append(res.Missing, fmt.Sprintf("%d more passing %s on %s (clean, all cases exact, control caught)", minRuns-total, what, strings.Join(g.Backends, " or ")))
@@ -122,4 +165,14 @@ func laneVerdict(res *GateResult, g *Gate, t laneTally, what string, others int)
 	if others > 0 {
 		res.Reason += fmt.Sprintf("; %d other run(s) of the lane do not count (see baseline)", others)
 	}
+	res.Reason += dupNote(t.duplicates)
+}
+
+// dupNote is the part of a lane gate's reason that says how many records
+// were not counted as repeats of another record's run.
+func dupNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d duplicate record(s) of one run not counted again", n)
 }

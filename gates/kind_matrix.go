@@ -87,7 +87,7 @@ func (ev *evaluator) matrix(g *Gate) (GateResult, error) {
 			key[i] = dim.Name + "=" + s
 		}
 		k := strings.Join(key, " ")
-		r, failed := ev.quality(&e.Evidence, g, false)
+		r, failed := ev.quality(&e, g, false)
 		switch {
 		case failed:
 			failing[k] = append(failing[k], e)

@@ -271,7 +271,8 @@ func (s Subject) Validate(prefix string) error {
 // Validate checks every field of e and the consistency between them:
 // 0 <= exact <= total, len(failing) <= total-exact when failing ids are
 // given, status passed implies exact == total and a control that is not
-// "not_caught", finished >= started. It returns a CodeInvalid *Error naming
+// "not_caught", finished >= started, both times within ValidateTimesAt's
+// bounds of the wall clock. It returns a CodeInvalid *Error naming
 // the first bad field.
 func (e *Evidence) Validate() error {
 	for _, check := range []func() error{e.validateIdentity, e.validateCounts, e.validateOutcome, e.validateTimes, e.validateAttached} {
@@ -370,13 +371,40 @@ func (e *Evidence) validateOutcome() error {
 	return nil
 }
 
-// validateTimes checks started_at and finished_at.
-func (e *Evidence) validateTimes() error {
-	if e.StartedAt.IsZero() {
-		return FieldError("started_at", "required (RFC 3339)")
-	}
-	if e.FinishedAt.IsZero() {
-		return FieldError("finished_at", "required (RFC 3339)")
+// MaxClockSkew is how far after the validating clock an evidence record's
+// started_at or finished_at may lie: room for a runner's clock running
+// ahead of the server's, not for a run dated in the future (which a
+// freshness bound would otherwise take as fresh for as long as it likes).
+const MaxClockSkew = 10 * time.Minute
+
+// minEvidenceTime is the earliest started_at or finished_at accepted: the
+// Unix epoch. Earlier times (year 0000, 0001) are placeholders, not runs.
+var minEvidenceTime = time.Unix(0, 0).UTC()
+
+// validateTimes checks started_at and finished_at against the wall clock
+// (ValidateTimesAt).
+func (e *Evidence) validateTimes() error { return e.ValidateTimesAt(time.Now()) }
+
+// ValidateTimesAt checks started_at and finished_at as a receiver whose
+// clock reads now: both set, neither before 1970-01-01T00:00:00Z nor more
+// than MaxClockSkew after now, and finished_at not before started_at. It
+// returns a CodeInvalid *Error naming the first bad field (started_at
+// first). Validate calls it with time.Now(), so every append, through the
+// API or a local store, applies the same bound.
+func (e *Evidence) ValidateTimesAt(now time.Time) error {
+	latest := now.Add(MaxClockSkew)
+	for _, f := range []struct {
+		name string
+		at   time.Time
+	}{{"started_at", e.StartedAt}, {"finished_at", e.FinishedAt}} {
+		switch {
+		case f.at.IsZero():
+			return FieldError(f.name, "required (RFC 3339)")
+		case f.at.Before(minEvidenceTime):
+			return FieldError(f.name, "is before %s: not the time of a run", minEvidenceTime.Format(time.RFC3339))
+		case f.at.After(latest):
+			return FieldError(f.name, "is %s, more than %s after the receiving clock (%s): a run cannot end in the future", f.at.UTC().Format(time.RFC3339), MaxClockSkew, now.UTC().Format(time.RFC3339))
+		}
 	}
 	if e.FinishedAt.Before(e.StartedAt) {
 		return FieldError("finished_at", "is before started_at")

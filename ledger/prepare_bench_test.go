@@ -10,7 +10,7 @@ import (
 // benchEvidenceBody is an evidence record shaped like the ingest
 // benchmarks' (web BenchmarkHTTPAppendBatch100).
 func benchEvidenceBody(n int) []byte {
-	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
+	start := time.Date(2025, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
 	b, _ := json.Marshal(map[string]any{
 		"lane": "qmv-bias-sum/v1",
 		"subject": map[string]any{

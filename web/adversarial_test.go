@@ -82,6 +82,13 @@ import (
 //	  release's pins changed
 //	the caller's policy for a release   TestExploitHeadPolicyOfNoRelease
 //	  that binds none
+//	one signed run replayed (read back  TestExploitReplayedSignedRun (each copy a baseline
+//	  from GET /evidence/{id}, posted     duplicate naming the first record; unsigned
+//	  by other tokens, in envelope        evidence re-posted by a second token too)
+//	  variants) into passing runs
+//	a future-dated run kept "fresh"     TestExploitFutureDatedRun (refused naming the field),
+//	                                      gates.TestFreshnessFromRecordedAt (a stored one is
+//	                                      fresh only from its recorded_at)
 
 // TestExploitOwnPolicyInline: a head signed by an untrusted key cannot be
 // made trusted by sending a policy that trusts its key, inline in any
@@ -1425,4 +1432,224 @@ func TestExploitHeadPolicyOfNoRelease(t *testing.T) {
 	if state, _, _ := e.readiness(t, "t-none").gate(t, "heads"); state != "passed" {
 		t.Fatalf("t-none bound to lenient: heads %s, want passed", state)
 	}
+}
+
+// replayRelease defines release version over testEvidence(1)'s commit
+// with one lane gate of min_runs runs, signed_by ci-mac when signed.
+func (e *runnerEnv) replayRelease(t *testing.T, version string, minRuns int, signed bool) {
+	t.Helper()
+	commit := fmt.Sprintf("%040x", 2)
+	signedBy := ""
+	if signed {
+		signedBy = ", signed_by: [ci-mac]"
+	}
+	rel := fmt.Sprintf(`version: %s
+components:
+  - {name: core, repository: github.com/ml-explore/mlx, reviewed: %s, head: %s}
+gates:
+  - {id: qmv, kind: lane, lane: qmv-bias-sum/v1, component: core, backends: [cpu], cases: 216, min_runs: %d%s}
+`, version, commit, commit, minRuns, signedBy)
+	if code, body := e.do(t, http.MethodPut, "/api/v1/releases/"+version, e.admin, rel, "Content-Type", "application/yaml"); code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("define release %s: %d %s", version, code, body)
+	}
+}
+
+// laneGate returns the qmv gate of release version and whether the
+// release is ready.
+func (e *runnerEnv) laneGate(t *testing.T, version string) (gates.GateResult, bool) {
+	t.Helper()
+	code, body := e.do(t, http.MethodGet, "/api/v1/releases/"+version+"/readiness", "", nil)
+	if code != http.StatusOK {
+		t.Fatalf("readiness %s: %d %s", version, code, body)
+	}
+	var sv gates.SignedVerdict
+	if err := json.Unmarshal(body, &sv); err != nil || sv.Readiness == nil || len(sv.Readiness.Gates) != 1 {
+		t.Fatalf("readiness %s: %v %s", version, err, body)
+	}
+	return sv.Readiness.Gates[0], sv.Readiness.Ready
+}
+
+// TestExploitReplayedSignedRun: the signed evidence of one run is readable
+// by anyone (GET /evidence/{id} shows signer.envelope). Posting that
+// envelope again, by other record tokens and in variants whose kept
+// envelope differs (an extra bogus signature, an empty keyid, an extra
+// valid signature by an unregistered key), does not make a min_runs gate
+// count more than the one run: each copy is a baseline duplicate naming
+// the first record. The same holds for unsigned evidence re-posted by a
+// second token. A second real run counts.
+func TestExploitReplayedSignedRun(t *testing.T) {
+	e := newRunnerEnv(t)
+	ctx := context.Background()
+	e.replayRelease(t, "9.9.8", 4, true)
+	e.replayRelease(t, "9.9.7", 2, false)
+	run := testEvidence(1)
+	good := sign(t, e.mac, run)
+	post := func(what, token string, body any, ct string) (string, bool) {
+		t.Helper()
+		before := e.size(t)
+		code, out := e.do(t, http.MethodPost, "/api/v1/evidence", token, body, "Content-Type", ct)
+		switch {
+		case code == http.StatusCreated || code == http.StatusOK:
+			var a AppendedJSON
+			if err := json.Unmarshal(out, &a); err != nil || a.ID == "" {
+				t.Fatalf("%s: answer %s: %v", what, out, err)
+			}
+			return a.ID, true
+		case code >= 400 && code < 500 && e.size(t) == before:
+			return "", false // refused whole: fine, nothing to count
+		}
+		t.Fatalf("%s: %d %s", what, code, out)
+		return "", false
+	}
+	first, _ := post("the real run", e.record, good, ledger.ContentTypeDSSE)
+
+	// What a reader sees of it.
+	code, body := e.do(t, http.MethodGet, "/api/v1/evidence/"+first, "", nil)
+	if code != http.StatusOK {
+		t.Fatalf("get evidence: %d %s", code, body)
+	}
+	var shown struct {
+		Evidence ledger.Evidence `json:"evidence"`
+	}
+	if err := json.Unmarshal(body, &shown); err != nil || shown.Evidence.Signer == nil || len(shown.Evidence.Signer.Envelope) == 0 {
+		t.Fatalf("the evidence page shows no envelope: %v %s", err, body)
+	}
+	read := []byte(shown.Evidence.Signer.Envelope)
+
+	var env ledger.Envelope
+	if err := json.Unmarshal(read, &env); err != nil {
+		t.Fatal(err)
+	}
+	variant := func(f func(*ledger.Envelope)) []byte {
+		v := env
+		v.Signatures = append([]ledger.EnvelopeSignature(nil), env.Signatures...)
+		f(&v)
+		b, _ := json.Marshal(v)
+		return b
+	}
+	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := newKey(t)
+	pae := fmt.Appendf(nil, "DSSEv1 %d %s %d %s", len(env.PayloadType), env.PayloadType, len(payload), payload)
+	replays := []struct {
+		name string
+		body []byte
+	}{
+		{"the envelope read back", read},
+		{"an extra bogus signature", variant(func(v *ledger.Envelope) {
+			v.Signatures = append(v.Signatures, ledger.EnvelopeSignature{KeyID: "SHA256:bogus", Sig: base64.StdEncoding.EncodeToString(make([]byte, 64))})
+		})},
+		{"an empty keyid", variant(func(v *ledger.Envelope) { v.Signatures[0].KeyID = "" })},
+		{"an extra valid signature by an unregistered key", variant(func(v *ledger.Envelope) {
+			v.Signatures = append(v.Signatures, ledger.EnvelopeSignature{KeyID: verify.RunnerKeyID(stranger.Public().(ed25519.PublicKey)), Sig: base64.StdEncoding.EncodeToString(ed25519.Sign(stranger, pae))})
+		})},
+		{"the payload in the URL alphabet", variant(func(v *ledger.Envelope) { v.Payload = base64.RawURLEncoding.EncodeToString(payload) })},
+	}
+	var copies []string
+	for i, r := range replays {
+		tok, _, err := e.store.CreateToken(ctx, fmt.Sprintf("replayer-%d", i), ledger.ScopeRecord, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := post(r.name, tok, r.body, ledger.ContentTypeDSSE); ok && id != first {
+			copies = append(copies, id)
+		}
+	}
+	if len(copies) == 0 {
+		t.Fatal("every replay was refused or answered as the first record: the test exercises no copy")
+	}
+	g, ready := e.laneGate(t, "9.9.8")
+	if ready || g.State != gates.StateOpen || !strings.HasPrefix(g.Reason, "1 of 4 required") {
+		t.Fatalf("one signed run replayed %d times: %s (%s) ready=%v; want open, 1 of 4", len(copies), g.State, g.Reason, ready)
+	}
+	for _, id := range copies {
+		if r := baselineReasonOf(g, id); !strings.HasPrefix(r, gates.DuplicatePrefix+first) {
+			t.Errorf("copy %s: baseline reason %q; want a duplicate of %s", id, r, first)
+		}
+	}
+	if code, page := e.do(t, http.MethodGet, "/releases/9.9.8", "", nil); code != http.StatusOK || !strings.Contains(string(page), gates.DuplicatePrefix+first) {
+		t.Errorf("release page: %d; want it to list the copies as duplicates of %s", code, first)
+	}
+
+	// Unsigned: the same body re-posted by a second token is one run.
+	later := testEvidence(1)
+	later["started_at"], later["finished_at"] = "2026-11-29T11:00:00Z", "2026-11-29T11:00:01Z"
+	one, _ := post("unsigned run", e.record, later, "application/json")
+	tok, _, err := e.store.CreateToken(ctx, "second-ci", ledger.ScopeRecord, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, ok := post("unsigned run re-posted", tok, later, "application/json")
+	if !ok || again == one {
+		t.Fatalf("the re-post by another token was not appended as a new record (%q): the exploit's premise changed", again)
+	}
+	// 9.9.7 counts unsigned runs: the signed run (and its copies), plus
+	// the unsigned run once.
+	if g, _ := e.laneGate(t, "9.9.7"); g.State != gates.StatePassed || !strings.HasPrefix(g.Reason, "2 passing run(s)") ||
+		!strings.HasPrefix(baselineReasonOf(g, again), gates.DuplicatePrefix+one) {
+		t.Errorf("unsigned gate: %s (%s), copy's reason %q; want passed with 2 runs and the re-post a duplicate of %s", g.State, g.Reason, baselineReasonOf(g, again), one)
+	}
+
+	// Another real signed run counts.
+	second := testEvidence(1)
+	second["started_at"], second["finished_at"] = "2026-11-29T12:00:00Z", "2026-11-29T12:00:01Z"
+	post("a second signed run", e.record, sign(t, e.mac, second), ledger.ContentTypeDSSE)
+	if g, _ := e.laneGate(t, "9.9.8"); !strings.HasPrefix(g.Reason, "2 of 4 required") {
+		t.Errorf("two signed runs: %s (%s); want 2 of 4", g.State, g.Reason)
+	}
+}
+
+func baselineReasonOf(g gates.GateResult, id string) string {
+	for _, b := range g.Baseline {
+		if b.ID == id {
+			return b.Reason
+		}
+	}
+	return ""
+}
+
+// TestExploitFutureDatedRun: evidence dated in the future (2099) or before
+// any run (year 0000) is refused at POST /api/v1/evidence naming the
+// field, as plain JSON and as a signed envelope, and nothing is appended:
+// a future finished_at would otherwise keep a freshness gate passing for
+// ever. (A future-dated record already in a log is fresh only from when it
+// was recorded: gates.TestFreshnessFromRecordedAt.)
+func TestExploitFutureDatedRun(t *testing.T) {
+	e := newRunnerEnv(t)
+	soon := time.Now().UTC().Add(ledger.MaxClockSkew + time.Minute).Format(time.RFC3339Nano)
+	at := func(started, finished string) map[string]any {
+		ev := testEvidence(1)
+		ev["started_at"], ev["finished_at"] = started, finished
+		return ev
+	}
+	ok := testEvidence(1)["started_at"].(string)
+	for _, c := range []struct {
+		name, field string
+		body        any
+		ct          string
+	}{
+		{"finished in 2099", "finished_at", at(ok, "2099-01-01T00:00:00Z"), "application/json"},
+		{"finished past the clock skew", "finished_at", at(ok, soon), "application/json"},
+		{"started and finished in 2099", "started_at", at("2099-01-01T00:00:00Z", "2099-01-01T00:00:01Z"), "application/json"},
+		{"started in year 0000", "started_at", at("0000-01-01T00:00:00Z", ok), "application/json"},
+		{"started after finished", "finished_at", at("2026-11-29T10:00:05Z", "2026-11-29T10:00:01Z"), "application/json"},
+		{"second of a batch finished in 2099", "[1].finished_at", []any{testEvidence(1), at(ok, "2099-01-01T00:00:00Z")}, "application/json"},
+		{"signed, finished in 2099", "payload.finished_at", sign2099(t, e), ledger.ContentTypeDSSE},
+	} {
+		before := e.size(t)
+		code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, c.body, "Content-Type", c.ct)
+		e.wantRefused(t, c.name, code, body, http.StatusBadRequest, c.field, before)
+	}
+}
+
+// sign2099 is a ci-mac envelope over evidence that finished in 2099, made
+// with the DSSE library since the ledger's own signer validates first.
+func sign2099(t *testing.T, e *runnerEnv) []byte {
+	t.Helper()
+	ev := testEvidence(1)
+	ev["finished_at"] = "2099-01-01T00:00:00Z"
+	b, _ := json.Marshal(ev)
+	return dsseEnvelope(t, e.mac, ledger.PayloadTypeEvidence, b)
 }

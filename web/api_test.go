@@ -56,7 +56,7 @@ func newAPIEnv(t testing.TB, cfg Config) *apiEnv {
 }
 
 func testEvidence(n int) map[string]any {
-	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
+	start := time.Date(2025, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
 	return map[string]any{
 		"lane": "qmv-bias-sum/v1",
 		"subject": map[string]any{

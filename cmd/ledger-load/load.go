@@ -230,9 +230,10 @@ func pct(sorted []time.Duration, q float64) float64 {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // evidence is the n-th record of a run: a passed lane result with a
-// commit unique to the run and n.
+// commit unique to the run and n, dated n ms before the run's start (the
+// server refuses times ahead of its clock).
 func evidence(base, n int64) []byte {
-	at := time.Unix(0, base).UTC().Add(time.Duration(n) * time.Millisecond).Format(time.RFC3339Nano)
+	at := time.Unix(0, base).UTC().Add(-time.Duration(n) * time.Millisecond).Format(time.RFC3339Nano)
 	b, _ := json.Marshal(map[string]any{
 		"lane":    "load/v1",
 		"subject": map[string]any{"repository": "load", "commit": fmt.Sprintf("%024x%016x", base, n), "tree": fmt.Sprintf("%024x%016x", n, base)},

@@ -31,7 +31,7 @@ func openTest(t testing.TB) (*Store, string) {
 
 // SampleEvidence returns a valid evidence record that differs by n.
 func sampleEvidence(n int) ledger.Evidence {
-	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
+	start := time.Date(2025, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
 	return ledger.Evidence{
 		Lane: "qmv-bias-sum/v1",
 		Subject: ledger.Subject{

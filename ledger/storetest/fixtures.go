@@ -25,11 +25,13 @@ var (
 // backend n%3, repository 1 when n%4 == 3 (else 0), status failed when
 // n%5 == 0 (200 of 216 cases exact) else passed (216 of 216), commit
 // %040x of n+1, one artifact "libmlx.so" with digest sha256:%064x of n,
-// device model "test", started n seconds after 2026-11-29T10:00:00Z.
+// device model "test", started n seconds after 2025-11-29T10:00:00Z (far
+// enough back that every n the suites use stays before the receiving
+// clock, which ledger.Evidence.Validate bounds times by).
 // Tamper hooks may rely on these facts: the logs the suite tampers with
 // hold Evidence(i) at index i.
 func Evidence(n int) ledger.Evidence {
-	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
+	start := time.Date(2025, 11, 29, 10, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second)
 	e := ledger.Evidence{
 		Lane: lanes[n%2],
 		Subject: ledger.Subject{
