@@ -10,6 +10,7 @@ import (
 	"mime"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,7 +140,8 @@ type Result struct {
 // Decode is the ingestion seam's one dispatch: it decodes body, sent as
 // mediaType, into records. Unknown media types are CodeUnsupported
 // (HTTP 415); bad input is a CodeInvalid error naming the field, and
-// nothing is returned to append. ctx bounds key look-ups.
+// nothing is returned to append. ctx bounds key look-ups and the decode
+// itself: once ctx is done the decoder stops and ctx.Err() is returned.
 func Decode(ctx context.Context, mediaType string, body []byte, p Params) (*Result, error) {
 	f, err := FormatOf(mediaType)
 	if err != nil {
@@ -163,15 +165,15 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 	var run *Run
 	switch format {
 	case FormatJUnit:
-		run, err = DecodeJUnit(body)
+		run, err = DecodeJUnit(ctx, body)
 	case FormatGoTest:
-		run, err = DecodeGoTest(body)
+		run, err = DecodeGoTest(ctx, body)
 	case FormatInToto:
-		run, err = decodeStatement(body, p)
+		run, err = decodeStatement(ctx, body, p)
 	case FormatDSSE:
 		run, err = decodeDSSE(ctx, body, p)
 	case FormatSigstore:
-		run, err = decodeBundle(body, p)
+		run, err = decodeBundle(ctx, body, p)
 	}
 	if err != nil {
 		return nil, err
@@ -529,10 +531,23 @@ func (p Params) evidence(r *Run, orig ledger.Original) (ledger.Evidence, error) 
 
 // caseIDs gives each case a stable id: its parts joined by " > ", cut
 // to the ledger's 256 characters with a digest suffix when longer, and
-// duplicates numbered "#2", "#3"... in document order.
-type caseIDs map[string]int
+// duplicates numbered "#2", "#3"... in document order: a case whose id is
+// taken gets "id #n" for the smallest n >= 2 not taken yet, whether the
+// taken id was numbered here or was a case's own name (a case named
+// "a #2" before a second "a" moves that one to "a #3"). The search for n
+// resumes where the last one for the same id stopped (ids are only ever
+// added, so no smaller n frees up), which keeps N duplicates linear
+// instead of quadratic. A caseIDs is not safe for concurrent use.
+type caseIDs struct {
+	taken map[string]struct{}
+	nextN map[string]int // id -> the smallest n >= 2 that may still be free for "id #n"
+}
 
-func (ids caseIDs) next(parts ...string) string {
+func newCaseIDs() *caseIDs {
+	return &caseIDs{taken: map[string]struct{}{}, nextN: map[string]int{}}
+}
+
+func (ids *caseIDs) next(parts ...string) string {
 	var keep []string
 	for _, p := range parts {
 		if p = strings.TrimSpace(p); p != "" {
@@ -551,12 +566,19 @@ func (ids caseIDs) next(parts ...string) string {
 		}
 		id = id[:cut] + "…" + hex.EncodeToString(sum[:4])
 	}
-	base := id
-	for n := 1; ids[id] > 0; {
-		n++
-		id = fmt.Sprintf("%s #%d", base, n)
+	if _, dup := ids.taken[id]; dup {
+		base := id
+		n := max(ids.nextN[base], 2)
+		for {
+			id = base + " #" + strconv.Itoa(n)
+			if _, dup := ids.taken[id]; !dup {
+				break
+			}
+			n++
+		}
+		ids.nextN[base] = n + 1
 	}
-	ids[id]++
+	ids.taken[id] = struct{}{}
 	return id
 }
 
