@@ -332,3 +332,86 @@ func BenchmarkCaseIDsDuplicates5k(b *testing.B) {
 		}
 	})
 }
+
+// TestIDPrefixMatchesReference splits random part lists (short, long,
+// multi-byte, blank) at a random point, the first half kept as an
+// idPrefix as a suite's path is: the id must be the reference's for the
+// whole list, through every length regime (whole, cut, hashed state).
+func TestIDPrefixMatchesReference(t *testing.T) {
+	atoms := []string{"a", " b ", "", "  ", "é", strings.Repeat("x", 100), strings.Repeat("é", 60), strings.Repeat("€", 400), strings.Repeat("y", 1500), "s > t"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 2000 {
+		parts := make([]string, rng.IntN(12))
+		for i := range parts {
+			parts[i] = atoms[rng.IntN(len(atoms))]
+		}
+		k := rng.IntN(len(parts) + 1)
+		var p idPrefix
+		for _, part := range parts[:k] {
+			p = p.extend(part)
+		}
+		ids, ref := newCaseIDs(), refCaseIDs{}
+		for rep := range 3 { // and numbered alike
+			if got, want := ids.nextUnder(p, parts[k:]...), ref.next(parts...); got != want {
+				t.Fatalf("round %d rep %d, %d parts split at %d: id %q, the reference gives %q", round, rep, len(parts), k, got, want)
+			}
+		}
+	}
+}
+
+// deepJUnit is n cases named "a" under suites nested depth deep.
+func deepJUnit(depth, n int) []byte {
+	return []byte(strings.Repeat(`<testsuite name="s">`, depth) + strings.Repeat(`<testcase classname="c" name="a"/>`, n) + strings.Repeat(`</testsuite>`, depth))
+}
+
+// TestDeepSuitesLinear: cases under suites nested 5,000 deep (a 4 MiB
+// body holds 200,000 of them) get the reference's ids and decode in time
+// linear in the input, not in depth times cases: within 5 times the same
+// cases under one suite, decoded just before (a rule that joins the
+// whole path per case takes about 50 times as long).
+func TestDeepSuitesLinear(t *testing.T) {
+	const depth, n = 5000, 50_000
+	start := time.Now()
+	if _, err := DecodeJUnit(context.Background(), deepJUnit(1, n)); err != nil {
+		t.Fatal(err)
+	}
+	shallow := time.Since(start)
+	start = time.Now()
+	run, err := DecodeJUnit(context.Background(), deepJUnit(depth, n))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := make([]string, depth)
+	for i := range path {
+		path[i] = "s"
+	}
+	if len(run.Cases) != n {
+		t.Fatalf("%d cases, want %d", len(run.Cases), n)
+	}
+	ref := refCaseIDs{}
+	parts := append(path, "c", "a")
+	base := ref.next(parts...)
+	for i, c := range run.Cases {
+		want := base
+		if i > 0 {
+			want = fmt.Sprintf("%s #%d", base, i+1)
+		}
+		if i > 0 && i < 3 {
+			if r := ref.next(parts...); r != want {
+				t.Fatalf("case %d: the reference gives %q, want %q", i, r, want)
+			}
+		}
+		if c.ID != want {
+			t.Fatalf("case %d: id %q, the reference gives %q", i, c.ID, want)
+		}
+	}
+	if took > 5*shallow+100*time.Millisecond {
+		t.Fatalf("%d cases %d suites deep took %v, under one suite %v: ids cost the depth per case", n, depth, took, shallow)
+	}
+	t.Logf("%d cases %d suites deep: %v; under one suite: %v", n, depth, took, shallow)
+}
+
+func BenchmarkDecodeJUnitDeep5000(b *testing.B) {
+	benchDecode(b, FormatJUnit, deepJUnit(5000, 50_000))
+}

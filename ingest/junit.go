@@ -120,7 +120,7 @@ func DecodeJUnit(ctx context.Context, body []byte) (*Run, error) {
 	r.Declared = declared(root, suites)
 	w := &walker{ctx: ctx, ids: ids, r: r}
 	for i := range suites {
-		if err := w.walk(&suites[i], nil); err != nil {
+		if err := w.walk(&suites[i], idPrefix{}); err != nil {
 			return nil, err
 		}
 	}
@@ -217,9 +217,10 @@ func declared(root xmlSuites, suites []xmlSuite) *Declared {
 	return d
 }
 
-func (w *walker) walk(s *xmlSuite, path []string) error {
+func (w *walker) walk(s *xmlSuite, path idPrefix) error {
 	r := w.r
-	path = append(path[:len(path):len(path)], strings.TrimSpace(s.Name))
+	suite := strings.TrimSpace(s.Name)
+	path = path.extend(suite)
 	if t, ok := parseJUnitTime(s.Timestamp); ok {
 		end := t.Add(time.Duration(seconds(s.Time) * float64(time.Second)))
 		if r.Started.IsZero() || t.Before(r.Started) {
@@ -236,12 +237,11 @@ func (w *walker) walk(s *xmlSuite, path []string) error {
 			}
 			w.left = cancelStep
 		}
-		parts := append([]string(nil), path...)
-		if cn := strings.TrimSpace(c.Classname); cn != "" && cn != strings.TrimSpace(s.Name) {
-			parts = append(parts, cn)
+		cn := strings.TrimSpace(c.Classname)
+		if cn == suite {
+			cn = "" // classname left out when it repeats the suite's name
 		}
-		parts = append(parts, c.Name)
-		k := Case{ID: w.ids.next(parts...), Duration: seconds(c.Time)}
+		k := Case{ID: w.ids.nextUnder(path, cn, c.Name), Duration: seconds(c.Time)}
 		switch {
 		case len(c.Errors) > 0:
 			k.Outcome = Errored
