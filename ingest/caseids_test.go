@@ -415,3 +415,17 @@ func TestDeepSuitesLinear(t *testing.T) {
 func BenchmarkDecodeJUnitDeep5000(b *testing.B) {
 	benchDecode(b, FormatJUnit, deepJUnit(5000, 50_000))
 }
+
+func BenchmarkDecodeJUnitDuplicates2k(b *testing.B) {
+	benchDecode(b, FormatJUnit, duplicateJUnit(2000))
+}
+
+// BenchmarkDecodeJUnitDeep2000x20k is 20,000 distinct cases under
+// suites nested 2,000 deep: the cost of the path alone.
+func BenchmarkDecodeJUnitDeep2000x20k(b *testing.B) {
+	var c strings.Builder
+	for i := range 20_000 {
+		fmt.Fprintf(&c, `<testcase classname="c" name="a%d"/>`, i)
+	}
+	benchDecode(b, FormatJUnit, []byte(strings.Repeat(`<testsuite name="s">`, 2000)+c.String()+strings.Repeat(`</testsuite>`, 2000)))
+}
