@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -37,11 +38,18 @@ type testEvent struct {
 // line is cut off, or that ends before a package's final event, is
 // truncated. Lines that are not JSON objects (stderr mixed in with 2>&1)
 // are skipped and counted in a note; a broken JSON object before the last
-// line is a CodeInvalid error naming its line.
-func DecodeGoTest(body []byte) (*Run, error) {
+// line is a CodeInvalid error naming its line. Decoding stops with
+// ctx.Err() soon after ctx is done (checked every cancelStep lines and
+// cases). It is safe for concurrent use.
+func DecodeGoTest(ctx context.Context, body []byte) (*Run, error) {
 	g := &goTestState{tests: map[testKey]*testState{}, pkgs: map[string]string{}, builds: map[string]bool{}, r: &Run{}}
 	lines := bytes.Split(body, []byte("\n"))
 	for i, line := range lines {
+		if i%cancelStep == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
@@ -64,7 +72,7 @@ func DecodeGoTest(body []byte) (*Run, error) {
 	if g.events == 0 {
 		return nil, ledger.FieldError("", "no test2json events: want the output of go test -json")
 	}
-	return g.finish(), nil
+	return g.finish(ctx)
 }
 
 type testKey struct{ pkg, test string }
@@ -139,19 +147,26 @@ func (g *goTestState) event(ev testEvent) {
 	}
 }
 
-// finish turns the accumulated tests and packages into the run's cases.
-func (g *goTestState) finish() *Run {
+// finish turns the accumulated tests and packages into the run's cases;
+// it stops with ctx.Err() once ctx is done (checked every cancelStep
+// tests).
+func (g *goTestState) finish(ctx context.Context) (*Run, error) {
 	r := g.r
 	if g.skipped > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d line(s) that are not test2json events were skipped", g.skipped))
 	}
-	ids := caseIDs{}
+	ids := newCaseIDs()
 	ordered := make([]testKey, len(g.tests))
 	for k, st := range g.tests {
 		ordered[st.order] = k
 	}
 	failedIn := map[string]bool{}
-	for _, k := range ordered {
+	for i, k := range ordered {
+		if i%cancelStep == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		st := g.tests[k]
 		r.Cases = append(r.Cases, Case{ID: ids.next(k.pkg, k.test), Outcome: st.outcome, Duration: st.elapsed})
 		if st.outcome == Failed || st.outcome == Incomplete {
@@ -184,5 +199,5 @@ func (g *goTestState) finish() *Run {
 			r.Notes = append(r.Notes, "incomplete: "+k.ID+" started and never ended")
 		}
 	}
-	return r
+	return r, nil
 }

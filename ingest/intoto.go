@@ -89,12 +89,12 @@ func DecodeStatement(body []byte) (*Statement, error) {
 	return &st, nil
 }
 
-func decodeStatement(body []byte, p Params) (*Run, error) {
+func decodeStatement(ctx context.Context, body []byte, p Params) (*Run, error) {
 	st, err := DecodeStatement(body)
 	if err != nil {
 		return nil, err
 	}
-	return p.statementRun(st)
+	return p.statementRun(ctx, st)
 }
 
 // statementRun maps a Statement to a run: subjects with a sha256 digest
@@ -102,7 +102,9 @@ func decodeStatement(body []byte, p Params) (*Run, error) {
 // the repository (its name, when given), commit and tree; the
 // test-result predicate's lists become cases; any other predicate type
 // the lane expects is one case named after the predicate type, passed.
-func (p Params) statementRun(st *Statement) (*Run, error) {
+// It stops with ctx.Err() once ctx is done (checked every cancelStep
+// cases).
+func (p Params) statementRun(ctx context.Context, st *Statement) (*Run, error) {
 	want := p.PredicateType
 	if want == "" {
 		want = PredicateTestResult
@@ -127,12 +129,17 @@ func (p Params) statementRun(st *Statement) (*Run, error) {
 		}
 		return nil, err
 	}
-	ids := caseIDs{}
+	ids := newCaseIDs()
 	for _, l := range []struct {
 		names   []string
 		outcome Outcome
 	}{{tr.PassedTests, Passed}, {tr.WarnedTests, Flaky}, {tr.FailedTests, Failed}} {
-		for _, n := range l.names {
+		for i, n := range l.names {
+			if i%cancelStep == 0 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			}
 			r.Cases = append(r.Cases, Case{ID: ids.next(n), Outcome: l.outcome})
 		}
 	}
@@ -221,7 +228,7 @@ func decodeDSSE(ctx context.Context, body []byte, p Params) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := p.statementRun(st)
+	r, err := p.statementRun(ctx, st)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
 	"errors"
 	"io"
@@ -70,13 +71,15 @@ type xmlCase struct {
 // attributes when it has a tests attribute, else the sum over the
 // top-level suites that have one. Malformed XML and XML that is not JUnit
 // are CodeInvalid errors naming field "xml"; no error quotes the input
-// beyond an element name.
-func DecodeJUnit(body []byte) (*Run, error) {
-	dec := xml.NewDecoder(bytes.NewReader(body))
-	dec.CharsetReader = charset.NewReaderLabel
+// beyond an element name. Decoding stops with ctx.Err() soon after ctx
+// is done (the input is read in steps of cancelStep bytes and cases
+// walked in steps of cancelStep cases, each step checking ctx). It is
+// safe for concurrent use.
+func DecodeJUnit(ctx context.Context, body []byte) (*Run, error) {
+	dec := newXMLDecoder(ctx, body)
 	var root xmlSuites
 	if err := dec.Decode(&root); err != nil {
-		return nil, xmlError(err, dec)
+		return nil, xmlError(ctx, err, dec)
 	}
 	// Nothing but whitespace, comments and processing instructions may follow.
 	for {
@@ -85,7 +88,7 @@ func DecodeJUnit(body []byte) (*Run, error) {
 			break
 		}
 		if err != nil {
-			return nil, xmlError(err, dec)
+			return nil, xmlError(ctx, err, dec)
 		}
 		switch t := tok.(type) {
 		case xml.CharData:
@@ -97,7 +100,7 @@ func DecodeJUnit(body []byte) (*Run, error) {
 		}
 	}
 	r := &Run{}
-	ids := caseIDs{}
+	ids := newCaseIDs()
 	var suites []xmlSuite
 	switch root.XMLName.Local {
 	case "testsuites":
@@ -105,10 +108,9 @@ func DecodeJUnit(body []byte) (*Run, error) {
 	case "testsuite":
 		// A bare <testsuite> root decodes into the same fields; read it again as a suite.
 		var s xmlSuite
-		dec := xml.NewDecoder(bytes.NewReader(body))
-		dec.CharsetReader = charset.NewReaderLabel
+		dec := newXMLDecoder(ctx, body)
 		if err := dec.Decode(&s); err != nil {
-			return nil, xmlError(err, dec)
+			return nil, xmlError(ctx, err, dec)
 		}
 		suites = []xmlSuite{s}
 		root = xmlSuites{}
@@ -116,10 +118,65 @@ func DecodeJUnit(body []byte) (*Run, error) {
 		return nil, ledger.FieldError("xml", "root element <%s> is not JUnit: want <testsuites> or <testsuite>", clip(root.XMLName.Local))
 	}
 	r.Declared = declared(root, suites)
+	w := &walker{ctx: ctx, ids: ids, r: r}
 	for i := range suites {
-		r.walk(&suites[i], nil, ids)
+		if err := w.walk(&suites[i], idPrefix{}); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
+}
+
+// cancelStep is how many input bytes, test2json lines or cases a decoder
+// handles between two checks of its context: a check is a non-blocking
+// receive, so the cost is nil next to the work, and a canceled request
+// stops within microseconds.
+const cancelStep = 4096
+
+// ctxReader reads body for an xml.Decoder, failing with ctx.Err() once
+// ctx is done (checked every cancelStep bytes). It implements
+// io.ByteReader so the decoder reads it without a bufio.Reader.
+type ctxReader struct {
+	ctx  context.Context
+	r    *bytes.Reader
+	left int
+}
+
+func (c *ctxReader) check() error {
+	if c.left--; c.left > 0 {
+		return nil
+	}
+	c.left = cancelStep
+	return c.ctx.Err()
+}
+
+func (c *ctxReader) ReadByte() (byte, error) {
+	if err := c.check(); err != nil {
+		return 0, err
+	}
+	return c.r.ReadByte()
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func newXMLDecoder(ctx context.Context, body []byte) *xml.Decoder {
+	dec := xml.NewDecoder(&ctxReader{ctx: ctx, r: bytes.NewReader(body), left: cancelStep})
+	dec.CharsetReader = charset.NewReaderLabel
+	return dec
+}
+
+// walker turns decoded suites into cases, checking ctx every cancelStep
+// cases.
+type walker struct {
+	ctx  context.Context
+	ids  *caseIDs
+	r    *Run
+	left int
 }
 
 // declared reads the file's own counts: each counter from the
@@ -160,8 +217,10 @@ func declared(root xmlSuites, suites []xmlSuite) *Declared {
 	return d
 }
 
-func (r *Run) walk(s *xmlSuite, path []string, ids caseIDs) {
-	path = append(path[:len(path):len(path)], strings.TrimSpace(s.Name))
+func (w *walker) walk(s *xmlSuite, path idPrefix) error {
+	r := w.r
+	suite := strings.TrimSpace(s.Name)
+	path = path.extend(suite)
 	if t, ok := parseJUnitTime(s.Timestamp); ok {
 		end := t.Add(time.Duration(seconds(s.Time) * float64(time.Second)))
 		if r.Started.IsZero() || t.Before(r.Started) {
@@ -172,12 +231,17 @@ func (r *Run) walk(s *xmlSuite, path []string, ids caseIDs) {
 		}
 	}
 	for _, c := range s.Cases {
-		parts := append([]string(nil), path...)
-		if cn := strings.TrimSpace(c.Classname); cn != "" && cn != strings.TrimSpace(s.Name) {
-			parts = append(parts, cn)
+		if w.left--; w.left <= 0 {
+			if err := w.ctx.Err(); err != nil {
+				return err
+			}
+			w.left = cancelStep
 		}
-		parts = append(parts, c.Name)
-		k := Case{ID: ids.next(parts...), Duration: seconds(c.Time)}
+		cn := strings.TrimSpace(c.Classname)
+		if cn == suite {
+			cn = "" // classname left out when it repeats the suite's name
+		}
+		k := Case{ID: w.ids.nextUnder(path, cn, c.Name), Duration: seconds(c.Time)}
 		switch {
 		case len(c.Errors) > 0:
 			k.Outcome = Errored
@@ -197,11 +261,19 @@ func (r *Run) walk(s *xmlSuite, path []string, ids caseIDs) {
 		r.Cases = append(r.Cases, k)
 	}
 	for i := range s.Suites {
-		r.walk(&s.Suites[i], path, ids)
+		if err := w.walk(&s.Suites[i], path); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-func xmlError(err error, dec *xml.Decoder) error {
+// xmlError maps a decoder error to a CodeInvalid error naming "xml",
+// or to ctx.Err() when the decode stopped because ctx is done.
+func xmlError(ctx context.Context, err error, dec *xml.Decoder) error {
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return cerr
+	}
 	var se *xml.SyntaxError
 	switch {
 	case errors.As(err, &se):

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func LoadTrustedRoot(path string) (*root.TrustedRoot, error) {
 // mapped as decodeStatement does. A message-signature bundle signs one
 // artifact: exactly one --artifact pin must give its digest, and the run
 // is one case, "sigstore message signature", passed.
-func decodeBundle(body []byte, p Params) (*Run, error) {
+func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 	pol := p.Sigstore
 	if pol == nil {
 		var err error
@@ -125,7 +126,7 @@ func decodeBundle(body []byte, p Params) (*Run, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r, err = p.statementRun(st); err != nil {
+		if r, err = p.statementRun(ctx, st); err != nil {
 			return nil, err
 		}
 	} else {

@@ -74,7 +74,7 @@ func TestReadinessJUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := ingest.DecodeJUnit(b)
+	run, err := ingest.DecodeJUnit(context.Background(), b)
 	if err != nil {
 		t.Fatalf("decode: %v\n%s", err, b)
 	}

@@ -10,9 +10,11 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/verify"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
@@ -148,6 +150,9 @@ func (f *recordFlags) params() (ingest.Params, error) {
 		}
 		return strings.TrimSpace(string(out)), nil
 	}
+	if err := gitCheckout(); err != nil {
+		return p, err
+	}
 	commit, err := git("rev-parse", "HEAD")
 	if err != nil {
 		return p, err
@@ -178,6 +183,24 @@ func (f *recordFlags) params() (ingest.Params, error) {
 	return p, nil
 }
 
+// gitCheckout says what is missing when the working directory cannot give
+// --from-git its pins: git itself, a git checkout around the directory, or
+// a commit at HEAD; each error names the flags to pass instead.
+func gitCheckout() error {
+	const instead = "give --repository, --commit and --tree instead of --from-git"
+	if _, err := exec.LookPath("git"); err != nil {
+		return ledger.FieldError("from-git", "git is not installed or not on PATH: %s", instead)
+	}
+	dir, _ := os.Getwd()
+	if out, err := exec.Command("git", "rev-parse", "--is-inside-work-tree").Output(); err != nil || strings.TrimSpace(string(out)) != "true" {
+		return ledger.FieldError("from-git", "%s is not inside a git checkout (a work tree): run ledger record in the checkout the run tested, or %s", clipFlag(dir), instead)
+	}
+	if err := exec.Command("git", "rev-parse", "--verify", "--quiet", "HEAD^{commit}").Run(); err != nil {
+		return ledger.FieldError("from-git", "the git checkout at %s has no commit yet (HEAD names none): commit the tested sources first, or %s", clipFlag(dir), instead)
+	}
+	return nil
+}
+
 func clipFlag(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "…"
@@ -186,7 +209,9 @@ func clipFlag(s string) string {
 }
 
 // recordNative records the ledger's own JSON (an object or an array),
-// signed with the runner key in signKey when it is set.
+// signed with the runner key in signKey when it is set. Locally, every
+// record first passes the refusals POST /api/v1/evidence applies
+// (refuseLocal), so the local database takes exactly what a server would.
 func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem string) (*ledger.AppendResult, error) {
 	trimmed := bytes.TrimSpace(data)
 	var raws []json.RawMessage
@@ -201,11 +226,80 @@ func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem s
 	} else {
 		raws = []json.RawMessage{trimmed}
 	}
+	if local, ok := l.(*localLedger); ok {
+		if err := refuseLocal(ctx, local, raws, trimmed[0] != '['); err != nil {
+			return nil, err
+		}
+	}
 	bodies := make([][]byte, len(raws))
 	for i, r := range raws {
 		bodies[i] = r
 	}
 	return appendSigned(ctx, l, bodies, signKey, idem)
+}
+
+// refuseLocal refuses, for the local database, the ledger JSON records a
+// server refuses on POST /api/v1/evidence (web's signedRecords and
+// stampEvidence), with the same fields: details carrying the server's
+// tree-check marker (gates.RefuseServerMarkers, "details.computed_by"), a
+// plain record carrying signer, and a record carrying recorded_by (set only
+// by the server; a local record has none). A DSSE envelope is verified
+// against the local runner registry and its payload checked the same way.
+// Fields are prefixed "[i]." in an array, as the server's are; single is a
+// body that was one object. No error quotes the records.
+func refuseLocal(ctx context.Context, l *localLedger, raws []json.RawMessage, single bool) error {
+	var reg *ledger.RunnerRegistry
+	for i, raw := range raws {
+		prefix := ""
+		if !single {
+			prefix = fmt.Sprintf("[%d].", i)
+		}
+		body := []byte(raw)
+		env, signer := ledger.EvidenceShape(raw)
+		switch {
+		case env:
+			if reg == nil {
+				loaded, err := ledger.LoadRunnerKeys(ctx, l.Store, 0)
+				if err != nil {
+					return err
+				}
+				reg = &loaded
+			}
+			payload, err := verify.VerifyEvidenceEnvelope(ctx, raw, *reg)
+			if err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+			body = payload
+		case signer:
+			return ledger.FieldError(prefix+ledger.SignerField, "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)")
+		}
+		if err := gates.RefuseServerMarkers(body, prefix); err != nil {
+			return err
+		}
+		if hasMember(body, ledger.RecordedByField) {
+			return ledger.FieldError(prefix+ledger.RecordedByField, "is set only by the server (the token or runner key that recorded the record); remove it")
+		}
+	}
+	return nil
+}
+
+// hasMember reports whether the JSON object body has a top-level member
+// named name in any letter case (escapes in names decoded, as every
+// reader of the record decodes them).
+func hasMember(body []byte, name string) bool {
+	if bytes.IndexByte(body, '\\') < 0 && !bytes.Contains(bytes.ToLower(body), []byte(name)) {
+		return false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false
+	}
+	for k := range top {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // recordFormat records an input of another format: through a server, the
