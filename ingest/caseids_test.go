@@ -429,3 +429,24 @@ func BenchmarkDecodeJUnitDeep2000x20k(b *testing.B) {
 	}
 	benchDecode(b, FormatJUnit, []byte(strings.Repeat(`<testsuite name="s">`, 2000)+c.String()+strings.Repeat(`</testsuite>`, 2000)))
 }
+
+// TestJUnitTimestampKept: a suite timestamp that parses is the run's
+// time whatever its year (evidence validation then refuses one before
+// 1970 or in the future, naming started_at), never silently replaced by
+// the receiving time; only Go's zero time reads as none.
+func TestJUnitTimestampKept(t *testing.T) {
+	for ts, want := range map[string]time.Time{
+		"1960-06-01T00:00:00Z": time.Date(1960, 6, 1, 0, 0, 0, 0, time.UTC),
+		"1970-06-01T00:00:00":  time.Date(1970, 6, 1, 0, 0, 0, 0, time.UTC),
+		"2026-11-30T10:00:00Z": time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC),
+		"0001-01-01T00:00:00":  {},
+	} {
+		r, err := DecodeJUnit(context.Background(), []byte(`<testsuite name="s" tests="1" timestamp="`+ts+`"><testcase name="a"/></testsuite>`))
+		if err != nil {
+			t.Fatalf("%s: %v", ts, err)
+		}
+		if !r.Started.Equal(want) {
+			t.Errorf("timestamp %s: started %v, want %v", ts, r.Started, want)
+		}
+	}
+}

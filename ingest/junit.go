@@ -308,7 +308,12 @@ func seconds(s string) float64 {
 func parseJUnitTime(s string) (time.Time, bool) {
 	s = strings.TrimSpace(s)
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
-		if t, err := time.Parse(layout, s); err == nil && t.Year() > 1970 {
+		// A parsed time is the suite's, whatever its year: evidence
+		// validation then refuses one before 1970 or in the future,
+		// naming started_at (it is never replaced by the receiving time).
+		// Only Go's zero time, which some producers write for "unknown",
+		// is no time.
+		if t, err := time.Parse(layout, s); err == nil && !t.IsZero() {
 			return t.UTC(), true
 		}
 	}

@@ -394,16 +394,16 @@ func (e *Evidence) validateTimes() error { return e.ValidateTimesAt(time.Now()) 
 func (e *Evidence) ValidateTimesAt(now time.Time) error {
 	latest := now.Add(MaxClockSkew)
 	for _, f := range []struct {
-		name string
-		at   time.Time
-	}{{"started_at", e.StartedAt}, {"finished_at", e.FinishedAt}} {
+		name, verb string
+		at         time.Time
+	}{{"started_at", "start", e.StartedAt}, {"finished_at", "end", e.FinishedAt}} {
 		switch {
 		case f.at.IsZero():
 			return FieldError(f.name, "required (RFC 3339)")
 		case f.at.Before(minEvidenceTime):
 			return FieldError(f.name, "is before %s: not the time of a run", minEvidenceTime.Format(time.RFC3339))
 		case f.at.After(latest):
-			return FieldError(f.name, "is %s, more than %s after the receiving clock (%s): a run cannot end in the future", f.at.UTC().Format(time.RFC3339), MaxClockSkew, now.UTC().Format(time.RFC3339))
+			return FieldError(f.name, "is %s, more than %s after the receiving clock (%s): a run cannot %s in the future", f.at.UTC().Format(time.RFC3339), MaxClockSkew, now.UTC().Format(time.RFC3339), f.verb)
 		}
 	}
 	if e.FinishedAt.Before(e.StartedAt) {

@@ -114,6 +114,13 @@ func (g *tokenGuard) Check(ctx context.Context, b ledger.Batch) error {
 		g.c.drop(g.hash)
 		return errTokenChanged
 	}
+	// Live at the batch's clock: a token that expired since its request
+	// was admitted (a slow upload) appends nothing; the re-authentication
+	// answers "expired".
+	if _, err := row.Live(); err != nil {
+		g.c.drop(g.hash)
+		return errTokenChanged
+	}
 	if g.fill {
 		g.c.put(g.hash, cachedToken{tok: g.tok, leaves: row.TokenLeaves})
 	}

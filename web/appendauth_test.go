@@ -1,8 +1,11 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -138,5 +141,62 @@ func TestAppendAuthRevokedBeforeAppend(t *testing.T) {
 	// The revocation is one leaf; the evidence is not appended.
 	if got := e.size(t); got != size+1 {
 		t.Fatalf("log size %d, want %d (the revocation leaf only)", got, size+1)
+	}
+}
+
+// advancingBody is a request body that moves the test clock forward when
+// the handler first reads it: what a slow upload does to the time
+// between a request's admission and its append.
+type advancingBody struct {
+	r       io.Reader
+	advance func()
+	once    sync.Once
+}
+
+func (b *advancingBody) Read(p []byte) (int, error) {
+	b.once.Do(b.advance)
+	return b.r.Read(p)
+}
+
+// TestAppendAuthExpiredDuringUpload: a token live when its request was
+// admitted but expired by the time the append's batch runs (a body sent
+// slowly) appends nothing, for a token authenticated through the store
+// and for a cached one alike: the batch judges the row at its own clock.
+func TestAppendAuthExpiredDuringUpload(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(map[bool]string{false: "first request", true: "cached token"}[cached], func(t *testing.T) {
+			e := newTokenEnv(t, Config{})
+			if cached {
+				if code, b := e.do(t, "POST", "/api/v1/evidence", e.expires, testEvidence(0)); code != http.StatusCreated {
+					t.Fatalf("first POST: %d %s", code, b)
+				}
+			}
+			size := e.size(t)
+			// The clock moves when the server's handler reads the body,
+			// after the request was admitted.
+			inner := e.srv.Config.Handler
+			e.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "POST" {
+					r.Body = io.NopCloser(&advancingBody{r: r.Body, advance: func() { e.advance(2 * time.Hour) }})
+				}
+				inner.ServeHTTP(w, r)
+			})
+			body, _ := json.Marshal(testEvidence(1))
+			req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+e.expires)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if ae := apiError(t, b); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(ae.Message, "expired") {
+				t.Fatalf("append by a token that expired during its upload: %d %s", resp.StatusCode, b)
+			}
+			if got := e.size(t); got != size {
+				t.Fatalf("log grew from %d to %d", size, got)
+			}
+		})
 	}
 }

@@ -432,6 +432,14 @@ func (s *Server) writeJSONCompact(w http.ResponseWriter, status int, v any) {
 // writeError answers err as JSON {code, message, field} through the error
 // table; internal errors are logged with detail.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+		// The client went away (or its deadline passed): nobody reads an
+		// answer, and it is not a server failure. Logged as what it is;
+		// the access line records 499, nginx's "client closed request".
+		s.log.Info("request ended by the client", "method", r.Method, "path", r.URL.Path)
+		w.WriteHeader(499)
+		return
+	}
 	st, body := errorBody(err)
 	if body.Code == ledger.CodeStorageFull {
 		s.storage.degrade(body.Message, s.cfg.Now())
