@@ -2,6 +2,7 @@ package gates
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,8 +17,24 @@ import (
 )
 
 // benchDBVersion keys the cached benchmark database; bump it when the data
-// generator changes.
+// generator changes. The directory also names the schema version
+// (gates-bench-v1-s9), so that code of another schema (the old side of
+// scripts/bench-vs-base.sh) never opens, or migrates, this one's copy.
 const benchDBVersion = "gates-bench-v1"
+
+// benchDBDir is the cached database's directory under os.TempDir().
+func benchDBDir(b *testing.B) string {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	_, latest, err := sqlite.MigrationStatus(context.Background(), db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("%s-s%d", benchDBVersion, latest))
+}
 
 const (
 	benchRecords = 1_000_000
@@ -88,7 +105,7 @@ func benchStore(b *testing.B) benchReader {
 func benchStoreSQLite(b *testing.B) *sqlite.Store {
 	b.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(os.TempDir(), benchDBVersion)
+	dir := benchDBDir(b)
 	path := filepath.Join(dir, "ledger.db")
 	done := filepath.Join(dir, "complete")
 	if _, err := os.Stat(done); err != nil {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-pg-1m.sh: proof and readiness latency at 1,000,000 leaves on
 # PostgreSQL and SQLite in one run. `ledger copy` moves gates' benchmark
-# ledger ($TMPDIR/gates-bench-v1, 1,000,000 evidence records and 5 head
+# ledger ($TMPDIR/gates-bench-v1-s<schema>, 1,000,000 evidence records and 5 head
 # verifications; `go test -run '^$' -bench 'Readiness$' -benchtime 1x
 # ./gates` builds it) into a throwaway cluster (scripts/bench-pg-copy.sh,
 # which times the copy and audits both), then on the copy and on the
@@ -19,14 +19,16 @@ trap 'rm -rf "$bins"' EXIT
 for p in gates ledger/postgres ledger/sqlite; do
   (cd "$root" && go test -c -o "$bins/$(basename $p).test" ./$p)
 done
-export BINS=$bins READY_TIME=${READY_TIME:-20x} PROOF_TIME=${PROOF_TIME:-3000x}
-"$root/scripts/bench-pg-copy.sh" "${TMPDIR:-/tmp}/gates-bench-v1/ledger.db" bash -c '
+# The caches are named by schema version: this tree's.
+schema=$(ls "$root"/migrations/ | sed -n 's/^0*\([0-9][0-9]*\)_.*/\1/p' | sort -n | tail -1)
+export BINS=$bins READY_TIME=${READY_TIME:-20x} PROOF_TIME=${PROOF_TIME:-3000x} GDIR=gates-bench-v1-s$schema LDIR=ledger-bench-s$schema-1000000
+"$root/scripts/bench-pg-copy.sh" "${TMPDIR:-/tmp}/$GDIR/ledger.db" bash -c '
   set -e
-  t=$BINS/tmp; mkdir -p $t/gates-bench-v1 $t/ledger-bench-v8-1000000
-  for d in gates-bench-v1 ledger-bench-v8-1000000; do
+  t=$BINS/tmp; mkdir -p $t/$GDIR $t/$LDIR
+  for d in $GDIR $LDIR; do
     ln "$LEDGER_BENCH_KEY_DIR/ledger.db" "$LEDGER_BENCH_KEY_DIR/ledger.key" "$LEDGER_BENCH_KEY_DIR/ledger.pub" $t/$d/
   done
-  touch $t/gates-bench-v1/complete $t/ledger-bench-v8-1000000/done
+  touch $t/$GDIR/complete $t/$LDIR/done
   for round in 1 2; do
     echo "round $round, load $(cut -d" " -f1-3 /proc/loadavg)"
     (cd gates && $BINS/gates.test -test.run "^$" -test.bench "^BenchmarkReadiness$" -test.benchtime $READY_TIME | grep ^Benchmark | sed "s/^/postgres /")

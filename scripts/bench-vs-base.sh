@@ -13,7 +13,8 @@
 # steadier of the two (wall time includes waiting for the CPU).
 #
 # Each binary gets its own TMPDIR holding a copy of the cached 1,000,000
-# record databases (gates-bench-v1, ledger-bench-*-1000000) when they exist
+# record databases (gates-bench-v1*, ledger-bench-*-1000000; both named by
+# schema version since schema 9) when they exist
 # under $BENCH_CACHE (default /tmp), so neither side migrates or reads the
 # other's schema; when they do not exist the first run of each side fills
 # its own (minutes).
@@ -58,7 +59,7 @@ for v in old new; do mkdir -p "$work/tmp-$v"; done
 dbcopy() {
 	local db pat
 	case $2 in
-	gates) pat=gates-bench-v1 ;;
+	gates) pat='gates-bench-v1*' ;;
 	# Named by schema version (ledger-bench-s9-...) or, before that, v8:
 	# each side's benchmark picks the one of its own schema.
 	ledger/sqlite) pat='ledger-bench-*-1000000' ;;
