@@ -39,7 +39,7 @@ func runKeys(e *ledger.Evidence) []string {
 	}
 	c := *e
 	c.Signer, c.RecordedBy, c.Details = nil, nil, nil
-	b, err := json.Marshal(&c)
+	b, err := ledger.EvidenceJSON(nil, &c)
 	if err != nil {
 		return keys
 	}
@@ -77,8 +77,9 @@ func payloadDigest(env json.RawMessage) (string, bool) {
 // earlier record of the same run. Not safe for concurrent use; one per
 // gate evaluation.
 type runSet struct {
-	first map[string]runFirst // run key -> first record carrying it
-	keys  map[uint64][]string // log index -> its run keys
+	cands []*ledger.EvidenceEntry // registered, keys not yet computed
+	first map[string]runFirst     // run key -> first record carrying it
+	keys  map[uint64][]string     // log index -> its run keys
 }
 
 type runFirst struct {
@@ -90,21 +91,37 @@ func newRunSet() *runSet {
 	return &runSet{first: map[string]runFirst{}, keys: map[uint64][]string{}}
 }
 
-// add registers e as a candidate.
+// add registers e as a candidate. Its run keys are computed when a
+// duplicate is first asked for, and only when two or more candidates are
+// registered (one record alone repeats nothing): readiness reads many
+// gates of one record each.
 func (rs *runSet) add(e *ledger.EvidenceEntry) {
-	ks := runKeys(&e.Evidence)
-	rs.keys[e.Index] = ks
-	for _, k := range ks {
-		if f, ok := rs.first[k]; !ok || e.Index < f.index {
-			rs.first[k] = runFirst{index: e.Index, id: e.ID}
+	rs.cands = append(rs.cands, e)
+}
+
+func (rs *runSet) index() {
+	for _, e := range rs.cands {
+		ks := runKeys(&e.Evidence)
+		rs.keys[e.Index] = ks
+		for _, k := range ks {
+			if f, ok := rs.first[k]; !ok || e.Index < f.index {
+				rs.first[k] = runFirst{index: e.Index, id: e.ID}
+			}
 		}
 	}
+	rs.cands = nil
 }
 
 // duplicate returns why the candidate e does not count as a run of its
 // own (it repeats an earlier record), or "" when it is the first record of
 // each of its runs.
 func (rs *runSet) duplicate(e *ledger.EvidenceEntry) string {
+	if len(rs.keys) == 0 && len(rs.cands) < 2 {
+		return ""
+	}
+	if len(rs.cands) > 0 {
+		rs.index()
+	}
 	for _, k := range rs.keys[e.Index] {
 		f := rs.first[k]
 		if f.index == e.Index {

@@ -126,6 +126,20 @@ func appendEvidence(dst []byte, e *Evidence) (_ []byte, ok bool) {
 	return append(dst, '}'), true
 }
 
+// EvidenceJSON appends e's JSON to dst: encoding/json's bytes (HTML
+// escaping off, no newline), made without reflection when it can be (see
+// appendEvidence). The error is encoding/json's.
+func EvidenceJSON(dst []byte, e *Evidence) ([]byte, error) {
+	if b, ok := appendEvidence(dst, e); ok {
+		return b, nil
+	}
+	b, err := marshalNoEscape(e)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
 // comma appends a comma to dst when something was written after offset n
 // (the start of an object's members).
 func comma(dst []byte, n int) []byte {
