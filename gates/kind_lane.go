@@ -42,6 +42,7 @@ type laneTally struct {
 type laneCandidate struct {
 	e   ledger.EvidenceEntry
 	why string
+	run bool // registered in the run set
 }
 
 // laneCandidates reads every record of g's lane at b's commit, each with
@@ -58,18 +59,24 @@ func (ev *evaluator) laneCandidates(g *Gate, b binding) ([]laneCandidate, *runSe
 		if why == "" {
 			why = laneClaim(&e.Evidence)
 		}
+		run := false
 		if why == "" {
 			why = ev.signerMismatch(&e.Evidence, g)
-			if why == "" {
-				runs.add(&e)
-			}
+			run = why == ""
 			if r, ok := ev.supersededBy(e.ID); ok {
 				why = r
 			}
 		}
-		cands = append(cands, laneCandidate{e, why})
+		cands = append(cands, laneCandidate{e, why, run})
 		return true
 	})
+	// Registered from the slice, once it is read: the callback's record
+	// then does not escape to the heap.
+	for i := range cands {
+		if cands[i].run {
+			runs.add(&cands[i].e)
+		}
+	}
 	return cands, runs, err
 }
 
