@@ -195,16 +195,9 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		}
 		defer stop()
 	}
-	keyDir := c.KeyDir
-	if keyDir == "" {
-		if isPostgres(c.DB) {
-			return fmt.Errorf("serve: a PostgreSQL database needs the key directory (--data-dir)")
-		}
-		path, err := sqlitePath(c.DB)
-		if err != nil {
-			return err
-		}
-		keyDir = filepath.Dir(path)
+	keyDir, err := serveKeyDir(c)
+	if err != nil {
+		return err
 	}
 	st, _, err := openChecked(ctx, c.DB, keyDir, c.Log, false, c.IdempotencyTTL)
 	if err != nil {
@@ -225,24 +218,9 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 			return err
 		}
 	}
-	// Run state has its own handle on the same database.
-	var runStore *runs.Store
-	if isPostgres(c.DB) {
-		rdb, _, err := postgres.Connect(ctx, c.DB, 10*time.Second)
-		if err != nil {
-			return err
-		}
-		runStore = runs.NewPostgres(rdb, nil)
-	} else {
-		path, err := sqlitePath(c.DB)
-		if err != nil {
-			return err
-		}
-		rdb, err := sqlite.OpenAux(path)
-		if err != nil {
-			return err
-		}
-		runStore = runs.New(rdb, nil)
+	runStore, err := openRunStore(ctx, c.DB)
+	if err != nil {
+		return err
 	}
 	defer runStore.Close()
 	c.keyDir = keyDir
@@ -271,17 +249,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	scanCtx, stopScan := context.WithCancel(ctx)
 	defer stopScan()
-	if c.FullScan && !verifiedAtStart {
-		go fullScan(scanCtx, st, c)
-	} else if c.FullScan && c.ScanEvery > 0 {
-		go func() {
-			select {
-			case <-scanCtx.Done():
-			case <-time.After(c.ScanEvery):
-				fullScan(scanCtx, st, c)
-			}
-		}()
-	}
+	startFullScan(scanCtx, st, c, verifiedAtStart)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var stopErr error
@@ -300,6 +268,62 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	}
 	c.Log.Info("ledger stopped")
 	return stopErr
+}
+
+// serveKeyDir is the data directory of c: --data-dir, or the SQLite
+// database's directory (PostgreSQL needs --data-dir).
+func serveKeyDir(c ServeConfig) (string, error) {
+	if c.KeyDir != "" {
+		return c.KeyDir, nil
+	}
+	if isPostgres(c.DB) {
+		return "", fmt.Errorf("serve: a PostgreSQL database needs the key directory (--data-dir)")
+	}
+	path, err := sqlitePath(c.DB)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(path), nil
+}
+
+// openRunStore opens the run state (package runs) on its own handle to
+// the same database as the log.
+func openRunStore(ctx context.Context, db string) (*runs.Store, error) {
+	if isPostgres(db) {
+		rdb, _, err := postgres.Connect(ctx, db, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		return runs.NewPostgres(rdb, nil), nil
+	}
+	path, err := sqlitePath(db)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := sqlite.OpenAux(path)
+	if err != nil {
+		return nil, err
+	}
+	return runs.New(rdb, nil), nil
+}
+
+// startFullScan starts the background full verification (c.FullScan):
+// now, or, when the start already verified the whole log (the tampered
+// marker), after c.ScanEvery.
+func startFullScan(ctx context.Context, st *Store, c ServeConfig, verifiedAtStart bool) {
+	switch {
+	case !c.FullScan:
+	case !verifiedAtStart:
+		go fullScan(ctx, st, c)
+	case c.ScanEvery > 0:
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.ScanEvery):
+				fullScan(ctx, st, c)
+			}
+		}()
+	}
 }
 
 // watchFile checks every c.FileCheckEvery, between appends, that the
