@@ -503,7 +503,11 @@ func (run *batchRun) finish(ctx context.Context) {
 	}
 	if l.opts.OnCheckpoint != nil && size != run.before.size() {
 		if err := l.opts.OnCheckpoint(latest); err != nil {
-			run.fail(internal("committed, but the signed state was not recorded", err))
+			e := internal("committed, but the signed state was not recorded", err)
+			if IsStorageFull(err) {
+				e = &Error{Code: CodeStorageFull, Err: err, Message: "the disk holding the database is full: the records were appended and their checkpoint signed, but the signed-state journal could not record it; free space on the server and send the request again (its records are then answered as existing)"}
+			}
+			run.fail(e)
 			return
 		}
 	}

@@ -236,9 +236,19 @@ func (s *SignedState) write(e SignedEntry, line string) error {
 	if err != nil {
 		return fmt.Errorf("signed state: %w", err)
 	}
+	var before int64 = -1
+	if st, serr := f.Stat(); serr == nil {
+		before = st.Size()
+	}
 	_, err = f.WriteString(line)
 	if err == nil {
 		err = f.Sync()
+	}
+	if err != nil && before >= 0 {
+		// A short write (a full disk) would leave part of the line, and
+		// the next line appended would be glued to it: the journal is
+		// cut back to the lines it held.
+		f.Truncate(before)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

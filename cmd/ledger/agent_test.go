@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -106,7 +105,7 @@ func (e *agentEnv) keygen(name string) string {
 
 type agentProc struct {
 	cmd *exec.Cmd
-	log *bytes.Buffer
+	log *lockedBuffer // stdout and stderr, safe to read while the agent writes
 }
 
 // agent starts `ledger agent` NAME with a new key and labels; approve
@@ -117,8 +116,8 @@ func (e *agentEnv) agent(name string, approve bool, extra ...string) *agentProc 
 	args := append([]string{"--server", e.url, "--token", e.recTok, "agent", "--name", name, "--key", key, "--backend", "cpu",
 		"--commit", testCommit, "--tree", testCommit, "--repository", testRepo, "--dirty", "false", "--poll-wait", "1s"}, extra...)
 	cmd := exec.Command(ledgerBin, args...)
-	buf := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = &syncWriter{w: buf}, &syncWriter{w: buf}
+	buf := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = buf, buf
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
