@@ -189,19 +189,24 @@ const authRowQuery = "SELECT " + tokenCols + ", secret_hash, leaf_idx, revoked_i
 // the row against its leaves (and cache that check by the count).
 func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
 	h := sha256.Sum256([]byte(secret))
-	var row ledger.TokenRow
+	return scanTokenRow(s.d.db.QueryRowContext(ctx, authRowQuery, h[:]), s.d.opts.Now(), "authenticate")
+}
+
+// scanTokenRow reads authRowQuery's answer, read at now: CodeUnauthorized
+// when no row has the secret hash, op names a read failure.
+func scanTokenRow(r *sql.Row, now time.Time, op string) (ledger.TokenRow, error) {
 	var hash []byte
 	var leafIdx, revIdx sql.NullInt64
 	var n int64
-	t, err := scanToken(s.d.db.QueryRowContext(ctx, authRowQuery, h[:]), &hash, &leafIdx, &revIdx, &n)
+	t, err := scanToken(r, &hash, &leafIdx, &revIdx, &n)
 	if errors.Is(err, sql.ErrNoRows) {
-		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
+		return ledger.TokenRow{}, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
 	if err != nil {
-		return row, dbErr("authenticate", err)
+		return ledger.TokenRow{}, dbErr(op, err)
 	}
-	row = ledger.ScannedTokenRow(t, hash, leafIdx, revIdx)
-	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
+	row := ledger.ScannedTokenRow(t, hash, leafIdx, revIdx)
+	row.TokenLeaves, row.ReadAt = uint64(n), now
 	return row, nil
 }
 
@@ -279,20 +284,7 @@ func unixOrNil(t *time.Time) any {
 // the batch's transaction, which holds the log's sequencer lock, so no
 // other server's append (a revocation) commits between it and the batch.
 func (b *batch) TokenRow(ctx context.Context, secretHash []byte) (ledger.TokenRow, error) {
-	var row ledger.TokenRow
-	var hash []byte
-	var leafIdx, revIdx sql.NullInt64
-	var n int64
-	t, err := scanToken(b.tx.QueryRowContext(ctx, authRowQuery, secretHash), &hash, &leafIdx, &revIdx, &n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
-	}
-	if err != nil {
-		return row, dbErr("token row", err)
-	}
-	row = ledger.ScannedTokenRow(t, hash, leafIdx, revIdx)
-	row.TokenLeaves, row.ReadAt = uint64(n), b.d.opts.Now()
-	return row, nil
+	return scanTokenRow(b.tx.QueryRowContext(ctx, authRowQuery, secretHash), b.d.opts.Now(), "token row")
 }
 
 var _ ledger.TokenRowBatch = (*batch)(nil)

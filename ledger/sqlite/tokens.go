@@ -231,18 +231,24 @@ const authRowQuery = "SELECT " + tokenCols + ", leaf_idx, revoked_idx, " +
 // so it is not read back.
 func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
 	h := sha256.Sum256([]byte(secret))
-	var row ledger.TokenRow
+	return scanTokenRow(s.d.r.QueryRowContext(ctx, authRowQuery, h[:]), h[:], s.d.opts.Now(), "authenticate")
+}
+
+// scanTokenRow reads authRowQuery's answer for the row selected by
+// secretHash, read at now: CodeUnauthorized when there is none, op names
+// a read failure.
+func scanTokenRow(r *sql.Row, secretHash []byte, now time.Time, op string) (ledger.TokenRow, error) {
 	var leafIdx, revIdx sql.NullInt64
 	var n int64
-	t, err := scanToken(multiScanner{s.d.r.QueryRowContext(ctx, authRowQuery, h[:]), []any{&leafIdx, &revIdx, &n}})
+	t, err := scanToken(multiScanner{r, []any{&leafIdx, &revIdx, &n}})
 	if errors.Is(err, sql.ErrNoRows) {
-		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
+		return ledger.TokenRow{}, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
 	}
 	if err != nil {
-		return row, dbErr("authenticate", err)
+		return ledger.TokenRow{}, dbErr(op, err)
 	}
-	row = ledger.ScannedTokenRow(t, h[:], leafIdx, revIdx)
-	row.TokenLeaves, row.ReadAt = uint64(n), s.d.opts.Now()
+	row := ledger.ScannedTokenRow(t, secretHash, leafIdx, revIdx)
+	row.TokenLeaves, row.ReadAt = uint64(n), now
 	return row, nil
 }
 
@@ -425,19 +431,7 @@ func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
 // batch's transaction, so that what it reads is what the batch appends
 // under (no other writer commits before the batch does).
 func (b *batch) TokenRow(ctx context.Context, secretHash []byte) (ledger.TokenRow, error) {
-	var row ledger.TokenRow
-	var leafIdx, revIdx sql.NullInt64
-	var n int64
-	t, err := scanToken(multiScanner{b.tx.StmtContext(ctx, b.st.tokenRow).QueryRowContext(ctx, secretHash), []any{&leafIdx, &revIdx, &n}})
-	if errors.Is(err, sql.ErrNoRows) {
-		return row, ledger.Errorf(ledger.CodeUnauthorized, "unknown token")
-	}
-	if err != nil {
-		return row, dbErr("token row", err)
-	}
-	row = ledger.ScannedTokenRow(t, secretHash, leafIdx, revIdx)
-	row.TokenLeaves, row.ReadAt = uint64(n), b.d.opts.Now()
-	return row, nil
+	return scanTokenRow(b.tx.StmtContext(ctx, b.st.tokenRow).QueryRowContext(ctx, secretHash), secretHash, b.d.opts.Now(), "token row")
 }
 
 var _ ledger.TokenRowBatch = (*batch)(nil)
