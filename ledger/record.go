@@ -178,10 +178,7 @@ func prepareEvidence(body []byte, rec *Recorder) (Evidence, []byte, error) {
 		return e, nil, err
 	}
 	e.Normalize()
-	if b, ok := appendEvidence(make([]byte, 0, 640+len(e.Details)), &e); ok {
-		return e, b, nil
-	}
-	b, err := marshalNoEscape(&e)
+	b, err := EvidenceJSON(make([]byte, 0, 640+len(e.Details)), &e)
 	return e, b, err
 }
 

@@ -361,12 +361,7 @@ func watchFile(ctx context.Context, st *Store, c ServeConfig) <-chan error {
 				}
 			}
 			if err := st.Log.CheckStored(ctx); err != nil && !marked {
-				if ts, ok := st.Log.Tampered(); ok && c.keyDir != "" {
-					marked = true
-					if werr := writeTamperMarker(c.keyDir, ts); werr != nil {
-						c.Log.Error("write the tampered marker", "err", werr.Error())
-					}
-				}
+				marked = keepTamperMarker(st, c)
 			}
 		}
 	}()
@@ -378,6 +373,21 @@ func watchFile(ctx context.Context, st *Store, c ServeConfig) <-chan error {
 // (the TamperState as JSON), so that the tampered state outlives the
 // process: the next start verifies the whole log before it serves.
 const TamperMarkerFile = "tampered.json"
+
+// keepTamperMarker writes the log's tamper state, when it has one, as
+// the tampered marker in c's data directory (a failure is logged: the
+// state in memory holds until the process ends either way), and reports
+// whether the log is in that state.
+func keepTamperMarker(st *Store, c ServeConfig) bool {
+	ts, ok := st.Log.Tampered()
+	if !ok || c.keyDir == "" {
+		return ok
+	}
+	if err := writeTamperMarker(c.keyDir, ts); err != nil {
+		c.Log.Error("write the tampered marker", "err", err.Error())
+	}
+	return true
+}
 
 func writeTamperMarker(dir string, ts ledger.TamperState) error {
 	b, err := json.Marshal(ts)
@@ -420,11 +430,7 @@ func scanIfMarked(ctx context.Context, st *Store, c ServeConfig) (verified bool,
 		}
 		c.Log.Info("the log verifies again: the tampered marker is removed", "size", cp.Size)
 	case errors.As(err, &te):
-		if ts, ok := st.Log.Tampered(); ok {
-			if err := writeTamperMarker(c.keyDir, ts); err != nil {
-				c.Log.Error("write the tampered marker", "err", err.Error())
-			}
-		}
+		keepTamperMarker(st, c)
 	default:
 		return false, fmt.Errorf("serve: the full verification a previous finding requires (%s) could not finish: %w", path, err)
 	}
@@ -464,11 +470,7 @@ func fullScanOnce(ctx context.Context, st *Store, c ServeConfig) bool {
 	case errors.As(err, &te):
 		// FullScan logged the tampering and set the state; the marker
 		// keeps it across a restart.
-		if ts, ok := st.Log.Tampered(); ok && c.keyDir != "" {
-			if err := writeTamperMarker(c.keyDir, ts); err != nil {
-				c.Log.Error("full verification: write the tampered marker", "err", err.Error())
-			}
-		}
+		keepTamperMarker(st, c)
 	case ctx.Err() != nil:
 		c.Log.Info("full verification stopped", "size", cp.Size)
 	default:
