@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"golang.org/x/mod/sumdb/note"
@@ -185,14 +184,14 @@ func leafProblem(e Entry) string {
 	if LeafHash(e.Raw) != e.LeafHash {
 		return "does not match its leaf hash"
 	}
-	var lf Leaf
-	if err := json.Unmarshal(e.Raw, &lf); err != nil {
+	h, body, at, err := leafHead(e.Raw)
+	if err != nil {
 		return "is not a leaf"
 	}
-	if lf.Index != e.Index || lf.Kind != e.Kind || lf.ID != e.ID || !lf.RecordedAt.Equal(e.RecordedAt) {
+	if h.Index != e.Index || h.Kind != e.Kind || h.ID != e.ID || !at.Equal(e.RecordedAt) {
 		return "does not match the index, kind, id or time its bytes carry"
 	}
-	if EntryID(lf.Kind, lf.Body) != lf.ID {
+	if EntryID(h.Kind, body) != h.ID {
 		return "does not match its content id"
 	}
 	return ""

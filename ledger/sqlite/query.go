@@ -28,12 +28,9 @@ func scanEntry(sc scanner) (ledger.Entry, error) {
 	e.Kind = ledger.Kind(kind)
 	e.RecordedAt = time.Unix(0, rec).UTC()
 	copy(e.LeafHash[:], lh)
-	var l ledger.Leaf
-	if err := json.Unmarshal(e.Raw, &l); err != nil {
-		return e, errors.New("stored leaf is not valid JSON: run ledger audit")
-	}
-	e.Body = l.Body
-	return e, nil
+	body, err := ledger.LeafBody(e.Raw)
+	e.Body = body
+	return e, err
 }
 
 // entryByID finds a leaf by content id through the id tables (ids.go).
