@@ -11,6 +11,7 @@ export GOTOOLCHAIN ?= go1.26.11
 .PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean
 
 build:
+	@echo "building ./bin (the first build compiles the pure-Go SQLite: a few minutes on two cores)"
 	$(GO) build -trimpath -o $(BIN) ./cmd/ledger
 	$(GO) build -trimpath -o $(dir $(BIN))ledger-ref-adapter ./cmd/ledger-ref-adapter
 	$(GO) build -trimpath -o $(dir $(BIN))ledger-load ./cmd/ledger-load
@@ -36,7 +37,7 @@ serve: build
 PG_PACKAGES ?= ./web ./gates ./runs
 test:
 	@mkdir -p var
-	@echo "go test -race ./... (full log: var/test.log)"
+	@echo "go test -race ./... (full log: var/test.log; tail -f it to follow; about 15 minutes on two cores)"
 	@CGO_ENABLED=1 $(GO) test -race -timeout 45m -v ./... >var/test.log 2>&1; rc=$$?; ./scripts/test-summary.sh var/test.log; \
 	if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	  echo "PostgreSQL pass: LEDGER_TEST_STORE=postgres go test $(PG_PACKAGES) (full log: var/test-postgres.log)"; \
