@@ -91,17 +91,14 @@ load: build
 load-short: build
 	LEDGER_BIN=$(BIN) LEDGER_LOAD_BIN=$(dir $(BIN))ledger-load LOAD_WRITERS=8 LOAD_READERS=8 LOAD_ALONE=3s LOAD_DURATION=5s ./scripts/load.sh
 
+# The record decoders' and the ingest route's fuzz targets for 30 s each.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzPrepareEvidence -fuzztime 30s ./ledger
-	$(GO) test -run '^$$' -fuzz FuzzPostEvidence -fuzztime 30s ./web
-	$(MAKE) fuzz-ingest FUZZTIME=30s
+	GO="$(GO)" FUZZTIME=30s FUZZ_ONLY='/ledger FuzzPrepareEvidence$$|/web FuzzPostEvidence$$|/ingest Fuzz' ./scripts/fuzz-short.sh
 
 # Each ingest decoder's fuzz target in turn for FUZZTIME each (CI runs them
 # through fuzz-short, which lists every Fuzz* target).
 fuzz-ingest:
-	for f in FuzzJUnit FuzzGoTest FuzzStatement FuzzDSSE FuzzBundle FuzzDetect; do \
-		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./ingest || exit 1; \
-	done
+	GO="$(GO)" FUZZTIME=$(FUZZTIME) FUZZ_ONLY='/ingest Fuzz' ./scripts/fuzz-short.sh
 
 # Every Fuzz* target of the repository for FUZZTIME each (CI runs this after
 # `make test`); targets are listed by `go test -list`, so a new fuzzer runs

@@ -19,13 +19,13 @@ type LeafHead struct {
 // {"v":1,"index":N,"kind":"K","id":"I","recorded_at":"T","body":B})
 // without a JSON decoder, and returns the head and B, a subslice of raw.
 // ok is false for anything else, including a string that holds an escape,
-// a control character or a non-ASCII byte, or an index with a leading
-// zero or beyond uint64, or white space around B; a caller then decodes raw as JSON (LeafBody
-// does). B itself is not checked: whenever it is valid JSON, raw is a
-// JSON object with exactly Leaf's fields and json.Unmarshal gives the same
-// index, kind, id, time text and body (FuzzSplitLeaf). A caller that
-// trusts the bytes' content checks them against the leaf hash and the
-// content id (VerifiedStore does). Safe for concurrent use.
+// a control character or a non-ASCII byte, an index with a leading zero
+// or beyond uint64, or white space around B; a caller then decodes raw as
+// JSON (LeafBody does). B itself is not checked: whenever it is valid
+// JSON, raw is a JSON object with exactly Leaf's fields and json.Unmarshal
+// gives the same index, kind, id, time text and body (FuzzSplitLeaf). A
+// caller that trusts the bytes' content checks them against the leaf hash
+// and the content id (VerifiedStore does). Safe for concurrent use.
 func SplitLeaf(raw []byte) (h LeafHead, body []byte, ok bool) {
 	p, ok := cutPrefix(raw, `{"v":1,"index":`)
 	if !ok {
@@ -43,11 +43,10 @@ func SplitLeaf(raw []byte) (h LeafHead, body []byte, ok bool) {
 		return h, nil, false
 	}
 	p = p[n:]
-	var kind, at []byte
+	var kind, id, at []byte
 	if kind, p, ok = leafString(p, `,"kind":"`); !ok {
 		return h, nil, false
 	}
-	var id []byte
 	if id, p, ok = leafString(p, `,"id":"`); !ok {
 		return h, nil, false
 	}
@@ -102,15 +101,12 @@ func LeafBody(raw []byte) (json.RawMessage, error) {
 	if _, body, ok := SplitLeaf(raw); ok {
 		return body, nil
 	}
-	var l Leaf
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return nil, errLeafJSON
-	}
-	return l.Body, nil
+	l, err := decodeLeafJSON(raw)
+	return l.Body, err
 }
 
-// leafHead returns raw's head and body, through SplitLeaf or, when raw is
-// not in the canonical layout, by decoding it.
+// leafHead returns raw's head, body and time, through SplitLeaf or, when
+// raw is not in the canonical layout, by decoding it.
 func leafHead(raw []byte) (LeafHead, []byte, time.Time, error) {
 	if h, body, ok := SplitLeaf(raw); ok {
 		t, err := time.Parse(time.RFC3339Nano, h.RecordedAt)
@@ -119,9 +115,16 @@ func leafHead(raw []byte) (LeafHead, []byte, time.Time, error) {
 		}
 		return h, body, t, nil
 	}
+	l, err := decodeLeafJSON(raw)
+	return LeafHead{Index: l.Index, Kind: l.Kind, ID: l.ID}, l.Body, l.RecordedAt, err
+}
+
+// decodeLeafJSON decodes raw as a Leaf with encoding/json, for bytes
+// outside SplitLeaf's layout; its error is errLeafJSON.
+func decodeLeafJSON(raw []byte) (Leaf, error) {
 	var l Leaf
 	if err := json.Unmarshal(raw, &l); err != nil {
-		return LeafHead{}, nil, time.Time{}, errLeafJSON
+		return Leaf{}, errLeafJSON
 	}
-	return LeafHead{Index: l.Index, Kind: l.Kind, ID: l.ID}, l.Body, l.RecordedAt, nil
+	return l, nil
 }
