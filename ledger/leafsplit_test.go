@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,4 +85,46 @@ func FuzzSplitLeaf(f *testing.F) {
 			t.Fatalf("%q: split %+v %q, decoded %+v", raw, h, body, l)
 		}
 	})
+}
+
+// TestLeafProblemEditedLeaf: a stored leaf whose content was edited and
+// rehashed (leaf_hash recomputed by whoever edited the row) is never taken
+// as the entry it claims to be, whether or not the edit keeps SplitLeaf's
+// layout. An edit of the bytes alone (an escape, another key order) that
+// keeps the content passes this check; its new leaf hash is then not in the
+// signed tree, which VerifiedStore.check refuses (ledger/sqlite/verifyread_test.go).
+func TestLeafProblemEditedLeaf(t *testing.T) {
+	body := `{"lane":"x/v1","status":"failed"}`
+	at := time.Unix(1700000000, 5).UTC()
+	raw, err := EncodeLeaf(Leaf{V: 1, Index: 27, Kind: KindEvidence, ID: EntryID(KindEvidence, []byte(body)), RecordedAt: at, Body: json.RawMessage(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Entry{Index: 27, ID: EntryID(KindEvidence, []byte(body)), Kind: KindEvidence, RecordedAt: at, Raw: raw, LeafHash: LeafHash(raw)}
+	if p := leafProblem(e); p != "" {
+		t.Fatalf("genuine leaf: %s", p)
+	}
+	passed := `{"lane":"x/v1","status":"passed"}`
+	s := string(raw)
+	for name, edited := range map[string]string{
+		"body changed":       strings.Replace(s, body, passed, 1),
+		"second body key":    strings.TrimSuffix(s, "}") + `,"body":` + passed + `}`,
+		"space around body":  strings.Replace(s, `"body":`+body, `"body": `+passed+` `, 1),
+		"other index":        strings.Replace(s, `"index":27`, `"index":28`, 1),
+		"leading-zero index": strings.Replace(s, `"index":27`, `"index":027`, 1),
+	} {
+		ed := e
+		ed.Raw = []byte(edited)
+		ed.LeafHash = LeafHash(ed.Raw)
+		if edited == s {
+			t.Fatalf("%s: the edit changed nothing", name)
+		}
+		// The row's id column follows the edit too where the edit is of the body.
+		if b, err := LeafBody(ed.Raw); err == nil && json.Valid(b) && name == "body changed" {
+			ed.ID = EntryID(KindEvidence, b)
+		}
+		if p := leafProblem(ed); p == "" {
+			t.Errorf("%s: %s taken as genuine", name, edited)
+		}
+	}
 }
