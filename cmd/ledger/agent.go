@@ -39,6 +39,7 @@ type agentConfig struct {
 	Tree          string
 	Dirty         string
 	PollWait      time.Duration
+	Heartbeat     time.Duration
 	ExpectDevices int
 	MaxRuns       int
 }
@@ -85,6 +86,7 @@ Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
 	f.StringVar(&c.Tree, "tree", "", "tree id of the source commit (default: from git)")
 	f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
 	f.DurationVar(&c.PollWait, "poll-wait", 20*time.Second, "how long one poll for a run waits (the server caps it)")
+	f.DurationVar(&c.Heartbeat, "heartbeat", 0, "how often a held lease is extended, which bounds how late a cancel is seen (0 or more than a third of the lease: a third of the lease)")
 	f.IntVar(&c.ExpectDevices, "expect-devices", 0, "health probe: the number of devices this host must have (cuda: counted by nvidia-smi; 0: at least one)")
 	f.IntVar(&c.MaxRuns, "max-runs", 0, "exit after this many runs (0: run until interrupted)")
 	cmd.AddCommand(newAgentApproveCmd(a), newAgentRemoveCmd(a), newAgentListCmd(a))
@@ -236,6 +238,9 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	}
 	if !ledger.ValidRunnerName(c.Name) {
 		return errExit(2, "--name %q: must be 1-64 of [a-z0-9._-] starting alphanumeric", c.Name)
+	}
+	if c.Heartbeat < 0 {
+		return errExit(2, "--heartbeat %s: must not be negative", c.Heartbeat)
 	}
 	labels, err := runs.ParseLabels(c.Labels)
 	if err != nil {
@@ -404,19 +409,26 @@ var (
 	errLeaseLost = errors.New("the lease was lost")
 )
 
-// supervise extends lease l every third of its length until work ends,
-// sending the progress take returns; it stops the workload with
+// supervise extends lease l every --heartbeat (at most, and by default,
+// a third of its length) until work ends, and at once when started is
+// closed (the first lane reported progress: the run shows running from
+// then), sending the progress take returns; it stops the workload with
 // errCanceled when the server answers canceling, and with errLeaseLost
 // when the server refuses the lease. Transport errors are retried on the
 // next tick.
-func (ag *agent) supervise(ctx, work context.Context, stop context.CancelCauseFunc, l *runs.LeaseAnswer, take func() *runs.Progress, log *slog.Logger) {
+func (ag *agent) supervise(ctx, work context.Context, stop context.CancelCauseFunc, l *runs.LeaseAnswer, started <-chan struct{}, take func() *runs.Progress, log *slog.Logger) {
 	every := max(time.Duration(l.LeaseTTLMS)*time.Millisecond/3, 20*time.Millisecond)
+	if ag.c.Heartbeat > 0 {
+		every = min(every, ag.c.Heartbeat)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-work.Done():
 			return
+		case <-started:
+			started = nil
 		case <-t.C:
 		}
 		hb, err := ag.api.Heartbeat(ctx, l.Run.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: take()})
@@ -437,9 +449,9 @@ func (ag *agent) supervise(ctx, work context.Context, stop context.CancelCauseFu
 }
 
 // runLease runs one leased attempt and returns the health verdict of its
-// probe. The supervisor goroutine extends the lease every third of its
-// length, whatever the lanes do, and stops the workload when the server
-// says canceling or refuses the lease.
+// probe. The supervisor goroutine extends the lease (see supervise),
+// whatever the lanes do, and stops the workload when the server says
+// canceling or refuses the lease.
 func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	log := ag.a.log.With("run", l.Run.ID, "attempt", l.Attempt)
 	log.Info("agent took a run", "lanes", strings.Join(l.Run.Lanes, ","), "backend", l.Run.Backend)
@@ -447,12 +459,19 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	defer stop(nil)
 	var mu sync.Mutex
 	var prog *runs.Progress
-	setProgress := func(p runs.Progress) { mu.Lock(); prog = &p; mu.Unlock() }
+	started := make(chan struct{})
+	var once sync.Once
+	setProgress := func(p runs.Progress) {
+		mu.Lock()
+		prog = &p
+		mu.Unlock()
+		once.Do(func() { close(started) })
+	}
 	take := func() *runs.Progress { mu.Lock(); defer mu.Unlock(); p := prog; prog = nil; return p }
 	superDone := make(chan struct{})
 	go func() {
 		defer close(superDone)
-		ag.supervise(ctx, work, stop, l, take, log)
+		ag.supervise(ctx, work, stop, l, started, take, log)
 	}()
 	var st *stager
 	finish := func(req runs.FinishRequest) { ag.finish(ctx, l, st, req, log) }

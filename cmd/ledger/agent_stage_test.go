@@ -207,11 +207,6 @@ func TestStagedEvidenceGoneAfterServerRestart(t *testing.T) {
 	// The real agent: quickLane is staged, then the server is killed while
 	// slowLane runs.
 	w := e.agent("worker", true, "--max-runs", "1")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log:\n%s", w.log.String())
-		}
-	})
 	r2 := e.queue(runs.Spec{Lanes: []string{quickLane, slowLane}, Backend: ledger.BackendCPU})
 	e.waitFor(60*time.Second, "the agent staged "+quickLane, func() bool {
 		return strings.Contains(w.log.String(), "agent staged a lane's evidence") || runs.Final(e.run(r2.ID).State)

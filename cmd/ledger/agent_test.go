@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +22,8 @@ import (
 )
 
 // The agent tests run a real `ledger serve` and real `ledger agent`
-// processes on loopback, with short leases (--lease-ttl 2s) so that
+// processes on loopback, with short leases (--lease-ttl 5s: a heartbeat
+// every 1.7 s, so one may come 3 s late on a loaded CI machine) so that
 // expiry is quick.
 
 const (
@@ -45,6 +47,7 @@ type agentEnv struct {
 	admCl   *client.Client
 	runCl   *client.Client
 	srvArgs []string
+	agents  map[string]*agentProc // by name, their logs printed when the test fails
 }
 
 func newAgentEnv(t *testing.T) *agentEnv {
@@ -52,12 +55,20 @@ func newAgentEnv(t *testing.T) *agentEnv {
 	if testing.Short() {
 		t.Skip("agent tests start real server and agent processes: skipped with -short")
 	}
-	e := &agentEnv{t: t, dir: t.TempDir()}
+	e := &agentEnv{t: t, dir: t.TempDir(), agents: map[string]*agentProc{}}
 	e.db = filepath.Join(e.dir, "ledger.db")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for name, a := range e.agents {
+			t.Logf("log of agent %s:\n%s", name, a.log.String())
+		}
+	})
 	e.admin = e.token("adm", "admin")
 	e.runTok = e.token("release", "run")
 	e.recTok = e.token("agents", "record")
-	e.srvArgs = []string{"--lease-ttl", "2s", "--poll-wait", "2s"}
+	e.srvArgs = []string{"--lease-ttl", "5s", "--poll-wait", "2s"}
 	e.start()
 	return e
 }
@@ -114,7 +125,7 @@ func (e *agentEnv) agent(name string, approve bool, extra ...string) *agentProc 
 	e.t.Helper()
 	key := e.keygen(name)
 	args := append([]string{"--server", e.url, "--token", e.recTok, "agent", "--name", name, "--key", key, "--backend", "cpu",
-		"--commit", testCommit, "--tree", testCommit, "--repository", testRepo, "--dirty", "false", "--poll-wait", "1s"}, extra...)
+		"--commit", testCommit, "--tree", testCommit, "--repository", testRepo, "--dirty", "false", "--poll-wait", "1s", "--heartbeat", "300ms"}, extra...)
 	cmd := exec.Command(ledgerBin, args...)
 	buf := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
@@ -122,6 +133,8 @@ func (e *agentEnv) agent(name string, approve bool, extra ...string) *agentProc 
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p := &agentProc{cmd: cmd, log: buf}
+	e.agents[name] = p
 	e.waitFor(20*time.Second, "agent "+name+" registers", func() bool {
 		as, _ := e.admCl.Agents(context.Background())
 		for _, a := range as {
@@ -136,7 +149,7 @@ func (e *agentEnv) agent(name string, approve bool, extra ...string) *agentProc 
 			e.t.Fatalf("agent approve %s: %s", name, se)
 		}
 	}
-	return &agentProc{cmd: cmd, log: buf}
+	return p
 }
 
 func (e *agentEnv) waitFor(d time.Duration, what string, cond func() bool) {
@@ -171,16 +184,20 @@ func (e *agentEnv) run(id string) runs.Run {
 func (e *agentEnv) waitState(id string, d time.Duration, states ...string) runs.Run {
 	e.t.Helper()
 	var r runs.Run
-	e.waitFor(d, "run "+id+" is "+strings.Join(states, " or "), func() bool {
+	end := time.Now().Add(d)
+	for {
 		r = e.run(id)
-		for _, s := range states {
-			if r.State == s {
-				return true
-			}
+		if slices.Contains(states, r.State) {
+			return r
 		}
-		return false
-	})
-	return r
+		if runs.Final(r.State) {
+			e.t.Fatalf("run %s became %s, not %s: %+v", id, r.State, strings.Join(states, " or "), r)
+		}
+		if time.Now().After(end) {
+			e.t.Fatalf("timed out after %s waiting until run %s is %s: it is %+v", d, id, strings.Join(states, " or "), r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // evidenceOf counts the evidence records of lane in the log.
@@ -247,7 +264,7 @@ func TestAgentKilledLeaseExpiresSecondAgentFinishes(t *testing.T) {
 	}
 	_ = a1.cmd.Wait()
 	killed := time.Now()
-	// The lease (2s) expires and the run is queued again as attempt 2.
+	// The lease (5 s) expires and the run is queued again as attempt 2.
 	back := e.waitState(r.ID, 30*time.Second, runs.Queued)
 	t.Logf("lease expiry detected %s after the kill", time.Since(killed).Round(time.Millisecond))
 	if len(back.Attempts) != 1 || back.Attempts[0].Outcome != "infrastructure" || back.Attempts[0].Agent != "first" {
@@ -298,12 +315,7 @@ func TestServerRestartKeepsQueuedAndLeasedRuns(t *testing.T) {
 	e.srvArgs = []string{"--lease-ttl", "6s", "--poll-wait", "2s", "--addr", strings.TrimPrefix(e.url, "http://")}
 	e.restart()
 	queued := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Labels: map[string]string{"gpu": "later"}})
-	w := e.agent("worker", true, "--max-runs", "1")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log:\n%s", w.log.String())
-		}
-	})
+	e.agent("worker", true, "--max-runs", "1")
 	leased := e.queue(runs.Spec{Lanes: []string{slowLane}, Backend: ledger.BackendCPU})
 	e.waitState(leased.ID, 60*time.Second, runs.Running, runs.Leased)
 	e.restart()
@@ -453,5 +465,29 @@ func TestAgentTakesOnlyDeclaredLanes(t *testing.T) {
 	mine := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Commit: testCommit})
 	if l, err := a.Poll(ctx, time.Second, "ok"); err != nil || l == nil || l.Run.ID != mine.ID {
 		t.Fatalf("the agent was not given the run it serves: %+v %v", l, err)
+	}
+}
+
+// TestAgentUsageErrors: bad agent flags exit 2 naming the flag, before
+// anything is registered.
+func TestAgentUsageErrors(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "a.key")
+	if _, se, code := runBin(t, "", "runner", "keygen", key); code != 0 {
+		t.Fatalf("keygen: %s", se)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--name", "a"}, "--key is required"},
+		{[]string{"--key", key, "--name", "Bad Name"}, "--name"},
+		{[]string{"--key", key, "--name", "a", "--heartbeat", "-1s"}, "--heartbeat -1s: must not be negative"},
+		{[]string{"--key", key, "--name", "a", "--backend", "tpu"}, "--backend \"tpu\""},
+	} {
+		args := append([]string{"--server", "http://127.0.0.1:1", "--token", "x", "agent"}, c.args...)
+		_, se, code := runBin(t, "", args...)
+		if code != 2 || !strings.Contains(se, c.want) {
+			t.Errorf("ledger %s: exit %d, stderr %q; want exit 2 naming %q", strings.Join(args, " "), code, se, c.want)
+		}
 	}
 }

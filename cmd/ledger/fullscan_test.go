@@ -341,9 +341,17 @@ func TestTamperedStateOutlivesRestart(t *testing.T) {
 			t.Fatal("healthz never degraded after the projection edit")
 		}
 	}
+	// The marker is written right after the finding is published (the
+	// in-memory state comes first, so signing stops at once): wait for it.
 	marker := filepath.Join(dir, TamperMarkerFile)
-	if _, err := os.Stat(marker); err != nil {
-		t.Fatalf("no tampered marker after the finding: %v", err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := os.Stat(marker)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no tampered marker 10 s after the finding: %v", err)
+		}
 	}
 	srv.Process.Kill()
 	srv.Wait()
