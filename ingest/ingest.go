@@ -227,6 +227,9 @@ func Detect(name string, body []byte) (string, error) {
 	if json.Unmarshal(b, &probe) != nil {
 		return "", ledger.FieldError("format", "not one JSON value nor a test2json stream: give --format")
 	}
+	if err := foreignDocument(probe); err != nil {
+		return "", err
+	}
 	var mt string
 	_ = json.Unmarshal(probe["mediaType"], &mt)
 	switch {
@@ -240,6 +243,26 @@ func Detect(name string, body []byte) (string, error) {
 		return FormatInToto, nil
 	}
 	return FormatEvidence, nil
+}
+
+// foreignDocument refuses, naming what it is, a JSON document of another
+// attestation tool that no format here decodes whole (probe: its top-level
+// members):
+//   - an npm registry attestations list ({"attestations": [{predicateType,
+//     bundle}]}, registry.npmjs.org/-/npm/v1/attestations): each bundle in
+//     it is a Sigstore bundle, recorded on its own;
+//   - gcloud's `artifacts docker images describe --show-provenance` output
+//     ({"image_summary", "provenance_summary"}): Google Cloud Build's DSSE
+//     envelopes are signed by Cloud KMS keys this ledger has no trust
+//     setting for.
+func foreignDocument(probe map[string]json.RawMessage) error {
+	switch {
+	case probe["attestations"] != nil && probe["_type"] == nil && probe["payloadType"] == nil:
+		return ledger.FieldError("attestations", "an npm registry attestations list: record each attestations[i].bundle on its own, as a Sigstore bundle")
+	case probe["provenance_summary"] != nil:
+		return ledger.FieldError("provenance_summary", "Google Cloud Build provenance (gcloud describe output): its envelopes are signed by Cloud KMS keys this ledger has no trust setting for, so it is not recorded")
+	}
+	return nil
 }
 
 func decodeNative(body []byte) (*Result, error) {
@@ -257,6 +280,12 @@ func decodeNative(body []byte) (*Result, error) {
 			return nil, ledger.FieldError("", "empty array: nothing to record")
 		}
 	case trimmed[0] == '{':
+		var probe map[string]json.RawMessage
+		if json.Unmarshal(trimmed, &probe) == nil {
+			if err := foreignDocument(probe); err != nil {
+				return nil, err
+			}
+		}
 		raws = []json.RawMessage{trimmed}
 	default:
 		return nil, ledger.FieldError("", "body must be a JSON object or array")

@@ -209,7 +209,7 @@ func decodeDSSE(ctx context.Context, body []byte, p Params) (*Run, error) {
 		} `json:"signatures"`
 	}
 	if json.Unmarshal(body, &certEnv) == nil && len(certEnv.Signatures) > 0 && certEnv.Signatures[0].Cert != "" {
-		return nil, ledger.FieldError("signatures[0].cert", "a certificate-signed envelope is verified through its transparency-log entry: send its Sigstore bundle")
+		return nil, refuseCertEnvelope(body, p)
 	}
 	if p.Envelopes == nil {
 		return nil, ledger.Errorf(ledger.CodeUnauthorized, "no runner-key registry to verify a DSSE envelope against")

@@ -3,17 +3,24 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore-go/pkg/verify"
+	"github.com/sigstore/sigstore/pkg/signature"
 	"gopkg.in/yaml.v3"
 )
 
@@ -59,27 +66,17 @@ func LoadTrustedRoot(path string) (*root.TrustedRoot, error) {
 // artifact: exactly one --artifact pin must give its digest, and the run
 // is one case, "sigstore message signature", passed.
 func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
-	pol := p.Sigstore
-	if pol == nil {
-		var err error
-		if pol, err = p.SigstoreTrust.Policy(p.Lane, p.Token); err != nil {
-			return nil, err
-		}
-	}
-	if pol.TrustedRoot == nil {
-		_, err := (*SigstoreConfig)(nil).Policy(p.Lane, p.Token)
+	pol, err := p.sigstorePolicy()
+	if err != nil {
 		return nil, err
-	}
-	for _, re := range []string{pol.IssuerRegexp, pol.SANRegexp} {
-		if re != "" {
-			if _, err := regexp.Compile(re); err != nil {
-				return nil, ledger.FieldError("policy", "bad identity regular expression: %v", err)
-			}
-		}
 	}
 	var b bundle.Bundle
 	if err := b.UnmarshalJSON(body); err != nil {
 		return nil, ledger.FieldError("bundle", "not a valid Sigstore bundle: %s", clip(err.Error()))
+	}
+	if vc, err := b.VerificationContent(); err == nil && vc.Certificate() == nil {
+		return nil, &ledger.Error{Code: ledger.CodeUnauthorized, Field: "bundle.verificationMaterial",
+			Message: "signed by a public key, not a Fulcio certificate: this ledger takes Sigstore bundles whose certificate identity a lane's policy names"}
 	}
 	content, err := b.SignatureContent()
 	if err != nil {
@@ -118,15 +115,20 @@ func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 	}
 	res, err := v.Verify(&b, verify.NewPolicy(artifact, verify.WithCertificateIdentity(id)))
 	if err != nil {
-		return nil, bundleError(err)
+		return nil, bundleReason(body, &b, pol, err)
 	}
 	var r *Run
 	if statement != nil {
 		st, err := DecodeStatement(statement)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			r, err = p.statementRun(ctx, st)
 		}
-		if r, err = p.statementRun(ctx, st); err != nil {
+		if le := (*ledger.Error)(nil); errors.As(err, &le) {
+			c := *le
+			c.Message += " (the bundle verified: its Statement is refused)"
+			return nil, &c
+		}
+		if err != nil {
 			return nil, err
 		}
 	} else {
@@ -141,11 +143,95 @@ func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 	return r, nil
 }
 
+// sigstorePolicy is the Sigstore policy p's lane and token are judged
+// by: p.Sigstore, else the server's trust setting's rule for them. It is
+// CodePrecondition when there is none (naming --sigstore-trusted-root) and
+// CodeInvalid when an identity regular expression does not compile.
+func (p Params) sigstorePolicy() (*SigstorePolicy, error) {
+	pol := p.Sigstore
+	if pol == nil {
+		var err error
+		if pol, err = p.SigstoreTrust.Policy(p.Lane, p.Token); err != nil {
+			return nil, err
+		}
+	}
+	if pol.TrustedRoot == nil {
+		_, err := (*SigstoreConfig)(nil).Policy(p.Lane, p.Token)
+		return nil, err
+	}
+	for _, re := range []string{pol.IssuerRegexp, pol.SANRegexp} {
+		if re != "" {
+			if _, err := regexp.Compile(re); err != nil {
+				return nil, ledger.FieldError("policy", "bad identity regular expression: %v", err)
+			}
+		}
+	}
+	return pol, nil
+}
+
+// bundleReason names, for a bundle (body, parsed as b) sigstore-go
+// refused with err, the first check a reader can tell apart that fails, since sigstore-go
+// reports a bad DSSE signature and a bad signed entry timestamp alike
+// ("not enough verified log entries"): the DSSE signature with the
+// certificate's key, then the entries' inclusion promises with the
+// trusted root's Rekor keys; otherwise bundleError's reading of err.
+// sigstore-go's verdict stands either way: this only names it.
+func bundleReason(body []byte, b *bundle.Bundle, pol *SigstorePolicy, err error) error {
+	refused := func(field, msg string) error {
+		return &ledger.Error{Code: ledger.CodeUnauthorized, Field: field, Message: msg}
+	}
+	content, cerr := b.SignatureContent()
+	vc, verr := b.VerificationContent()
+	if cerr == nil && verr == nil && vc.Certificate() != nil && content.EnvelopeContent() != nil {
+		env := content.EnvelopeContent().RawEnvelope()
+		payload, perr := base64.StdEncoding.DecodeString(env.Payload)
+		if perr != nil || len(env.Signatures) != 1 {
+			return bundleError(err)
+		}
+		var raw struct {
+			DSSE struct {
+				Signatures []struct {
+					Sig string `json:"sig"`
+				} `json:"signatures"`
+			} `json:"dsseEnvelope"`
+		}
+		rawSig := env.Signatures[0].Sig
+		if json.Unmarshal(body, &raw) == nil && len(raw.DSSE.Signatures) == 1 {
+			rawSig = raw.DSSE.Signatures[0].Sig // as sent: the parsed bundle's is re-encoded
+		}
+		sig, serr := base64.StdEncoding.Strict().DecodeString(rawSig)
+		if serr != nil {
+			return refused("dsseEnvelope.signatures[0].sig", "not canonical base64 (RFC 4648 section 3.5: its padding bits must be zero)")
+		}
+		sv, lerr := signature.LoadVerifier(vc.Certificate().PublicKey, crypto.SHA256)
+		if lerr != nil || sv.VerifySignature(bytes.NewReader(sig), bytes.NewReader(dsse.PAE(env.PayloadType, payload))) != nil {
+			return refused("dsseEnvelope.signatures[0]", "the DSSE signature does not verify with the certificate's key")
+		}
+	}
+	if entries, terr := b.TlogEntries(); terr == nil && len(entries) > 0 {
+		promised, promiseOK := 0, 0
+		for _, e := range entries {
+			if e.HasInclusionPromise() {
+				promised++
+				if tlog.VerifySET(e, pol.TrustedRoot.RekorLogs()) == nil {
+					promiseOK++
+				}
+			}
+		}
+		if promised > 0 && promiseOK == 0 && !slices.ContainsFunc(entries, (*tlog.Entry).HasInclusionProof) {
+			return refused("verificationMaterial.tlogEntries", "no transparency-log entry's signed entry timestamp verifies with the trusted root's Rekor keys")
+		}
+	}
+	return bundleError(err)
+}
+
 // bundleError names why sigstore-go refused a bundle, without the bytes.
 func bundleError(err error) error {
 	msg := err.Error()
 	reason := "verification failed"
 	switch {
+	case strings.Contains(msg, "transparency log signature does not match"):
+		reason = "the transparency-log entry records another signature than the bundle's"
 	case strings.Contains(msg, "expected identity") || strings.Contains(msg, "no matching CertificateIdentity") || strings.Contains(msg, "failed to verify certificate identity"):
 		reason = "the certificate identity does not match the lane's policy"
 	case strings.Contains(msg, "certificate") && strings.Contains(msg, "expired"), strings.Contains(msg, "not yet valid"):

@@ -48,6 +48,9 @@ func TestMain(m *testing.M) {
 //	error:ID            answers case ID with an error frame
 //	unsupported:ID      answers case ID with an unsupported frame
 //	bad-hello           answers the hello with another protocol version
+//	rewrite             rewrites its artifact lib.so (in the config's
+//	                    directory, the adapter's working directory's
+//	                    {dir} in the mode) on receiving its first case
 //	other-commit        claims a source commit of the subject's repository other than the subject's
 func fakeAdapter(mode string) error {
 	mode, target, _ := strings.Cut(mode, ":")
@@ -73,6 +76,7 @@ func fakeAdapter(mode string) error {
 		return err
 	}
 	out.Flush()
+	rewritten := false
 	for {
 		typ, payload, err := runner.ReadFrame(in)
 		if err != nil || typ == runner.FrameBye {
@@ -82,6 +86,12 @@ func fakeAdapter(mode string) error {
 		id, req, err := runner.DecodeCase(payload)
 		if err != nil {
 			return err
+		}
+		if mode == "rewrite" && !rewritten {
+			if err := os.WriteFile(filepath.Join(target, "lib.so"), []byte("another artifact"), 0o644); err != nil {
+				return err
+			}
+			rewritten = true
 		}
 		hit := id == target || mode == "crash-always"
 		req.Variant = runner.Promoted
@@ -172,7 +182,7 @@ func fakeConfig(t *testing.T, mode, origMode string) *runner.ImplConfig {
     case_timeout: 5s
     hello_timeout: 20s
     artifacts: {libimpl.so: lib.so}
-`, name, exe, testCommit, testTree, mode)
+`, name, exe, testCommit, testTree, strings.ReplaceAll(mode, "{dir}", dir))
 		if orig != "" {
 			s += "    original: " + orig + "\n"
 		}
@@ -376,22 +386,14 @@ func TestImplNarrowAsImpl(t *testing.T) {
 // TestImplArtifactChanged: an artifact rewritten while the adapter runs
 // makes the run an error.
 func TestImplArtifactChanged(t *testing.T) {
-	cfg := fakeConfig(t, "ok", "")
+	cfg := fakeConfig(t, "rewrite:{dir}", "")
 	im, _ := cfg.Lookup("fake")
 	pins, err := im.Pins()
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(im.Spec().Dir, "lib.so")
-	done := make(chan struct{})
 	subj := ledger.Subject{Repository: "example.com/impl", Commit: testCommit, Tree: testTree}
-	go func() {
-		defer close(done)
-		time.Sleep(50 * time.Millisecond)
-		_ = os.WriteFile(path, []byte("another artifact"), 0o644)
-	}()
 	runs, err := runner.RunImpl(context.Background(), cfg, "fake", runner.ImplOptions{Lanes: []string{runner.LaneQMVPaths}, Subject: subj, Control: cpuBackend(t), Stderr: testWriter{t}})
-	<-done
 	if err != nil {
 		t.Fatal(err)
 	}

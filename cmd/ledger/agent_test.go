@@ -312,7 +312,7 @@ func TestServerRestartKeepsQueuedAndLeasedRuns(t *testing.T) {
 	e := newAgentEnv(t)
 	// The restarted server listens where the first one did, so the agent
 	// (which knows one URL) reaches it again.
-	e.srvArgs = []string{"--lease-ttl", "6s", "--poll-wait", "2s", "--addr", strings.TrimPrefix(e.url, "http://")}
+	e.srvArgs = []string{"--lease-ttl", "20s", "--poll-wait", "2s", "--addr", strings.TrimPrefix(e.url, "http://")}
 	e.restart()
 	queued := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Labels: map[string]string{"gpu": "later"}})
 	e.agent("worker", true, "--max-runs", "1")

@@ -172,9 +172,7 @@ func TestOverwriteInPlaceCaught(t *testing.T) {
 			if code, body := postStatus(t, base, secret, 999); code != http.StatusServiceUnavailable {
 				t.Fatalf("append after the finding: %d %s", code, body)
 			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(db), TamperMarkerFile)); err != nil {
-				t.Fatalf("no tampered marker after the finding: %v", err)
-			}
+			waitTamperMarker(t, filepath.Dir(db))
 		})
 	}
 }

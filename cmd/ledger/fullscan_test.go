@@ -284,6 +284,23 @@ func TestFullScanLaterScanCatchesLiveEdit(t *testing.T) {
 	}
 }
 
+// waitTamperMarker waits (up to 30 s) for the tampered marker in dir and
+// returns its path: the marker is written right after a finding is
+// published (the in-memory state comes first, so signing stops at once).
+func waitTamperMarker(t *testing.T, dir string) string {
+	t.Helper()
+	marker := filepath.Join(dir, TamperMarkerFile)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := os.Stat(marker)
+		if err == nil {
+			return marker
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no tampered marker 30 s after the finding: %v", err)
+		}
+	}
+}
+
 // TestTamperedStateOutlivesRestart: a finding of the full verification
 // leaves the tampered marker beside the key, so the next start verifies
 // the whole log before it serves: killed and restarted (its background
@@ -341,18 +358,7 @@ func TestTamperedStateOutlivesRestart(t *testing.T) {
 			t.Fatal("healthz never degraded after the projection edit")
 		}
 	}
-	// The marker is written right after the finding is published (the
-	// in-memory state comes first, so signing stops at once): wait for it.
-	marker := filepath.Join(dir, TamperMarkerFile)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, err := os.Stat(marker)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no tampered marker 10 s after the finding: %v", err)
-		}
-	}
+	marker := waitTamperMarker(t, dir)
 	srv.Process.Kill()
 	srv.Wait()
 
