@@ -302,7 +302,9 @@ func TestRunFollowAnswersOnChange(t *testing.T) {
 	case a := <-ch:
 		lag := a.at.Sub(changed)
 		t.Logf("the follow answered %s after the change", lag.Round(time.Millisecond))
-		if a.err != nil || a.run.State != runs.Canceled || lag > 2*time.Second {
+		// At once, not when the 20 s wait ends; 5 s leaves room for the
+		// cancel's own write on a loaded machine.
+		if a.err != nil || a.run.State != runs.Canceled || lag > 5*time.Second {
 			t.Fatalf("the follow answered %+v %v %s after the cancel", a.run, a.err, lag)
 		}
 	case <-time.After(10 * time.Second):

@@ -39,7 +39,9 @@ func TestRecordDuplicateNamesThroughServer(t *testing.T) {
 	if code != 0 || strings.Count(out, "recorded") != 2 {
 		t.Fatalf("record: %d\n%s%s", code, out, se)
 	}
-	if took > 10*time.Second {
+	// Quadratic numbering takes minutes at this size; 60 s leaves room
+	// for a loaded machine.
+	if took > 60*time.Second {
 		t.Fatalf("%d duplicate names through the server took %v", n, took)
 	}
 	t.Logf("%d duplicate names through the server: %v", n, took)

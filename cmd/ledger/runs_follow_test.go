@@ -27,7 +27,7 @@ func TestRemoteRunGivesUpOnLostServer(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(10*time.Second, "the run queued", func() bool { return strings.Contains(se.String(), "queued run ") })
+	e.waitFor(30*time.Second, "the run queued", func() bool { return strings.Contains(se.String(), "queued run ") })
 	e.srv.Process.Kill()
 	e.srv.Wait()
 	done := make(chan error, 1)

@@ -13,7 +13,7 @@ import (
 // marks it ready in a batch after the builder finished).
 func waitFilterReady(t *testing.T, s *Store, n *int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !s.d.idf.ready.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("content-id filter never became ready")
