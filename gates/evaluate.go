@@ -106,6 +106,8 @@ type evaluator struct {
 	pages map[string]*evidencePage
 	// runners is the runner-key registry for signed_by (signer.go).
 	runners runnerCache
+	// runOutcomes are the run-outcome entries for runner: agent.
+	runOutcomes runCache
 }
 
 // evidencePage is one cached answer of store.Evidence.

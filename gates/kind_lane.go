@@ -61,7 +61,7 @@ func (ev *evaluator) laneCandidates(g *Gate, b binding) ([]laneCandidate, *runSe
 		}
 		run := false
 		if why == "" {
-			why = ev.signerMismatch(&e.Evidence, g)
+			why = ev.signerMismatch(e.ID, &e.Evidence, g)
 			run = why == ""
 			if r, ok := ev.supersededBy(e.ID); ok {
 				why = r

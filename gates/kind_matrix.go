@@ -59,7 +59,7 @@ func (ev *evaluator) matrix(g *Gate) (GateResult, error) {
 			bl.add(e, r)
 			return true
 		}
-		if r := ev.signerMismatch(&e.Evidence, g); r != "" {
+		if r := ev.signerMismatch(e.ID, &e.Evidence, g); r != "" {
 			bl.add(e, r)
 			return true
 		}

@@ -148,7 +148,7 @@ func (ev *evaluator) trajectoryRuns(g *Gate, b binding, modes, backends []string
 				bl.add(e, r)
 				break
 			}
-			if r := ev.signerMismatch(&e.Evidence, g); r != "" {
+			if r := ev.signerMismatch(e.ID, &e.Evidence, g); r != "" {
 				bl.add(e, r)
 				break
 			}

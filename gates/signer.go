@@ -1,6 +1,7 @@
 package gates
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,43 @@ type runnerCache struct {
 	once sync.Once
 	reg  ledger.RunnerRegistry
 	err  error
+}
+
+// runCache maps the id of every evidence entry a run-outcome entry lists,
+// as of an evaluation's size, to the run and the agent that finished it;
+// loaded on first use by a gate with runner: agent.
+type runCache struct {
+	once sync.Once
+	byEv map[string]runOf
+	err  error
+}
+
+type runOf struct{ run, agent string }
+
+// loadRunOutcomes reads every run-outcome entry as of asOf, paging to the
+// end; an entry that does not decode is an error, not a skip.
+func loadRunOutcomes(ctx context.Context, q ledger.Queries, asOf uint64) (map[string]runOf, error) {
+	out := map[string]runOf{}
+	f := ledger.EntryFilter{Kind: ledger.KindRunOutcome, AsOfSize: asOf, Limit: 1000}
+	for {
+		es, next, err := q.Entries(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			var o ledger.RunOutcome
+			if err := ledger.DecodeStrict(e.Body, &o); err != nil {
+				return nil, fmt.Errorf("run-outcome entry %d does not decode: %w", e.Index, err)
+			}
+			for _, id := range o.Evidence {
+				out[id] = runOf{run: o.Run, agent: o.Agent}
+			}
+		}
+		if next == "" {
+			return out, nil
+		}
+		f.Cursor = next
+	}
 }
 
 // checkSignedBy checks a gate's signed_by: runner names, no duplicates.
@@ -46,8 +84,13 @@ func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
 // returned as the reason, so the evidence does not count.
 //
 // A gate with runner: agent counts, in the same way, only evidence signed
-// by a registered key of kind agent (an approved agent's).
-func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
+// by a registered key of kind agent (an approved agent's) that a run
+// produced: a run-outcome entry, appended with the evidence when the run
+// finished, lists its id (the entry's, id) and names the signer as the
+// agent that finished the run. The server checked then that the evidence
+// is the run's, for its lanes and backend, from the agent holding its
+// lease; evidence an agent's key signed outside a run does not count.
+func (ev *evaluator) signerMismatch(id string, e *ledger.Evidence, g *Gate) string {
 	if len(g.SignedBy) == 0 && g.Runner == "" {
 		return ""
 	}
@@ -78,6 +121,19 @@ func (ev *evaluator) signerMismatch(e *ledger.Evidence, g *Gate) string {
 	}
 	if g.Runner == ledger.RunnerKindAgent && st.Kind != ledger.RunnerKindAgent {
 		return fmt.Sprintf("signed by runner %s, whose key is not an approved agent's (runner: agent)", s.Runner)
+	}
+	if g.Runner == ledger.RunnerKindAgent {
+		ev.runOutcomes.once.Do(func() { ev.runOutcomes.byEv, ev.runOutcomes.err = loadRunOutcomes(ev.ctx, ev.store, ev.asOf) })
+		if ev.runOutcomes.err != nil {
+			return fmt.Sprintf("run outcomes could not be read: %v", ev.runOutcomes.err)
+		}
+		ro, ok := ev.runOutcomes.byEv[id]
+		switch {
+		case !ok:
+			return fmt.Sprintf("signed by agent %s but produced by no run: no run-outcome entry lists it (runner: agent counts only evidence an agent recorded for a run it held)", s.Runner)
+		case ro.agent != s.Runner:
+			return fmt.Sprintf("listed by run %s, which agent %s finished, but signed by %s (runner: agent)", ro.run, ro.agent, s.Runner)
+		}
 	}
 	return ""
 }

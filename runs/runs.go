@@ -61,7 +61,7 @@ func active(state string) bool { return state == Leased || state == Running || s
 
 // Progress is the latest progress an agent reported for a run: the lane
 // running, its finished and total units, and how many of the run's lanes
-// are finished.
+// are finished; zero once the run is final.
 type Progress struct {
 	Lane      string `json:"lane,omitempty"`
 	Done      int    `json:"done"`
@@ -304,6 +304,12 @@ func scanRun(sc scanner) (Run, error) {
 		if err := json.Unmarshal([]byte(p.s), p.v); err != nil {
 			return r, fmt.Errorf("run %s: decode its state: %w", r.ID, err)
 		}
+	}
+	if Final(r.State) {
+		// The last heartbeat's figures of a run that ended would read as a
+		// run stopped part-way: a final run's result is its state, attempts
+		// and evidence.
+		r.Progress = Progress{}
 	}
 	return r, nil
 }

@@ -152,10 +152,21 @@ func TestExpiredLeaseRequeuesAsNextAttemptThenExpires(t *testing.T) {
 	if a2 == nil || a2.Attempt != 2 || len(a2.Attempts) != 1 || a2.Attempts[0].Outcome != "infrastructure" || a2.Attempts[0].Agent != "a1" {
 		t.Fatalf("attempt 2 = %+v", a2)
 	}
+	if _, err := rs.Extend(ctx, r.ID, "a2", 2, a2.LeaseID, &runs.Progress{Lane: "l", Done: 2, Total: 3}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := rs.Get(ctx, r.ID); g.State != runs.Running || g.Progress.Done != 2 {
+		t.Fatalf("a running run shows %+v", g)
+	}
 	c.add(11 * time.Second)
 	final, _, err = rs.ExpireLeases(ctx)
 	if err != nil || len(final) != 1 || final[0].State != runs.Expired || len(final[0].Attempts) != 2 {
 		t.Fatalf("after the last attempt: %+v %v", final, err)
+	}
+	// A final run shows no progress: the last heartbeat's 2/3 would read
+	// as a run stopped part-way.
+	if g, _ := rs.Get(ctx, r.ID); g.Progress != (runs.Progress{}) {
+		t.Fatalf("the expired run shows progress %+v", g.Progress)
 	}
 	o := final[0].Outcome(c.now())
 	if err := o.Validate(); err != nil {

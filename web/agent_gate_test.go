@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/evidence-ledger/ledger/gates"
@@ -13,10 +14,13 @@ import (
 )
 
 // TestRunnerAgentGate: a lane gate with runner: agent counts only
-// evidence signed by an approved agent's key. Evidence signed by a
+// evidence an approved agent recorded for a run. Evidence signed by a
 // registered runner key that is not an agent's, or unsigned, stays
-// baseline with the reason; the same evidence signed by an agent key
-// passes the gate.
+// baseline with the reason; the same evidence signed by an agent's key
+// and posted outside a run is refused (403 naming signer, nothing
+// appended), and put in the log by another path than the API it stays
+// baseline: no run-outcome entry lists it. (A run's evidence passing the
+// gate: cmd/ledger TestAgentGateCountsOnlyRunEvidence.)
 func TestRunnerAgentGate(t *testing.T) {
 	// Three runs of the same subject (testEvidence(1)'s), apart by time.
 	run := func(i int) map[string]any {
@@ -53,10 +57,31 @@ gates:
 	if _, _, err := addRunnerKey(context.Background(), e.store, "h200-a", []byte(pub), "admin", ledger.RunnerKindAgent); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, sign(t, agent, run(3)), "Content-Type", ledger.ContentTypeDSSE); code != http.StatusCreated {
-		t.Fatalf("signed by the agent: %d %s", code, body)
+	env := sign(t, agent, run(3))
+	before, err := e.store.Checkpoint(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if g, ready := e.gate(t); !ready || g.State != gates.StatePassed {
-		t.Fatalf("signed by an approved agent: %s (%s) ready=%v", g.State, g.Reason, ready)
+	if code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.record, env, "Content-Type", ledger.ContentTypeDSSE); code != http.StatusForbidden || !strings.Contains(string(body), `"signer"`) || !strings.Contains(string(body), "only through the runs it holds") {
+		t.Fatalf("signed by the agent, posted outside a run: %d %s; want 403 naming signer", code, body)
+	}
+	if after, _ := e.store.Checkpoint(context.Background()); after.Size != before.Size {
+		t.Fatalf("the refused post appended: size %d -> %d", before.Size, after.Size)
+	}
+	// The same record put in the log past the API (as a restored or
+	// edited database could hold it): the gate still does not count it.
+	reg, err := ledger.LoadRunnerKeys(context.Background(), e.store, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := verify.VerifyEvidenceEnvelope(context.Background(), env, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Append(context.Background(), []ledger.Record{{Kind: ledger.KindEvidence, Body: body}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if g, ready := e.gate(t); ready || g.State == gates.StatePassed || !baselineHas(g, "produced by no run") {
+		t.Fatalf("agent-signed evidence no run produced: %s ready=%v baseline %+v; want open, baseline naming the missing run", g.State, ready, g.Baseline)
 	}
 }

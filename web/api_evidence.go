@@ -286,7 +286,7 @@ func (s *Server) nativeRecords(r *http.Request, body []byte) ([]ledger.Record, b
 	}
 	dsseOnly := mediaType(r) == ledger.ContentTypeDSSE
 	tok, _ := TokenFrom(r.Context())
-	recs, err := s.signedRecords(r, raws, dsseOnly, tok, recorderFor(r), func(i int) string {
+	recs, err := s.signedRecords(r, raws, dsseOnly, false, tok, recorderFor(r), func(i int) string {
 		if single {
 			return ""
 		}

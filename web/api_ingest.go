@@ -61,14 +61,22 @@ func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 // RunnerEnvelopes is the ingest.EnvelopeVerifier over the runner-key
 // registry of log (ledger.LoadRunnerKeys at the latest size) and the
 // ledger's one DSSE verifier (verify.VerifyRunnerEnvelope): the same
-// registry and checks as an envelope of native evidence.
+// registry and checks as an envelope of native evidence, and an approved
+// agent's key refused as there (refuseAgentSigner).
 func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
 	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {
 		reg, err := ledger.LoadRunnerKeys(ctx, log, 0)
 		if err != nil {
 			return nil, ledger.Signer{}, err
 		}
-		return verify.VerifyRunnerEnvelope(ctx, env, payloadType, reg)
+		payload, signer, err := verify.VerifyRunnerEnvelope(ctx, env, payloadType, reg)
+		if err != nil {
+			return nil, ledger.Signer{}, err
+		}
+		if err := refuseAgentSigner(reg, signer, ""); err != nil {
+			return nil, ledger.Signer{}, err
+		}
+		return payload, signer, nil
 	}
 }
 

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -188,12 +189,15 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 // (verify.VerifyEvidenceEnvelope) and becomes the record with its signer;
 // plain evidence that carries a signer is refused (only the server sets
 // it). With the DSSE content type every element must be an envelope.
-// prefix(i) gives the field prefix of element i.
+// Unless ofRun (the envelopes of a run the caller's agent holds, which
+// its callers check against the run), an envelope signed by an approved
+// agent's key is refused (refuseAgentSigner). prefix(i) gives the field
+// prefix of element i.
 //
 // Every record is checked against tok's scope and stamped with recorded_by
 // (stampEvidence): rec names the request's token, plus, for an envelope,
 // the runner key that signed it. rec nil (no token) stamps nothing.
-func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly bool, tok ledger.Token, rec *ledger.Recorder, prefix func(int) string) ([]ledger.Record, error) {
+func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly, ofRun bool, tok ledger.Token, rec *ledger.Recorder, prefix func(int) string) ([]ledger.Record, error) {
 	recs := make([]ledger.Record, len(raws))
 	var reg *ledger.RunnerRegistry
 	for i, raw := range raws {
@@ -210,6 +214,14 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			body, err := verify.VerifyEvidenceEnvelope(r.Context(), raw, *reg)
 			if err != nil {
 				return nil, withPrefix(err, prefix(i))
+			}
+			var signed struct {
+				Signer *ledger.Signer `json:"signer"`
+			}
+			if !ofRun && json.Unmarshal(body, &signed) == nil && signed.Signer != nil {
+				if err := refuseAgentSigner(*reg, *signed.Signer, prefix(i)); err != nil {
+					return nil, err
+				}
 			}
 			// A signed payload is a claim like any other: it cannot carry
 			// what only the server computes (TRUST.md rule 1).
@@ -241,6 +253,20 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 		}
 	}
 	return recs, nil
+}
+
+// refuseAgentSigner refuses evidence posted outside a run and signed by
+// an approved agent's key (a runner key of kind agent): an agent records
+// only through the runs whose leases it holds, where the server checks
+// each record against the run's lanes and backend and the agent's
+// declared configuration (TRUST.md: an agent must not record for a lane
+// or backend it did not declare). CodeForbidden naming the signer.
+func refuseAgentSigner(reg ledger.RunnerRegistry, s ledger.Signer, prefix string) error {
+	if st, ok := reg.ByEntry(s.KeyEntry); ok && st.Kind == ledger.RunnerKindAgent {
+		return &ledger.Error{Code: ledger.CodeForbidden, Field: prefix + ledger.SignerField,
+			Message: fmt.Sprintf("signed by agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", s.Runner)}
+	}
+	return nil
 }
 
 func withPrefix(err error, p string) error {

@@ -239,7 +239,7 @@ func (s *Server) handleAgentStage(w http.ResponseWriter, r *http.Request) {
 // that lanes are distinct or complete (finishEvidence does).
 func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, envs []json.RawMessage, field func(int) string) ([]laneRecord, error) {
 	tok, _ := TokenFrom(r.Context())
-	recs, err := s.signedRecords(r, envs, true, tok, recorderFor(r), func(i int) string { return field(i) + "." })
+	recs, err := s.signedRecords(r, envs, true, true, tok, recorderFor(r), func(i int) string { return field(i) + "." })
 	if err != nil {
 		return nil, err
 	}

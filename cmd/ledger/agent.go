@@ -86,7 +86,7 @@ Exit status: 0 after --max-runs runs (or on interrupt), 2 on usage errors.`,
 	f.StringVar(&c.Tree, "tree", "", "tree id of the source commit (default: from git)")
 	f.StringVar(&c.Dirty, "dirty", "", "force the dirty flag (true|false; default: derived)")
 	f.DurationVar(&c.PollWait, "poll-wait", 20*time.Second, "how long one poll for a run waits (the server caps it)")
-	f.DurationVar(&c.Heartbeat, "heartbeat", 0, "how often a held lease is extended, which bounds how late a cancel is seen (0 or more than a third of the lease: a third of the lease)")
+	f.DurationVar(&c.Heartbeat, "heartbeat", 0, "how often a held lease is extended, which bounds how late a cancel is seen (at least 100ms; 0 or more than a third of the lease: a third of the lease)")
 	f.IntVar(&c.ExpectDevices, "expect-devices", 0, "health probe: the number of devices this host must have (cuda: counted by nvidia-smi; 0: at least one)")
 	f.IntVar(&c.MaxRuns, "max-runs", 0, "exit after this many runs (0: run until interrupted)")
 	cmd.AddCommand(newAgentApproveCmd(a), newAgentRemoveCmd(a), newAgentListCmd(a))
@@ -239,8 +239,8 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	if !ledger.ValidRunnerName(c.Name) {
 		return errExit(2, "--name %q: must be 1-64 of [a-z0-9._-] starting alphanumeric", c.Name)
 	}
-	if c.Heartbeat < 0 {
-		return errExit(2, "--heartbeat %s: must not be negative", c.Heartbeat)
+	if c.Heartbeat < 0 || c.Heartbeat > 0 && c.Heartbeat < minHeartbeat {
+		return errExit(2, "--heartbeat %s: must be 0 (a third of the lease) or at least %s", c.Heartbeat, minHeartbeat)
 	}
 	labels, err := runs.ParseLabels(c.Labels)
 	if err != nil {
@@ -403,6 +403,10 @@ func hostMemory() uint64 {
 	return 0
 }
 
+// minHeartbeat is the shortest lease extension interval: each heartbeat
+// is a signed request and a row update on the server.
+const minHeartbeat = 100 * time.Millisecond
+
 // errCanceled and errLeaseLost end a lease's workload.
 var (
 	errCanceled  = errors.New("the run was canceled")
@@ -417,9 +421,12 @@ var (
 // when the server refuses the lease. Transport errors are retried on the
 // next tick.
 func (ag *agent) supervise(ctx, work context.Context, stop context.CancelCauseFunc, l *runs.LeaseAnswer, started <-chan struct{}, take func() *runs.Progress, log *slog.Logger) {
-	every := max(time.Duration(l.LeaseTTLMS)*time.Millisecond/3, 20*time.Millisecond)
-	if ag.c.Heartbeat > 0 {
-		every = min(every, ag.c.Heartbeat)
+	every := max(time.Duration(l.LeaseTTLMS)*time.Millisecond/3, minHeartbeat)
+	switch h := ag.c.Heartbeat; {
+	case h > every:
+		log.Info("--heartbeat is more than a third of the lease: extending every third", "heartbeat", h.String(), "every", every.String())
+	case h > 0:
+		every = h
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -481,7 +481,8 @@ func TestAgentUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--name", "a"}, "--key is required"},
 		{[]string{"--key", key, "--name", "Bad Name"}, "--name"},
-		{[]string{"--key", key, "--name", "a", "--heartbeat", "-1s"}, "--heartbeat -1s: must not be negative"},
+		{[]string{"--key", key, "--name", "a", "--heartbeat", "-1s"}, "--heartbeat -1s: must be 0 (a third of the lease) or at least 100ms"},
+		{[]string{"--key", key, "--name", "a", "--heartbeat", "1ns"}, "--heartbeat 1ns: must be 0"},
 		{[]string{"--key", key, "--name", "a", "--backend", "tpu"}, "--backend \"tpu\""},
 	} {
 		args := append([]string{"--server", "http://127.0.0.1:1", "--token", "x", "agent"}, c.args...)

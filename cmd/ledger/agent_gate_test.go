@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
+)
+
+// TestAgentGateCountsOnlyRunEvidence: a gate with runner: agent passes on
+// the evidence an approved agent recorded for a run it held, and an
+// agent's key cannot record around the runs: its signed evidence posted
+// to POST /api/v1/evidence (for a lane it never declared, with no run
+// behind it) is refused 403 naming the signer, nothing is appended, and
+// the release stays not ready until the run's evidence is there.
+func TestAgentGateCountsOnlyRunEvidence(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	holder, hpriv := e.keyedAgent("holder")
+	rel := `version: 7.0.0
+components:
+  - {name: core, repository: ` + testRepo + `, reviewed: ` + testCommit + `, head: ` + testCommit + `}
+gates:
+  - {id: footprint, kind: lane, lane: ` + quickLane + `, component: core, backends: [cpu], runner: agent}
+`
+	relFile := filepath.Join(t.TempDir(), "release.yaml")
+	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	remote := func(want int, args ...string) string {
+		t.Helper()
+		o, se, code := runBin(t, "", append([]string{"--server", e.url, "--token", e.admin}, args...)...)
+		if code != want {
+			t.Fatalf("ledger %v: exit %d, want %d\n%s%s", args, code, want, o, se)
+		}
+		return o
+	}
+	remote(0, "release", "apply", relFile)
+
+	size := func() uint64 {
+		t.Helper()
+		resp, err := http.Get(e.url + "/api/v1/log/checkpoint")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var cp struct {
+			Size uint64 `json:"size"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&cp); err != nil {
+			t.Fatal(err)
+		}
+		return cp.Size
+	}
+	// The agent's key around the runs: refused, nothing appended.
+	before := size()
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/api/v1/evidence", strings.NewReader(string(quickEnvelope(t, hpriv))))
+	req.Header.Set("Authorization", "Bearer "+e.recTok)
+	req.Header.Set("Content-Type", ledger.ContentTypeDSSE)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans struct {
+		Field string `json:"field"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&ans)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || ans.Field != ledger.SignerField {
+		t.Fatalf("agent-signed evidence posted outside a run: %d %+v; want 403 naming signer", resp.StatusCode, ans)
+	}
+	if after := size(); after != before {
+		t.Fatalf("the refused post appended: size %d -> %d", before, after)
+	}
+	if o := remote(1, "release", "check", "7.0.0"); !strings.Contains(o, "NOT READY") {
+		t.Fatalf("check before any run: %s", o)
+	}
+
+	// The same agent's run: the gate passes.
+	r := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	l, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l == nil || l.Run.ID != r.ID {
+		t.Fatalf("poll: %+v %v", l, err)
+	}
+	got, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}})
+	if err != nil || got.State != runs.Done {
+		t.Fatalf("finish: %+v %v", got, err)
+	}
+	if o := remote(0, "release", "check", "7.0.0"); !strings.Contains(o, "READY") {
+		t.Fatalf("check after the agent's run: %s", o)
+	}
+}
