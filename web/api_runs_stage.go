@@ -234,8 +234,9 @@ func (s *Server) handleAgentStage(w http.ResponseWriter, r *http.Request) {
 // checkEnvelopes checks envelopes of evidence from agent a for run: each a
 // DSSE envelope signed by the agent's own approved key (not another
 // runner's), in the request token's scope, for a lane of the run on its
-// backend, commit and repository, stamped and prepared as an append
-// would. field(i) names the i-th envelope in errors. It does not check
+// backend, commit and repository, and within what the agent declared (its
+// lanes, backend, build repository and commit), stamped and prepared as
+// an append would. field(i) names the i-th envelope in errors. It does not check
 // that lanes are distinct or complete (finishEvidence does).
 func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, envs []json.RawMessage, field func(int) string) ([]laneRecord, error) {
 	tok, _ := TokenFrom(r.Context())
@@ -262,6 +263,17 @@ func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, env
 			return nil, ledger.FieldError(f+".subject.commit", "run %s is for commit %s", run.ID, run.Commit)
 		case run.Repository != "" && e.Subject.Repository != run.Repository:
 			return nil, ledger.FieldError(f+".subject.repository", "run %s is for repository %s", run.ID, run.Repository)
+		// What the agent declared binds as the run does: an agent records
+		// only its own build, lanes and backend (TRUST.md), also for a run
+		// that names no repository or commit.
+		case !slices.Contains(a.Spec.Lanes, e.Lane) && !slices.Contains(a.Spec.Lanes, ledger.LaneName(e.Lane)):
+			return nil, ledger.FieldError(f+".lane", "lane %q is not in agent %s's declared configuration", e.Lane, a.Name)
+		case e.Backend != a.Backend:
+			return nil, ledger.FieldError(f+".backend", "agent %s declared backend %s, not %s", a.Name, a.Backend, e.Backend)
+		case a.Spec.Repository != "" && e.Subject.Repository != a.Spec.Repository:
+			return nil, ledger.FieldError(f+".subject.repository", "agent %s declared builds of repository %s", a.Name, a.Spec.Repository)
+		case a.Spec.Commit != "" && e.Subject.Commit != a.Spec.Commit:
+			return nil, ledger.FieldError(f+".subject.commit", "agent %s declared a build of commit %s", a.Name, a.Spec.Commit)
 		}
 		// appendFinish's Append does not prepare it again.
 		out[i] = laneRecord{rec: p.Record(), id: p.ID, lane: e.Lane, passed: e.Status == ledger.StatusPassed}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -83,12 +84,31 @@ gates:
 		t.Fatalf("check before any run: %s", o)
 	}
 
-	// The same agent's run: the gate passes.
+	// A run that names no repository or commit: the agent's evidence must
+	// still be of the build it declared (testRepo at testCommit).
 	r := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
 	l, err := holder.Poll(ctx, 2*time.Second, "ok")
-	if err != nil || l == nil || l.Run.ID != r.ID {
+	if err != nil || l == nil || l.Run.ID != r.ID || l.Run.Repository != "" || l.Run.Commit != "" {
 		t.Fatalf("poll: %+v %v", l, err)
 	}
+	before = size()
+	for _, c := range []struct {
+		subj  ledger.Subject
+		field string
+	}{
+		{ledger.Subject{Repository: "github.com/victim/other", Commit: testCommit, Tree: testCommit}, "evidence[0].subject.repository"},
+		{ledger.Subject{Repository: testRepo, Commit: strings.Repeat("4", 40), Tree: testCommit}, "evidence[0].subject.commit"},
+	} {
+		_, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelopeOf(t, hpriv, c.subj)}})
+		var le *ledger.Error
+		if !errors.As(err, &le) || le.Code != ledger.CodeInvalid || le.Field != c.field {
+			t.Fatalf("finish with evidence of %s@%s, not the agent's declared build: %v; want 400 naming %s", c.subj.Repository, c.subj.Commit, err, c.field)
+		}
+	}
+	if after := size(); after != before {
+		t.Fatalf("the refused finishes appended: size %d -> %d", before, after)
+	}
+	// The same agent's run of its own build: the gate passes.
 	got, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}})
 	if err != nil || got.State != runs.Done {
 		t.Fatalf("finish: %+v %v", got, err)

@@ -49,13 +49,19 @@ func (e *agentEnv) keyedAgent(name string) (*client.Agent, ed25519.PrivateKey) {
 // envelope signed with priv.
 func quickEnvelope(t *testing.T, priv ed25519.PrivateKey) json.RawMessage {
 	t.Helper()
+	return quickEnvelopeOf(t, priv, ledger.Subject{Repository: testRepo, Commit: testCommit, Tree: testCommit})
+}
+
+// quickEnvelopeOf is quickEnvelope with the evidence's subject subj.
+func quickEnvelopeOf(t *testing.T, priv ed25519.PrivateKey, subj ledger.Subject) json.RawMessage {
+	t.Helper()
 	b, err := runner.OpenBackend("cpu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	res, err := runner.Run(context.Background(), b, runner.Options{Lanes: []string{quickLane},
-		Subject:      ledger.Subject{Repository: testRepo, Commit: testCommit, Tree: testCommit},
+		Subject:      subj,
 		BinaryDigest: "sha256:" + strings.Repeat("ab", 32), Runner: runner.BuildRunner()})
 	if err != nil {
 		t.Fatal(err)
