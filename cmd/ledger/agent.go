@@ -232,22 +232,24 @@ type agent struct {
 	bin  string // digest of the agent's program, hashed once at start
 }
 
-func (a *app) runAgent(ctx context.Context, c agentConfig) error {
+// check checks c's flags and returns its labels and lanes (every
+// registered lane when --lane is not given); errors exit 2 naming the flag.
+func (c agentConfig) check() (map[string]string, []string, error) {
 	if c.Key == "" {
-		return errExit(2, "--key is required: the agent's Ed25519 private key (ledger runner keygen FILE writes one)")
+		return nil, nil, errExit(2, "--key is required: the agent's Ed25519 private key (ledger runner keygen FILE writes one)")
 	}
 	if !ledger.ValidRunnerName(c.Name) {
-		return errExit(2, "--name %q: must be 1-64 of [a-z0-9._-] starting alphanumeric", c.Name)
+		return nil, nil, errExit(2, "--name %q: must be 1-64 of [a-z0-9._-] starting alphanumeric", c.Name)
 	}
 	if c.Heartbeat < 0 || c.Heartbeat > 0 && c.Heartbeat < minHeartbeat {
-		return errExit(2, "--heartbeat %s: must be 0 (a third of the lease) or at least %s", c.Heartbeat, minHeartbeat)
+		return nil, nil, errExit(2, "--heartbeat %s: must be 0 (a third of the lease) or at least %s", c.Heartbeat, minHeartbeat)
 	}
 	labels, err := runs.ParseLabels(c.Labels)
 	if err != nil {
-		return errExit(2, "--label: %v", err)
+		return nil, nil, errExit(2, "--label: %v", err)
 	}
 	if !slices.Contains(runner.BackendNames(), c.Backend) {
-		return errExit(2, "--backend %q: registered backends are %s", c.Backend, strings.Join(runner.BackendNames(), ", "))
+		return nil, nil, errExit(2, "--backend %q: registered backends are %s", c.Backend, strings.Join(runner.BackendNames(), ", "))
 	}
 	lanes := c.Lanes
 	if len(lanes) == 0 {
@@ -257,8 +259,16 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	}
 	for _, l := range lanes {
 		if _, err := runner.LookupLane(l); err != nil {
-			return errExit(2, "--lane: %v", err)
+			return nil, nil, errExit(2, "--lane: %v", err)
 		}
+	}
+	return labels, lanes, nil
+}
+
+func (a *app) runAgent(ctx context.Context, c agentConfig) error {
+	labels, lanes, err := c.check()
+	if err != nil {
+		return err
 	}
 	priv, err := loadSignKey(c.Key)
 	if err != nil {
