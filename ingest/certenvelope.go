@@ -101,7 +101,7 @@ func refuseCertEnvelope(body []byte, p Params) error {
 		return ledger.FieldError("policy", "identity policy: %s", clip(err.Error()))
 	}
 	if err := id.Verify(sum); err != nil {
-		return unauthorized("signatures[0].cert", "the certificate identity does not match the lane's policy")
+		return unauthorized("signatures[0].cert", "the certificate identity ("+certIdentity(cert)+") does not match the lane's policy")
 	}
 	if env.PayloadType != MediaInToto {
 		return ledger.FieldError("payloadType", "want %s", MediaInToto)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore-go/pkg/verify"
@@ -222,7 +224,27 @@ func bundleReason(body []byte, b *bundle.Bundle, pol *SigstorePolicy, err error)
 			return refused("verificationMaterial.tlogEntries", "no transparency-log entry's signed entry timestamp verifies with the trusted root's Rekor keys")
 		}
 	}
-	return bundleError(err)
+	if berr := bundleError(err); vc != nil && vc.Certificate() != nil && strings.Contains(berr.Error(), "identity does not match") {
+		return refused("bundle", "the certificate identity ("+certIdentity(vc.Certificate())+") does not match the lane's policy")
+	} else {
+		return berr
+	}
+}
+
+// certIdentity is "issuer I, SAN S" of a Fulcio certificate, each clipped,
+// for a refusal the operator can fix the policy from.
+func certIdentity(cert *x509.Certificate) string {
+	sum, err := certificate.SummarizeCertificate(cert)
+	if err != nil {
+		return "no Fulcio identity"
+	}
+	c := func(s string) string {
+		if len(s) > 256 {
+			return s[:256] + "…"
+		}
+		return s
+	}
+	return "issuer " + c(sum.Extensions.Issuer) + ", SAN " + c(sum.SubjectAlternativeName)
 }
 
 // bundleError names why sigstore-go refused a bundle, without the bytes.

@@ -61,7 +61,7 @@ func TestAttestCorpus(t *testing.T) {
 	bare := func(pol *SigstorePolicy) corpusWant {
 		return corpusWant{AnyPredicate, pol, ledger.CodeUnauthorized, untimed}
 	}
-	wrongID := corpusWant{AnyPredicate, builder, ledger.CodeUnauthorized, "certificate identity does not match the lane's policy"}
+	wrongID := corpusWant{AnyPredicate, builder, ledger.CodeUnauthorized, "certificate identity (issuer https://token.actions.githubusercontent.com, SAN https://github.com/asraa/slsa-github-generator/.github/workflows/builder_go_slsa3.yml@refs/"}
 	cases := map[string]corpusWant{
 		"slsa-verifier/bcr-MODULE.bazel.intoto.jsonl":                                                     {AnyPredicate, anyID, "", ""},
 		"slsa-verifier/bundle-valid-v0.3.intoto.sigstore":                                                 {AnyPredicate, anyID, "", ""},
@@ -76,7 +76,7 @@ func TestAttestCorpus(t *testing.T) {
 		"slsa-verifier/NEG-bundle-invalid-set.intoto.sigstore":      {AnyPredicate, anyID, ledger.CodeUnauthorized, "signed entry timestamp verifies"},
 		"slsa-verifier/NEG-bundle-mismatch-tlog.intoto.sigstore":    {AnyPredicate, anyID, ledger.CodeUnauthorized, "records another signature than the bundle's"},
 		// The lane's policy names the BCR publisher's identity (set below).
-		"slsa-verifier/NEG-bcr-MODULE-wrong-signer.bazel.intoto.jsonl": {AnyPredicate, nil, ledger.CodeUnauthorized, "certificate identity does not match"},
+		"slsa-verifier/NEG-bcr-MODULE-wrong-signer.bazel.intoto.jsonl": {AnyPredicate, nil, ledger.CodeUnauthorized, "SAN https://github.com/loosebazooka/aa-test/.github/workflows/malicious_attestation"},
 		// Bare envelopes signed by a Fulcio certificate: the generator's
 		// releases verify up to the signing time; the NEG- ones come from
 		// a fork's workflow, which a lane trusting the generator refuses.

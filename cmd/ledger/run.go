@@ -78,16 +78,19 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 		}
 		return nil
 	}
-	if c.Remote {
-		return a.runRemote(ctx, c)
-	}
-	if c.Impl != "" {
+	if c.Impl != "" && !c.Remote {
 		return a.runImpl(ctx, c)
 	}
+	// A remote run's lanes are checked here too: agents run the lanes of
+	// their builds, and a lane this build does not know would wait queued
+	// for an agent that has it, without a word.
 	for _, name := range c.Lanes {
 		if _, err := runner.LookupLane(name); err != nil {
 			return errExit(2, "%v", err)
 		}
+	}
+	if c.Remote {
+		return a.runRemote(ctx, c)
 	}
 	so := runner.SubjectOptions{RepoPath: c.RepoPath, Repository: c.Repository, Commit: c.Commit, Tree: c.Tree}
 	switch c.Dirty {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -105,5 +106,20 @@ func TestRemoteRunPollsAServerWithoutWait(t *testing.T) {
 		if gap := reads[i].Sub(reads[i-1]); gap < 80*time.Millisecond {
 			t.Fatalf("read %d came %s after the one before: want the 100 ms poll", i, gap)
 		}
+	}
+}
+
+// TestRemoteRunUnknownLaneRefused: run --remote with a lane this build
+// does not have exits 2 naming it (as a local run does) and queues
+// nothing, instead of waiting queued for an agent without a word.
+func TestRemoteRunUnknownLaneRefused(t *testing.T) {
+	e := newAgentEnv(t)
+	_, se, code := runBin(t, "", "--server", e.url, "--token", e.runTok, "run", "--remote", "--backend", "cpu", "--lane", "nope/v1")
+	if code != 2 || !strings.Contains(se, "nope/v1") {
+		t.Fatalf("run --remote --lane nope/v1: exit %d, stderr %s; want 2 naming the lane", code, se)
+	}
+	rs, err := e.runCl.Runs(context.Background(), "", 0)
+	if err != nil || len(rs) != 0 {
+		t.Fatalf("runs after the refusal: %d %v; want none queued", len(rs), err)
 	}
 }
