@@ -28,6 +28,14 @@ type certEnvelope struct {
 	} `json:"signatures"`
 }
 
+// certSigned reports whether sig is a signature by cert's key over the
+// DSSE pre-authentication encoding of (payloadType, payload), with the
+// SHA-256 digest Fulcio certificates' keys sign with.
+func certSigned(cert *x509.Certificate, payloadType string, payload, sig []byte) bool {
+	v, err := signature.LoadVerifier(cert.PublicKey, crypto.SHA256)
+	return err == nil && v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(dsse.PAE(payloadType, payload))) == nil
+}
+
 // refuseCertEnvelope checks a bare certificate-signed DSSE envelope as
 // far as it can be checked offline, in the order a verifier with the log
 // entry would, and always refuses it, naming the first check that fails:
@@ -85,11 +93,7 @@ func refuseCertEnvelope(body []byte, p Params) error {
 	if err != nil {
 		return ledger.FieldError("signatures[0].sig", "not canonical base64 (RFC 4648 section 3.5)")
 	}
-	v, err := signature.LoadVerifier(cert.PublicKey, crypto.SHA256)
-	if err != nil {
-		return unauthorized("signatures[0].cert", "the certificate's key is of a kind Sigstore does not sign with")
-	}
-	if err := v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(dsse.PAE(env.PayloadType, payload))); err != nil {
+	if !certSigned(cert, env.PayloadType, payload, sig) {
 		return unauthorized("signatures[0].sig", "the signature does not verify with the certificate's key")
 	}
 	sum, err := certificate.SummarizeCertificate(cert)

@@ -3,7 +3,6 @@ package ingest
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -16,13 +15,11 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore-go/pkg/verify"
-	"github.com/sigstore/sigstore/pkg/signature"
 	"gopkg.in/yaml.v3"
 )
 
@@ -205,8 +202,7 @@ func bundleReason(body []byte, b *bundle.Bundle, pol *SigstorePolicy, err error)
 		if serr != nil {
 			return refused("dsseEnvelope.signatures[0].sig", "not canonical base64 (RFC 4648 section 3.5: its padding bits must be zero)")
 		}
-		sv, lerr := signature.LoadVerifier(vc.Certificate().PublicKey, crypto.SHA256)
-		if lerr != nil || sv.VerifySignature(bytes.NewReader(sig), bytes.NewReader(dsse.PAE(env.PayloadType, payload))) != nil {
+		if !certSigned(vc.Certificate(), env.PayloadType, payload, sig) {
 			return refused("dsseEnvelope.signatures[0]", "the DSSE signature does not verify with the certificate's key")
 		}
 	}

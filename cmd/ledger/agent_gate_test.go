@@ -47,16 +47,11 @@ gates:
 
 	size := func() uint64 {
 		t.Helper()
-		resp, err := http.Get(e.url + "/api/v1/log/checkpoint")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var cp struct {
 			Size uint64 `json:"size"`
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&cp); err != nil {
-			t.Fatal(err)
+		if code := getJSON(t, e.url+"/api/v1/log/checkpoint", &cp); code != http.StatusOK {
+			t.Fatalf("GET /api/v1/log/checkpoint: %d", code)
 		}
 		return cp.Size
 	}
