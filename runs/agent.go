@@ -1,6 +1,9 @@
 package runs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -22,11 +25,15 @@ const MaxHealth = 512
 // (ledger.CheckText: valid UTF-8, no control character, length caps
 // ledger.MaxIdentifier and ledger.MaxShortText): name a runner name;
 // backend a known backend; labels as ValidateLabels; spec.lanes 1 to
-// MaxAgentLanes lane names; spec.repository, spec.device.model,
-// spec.device.driver, spec.device.attrs values and spec.host identifiers
-// of at most MaxIdentifier bytes; spec.commit, spec.runner.version,
-// spec.runner.commit and attrs keys at most MaxShortText; counts not
-// negative. Health is free text that is cleaned (CleanHealth), not
+// MaxAgentLanes lane names; spec.repository required, the normalized
+// repository name (ledger.NormalizeRepository) of the subject its build
+// is of, and spec.commit required, that subject's commit id (40 or 64
+// lowercase hex): an agent records evidence of that build only, so a
+// registration that names none is refused rather than taken as "any";
+// spec.device.model, spec.device.driver, spec.device.attrs values and
+// spec.host identifiers of at most MaxIdentifier bytes;
+// spec.runner.version, spec.runner.commit and attrs keys at most
+// MaxShortText; counts not negative. Health is free text that is cleaned (CleanHealth), not
 // refused. Errors are CodeInvalid naming the first bad field; nothing is
 // echoed beyond 64 bytes.
 func (r *RegisterRequest) Validate() error {
@@ -59,12 +66,19 @@ func (s *AgentSpec) Validate() error {
 	if len(s.Device.Attrs) > 64 {
 		return ledger.FieldError("spec.device.attrs", "at most 64 attrs, got %d", len(s.Device.Attrs))
 	}
+	if err := ledger.CheckText("spec.repository", s.Repository, ledger.MaxIdentifier, true, false); err != nil {
+		return err
+	}
+	if n := ledger.NormalizeRepository(s.Repository); n != s.Repository {
+		return ledger.FieldError("spec.repository", "must be a normalized repository name (host/owner/name, as evidence names it): %q, not %q", clip(n), clip(s.Repository))
+	}
+	if !ledger.ValidObjectID(s.Commit) {
+		return ledger.FieldError("spec.commit", "required: the commit id (40 or 64 lowercase hex) of the build this agent runs, got %q", clip(s.Commit))
+	}
 	for _, f := range []struct {
 		field, v string
 		max      int
 	}{
-		{"spec.repository", s.Repository, ledger.MaxIdentifier},
-		{"spec.commit", s.Commit, ledger.MaxShortText},
 		{"spec.device.model", s.Device.Model, ledger.MaxIdentifier},
 		{"spec.device.driver", s.Device.Driver, ledger.MaxIdentifier},
 		{"spec.runner.version", s.Runner.Version, ledger.MaxShortText},
@@ -84,6 +98,40 @@ func (s *AgentSpec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// SpecDigestOf is the digest of what agent a declared at registration,
+// the registration an approval is of: "sha256:" and 64 lowercase hex, the
+// SHA-256 of the JSON of its key id, backend, labels and spec (lanes,
+// repository, commit, device, counts, memory, runner build, host; map keys
+// sorted, as encoding/json writes them). Health, times and the current
+// run are not in it. Safe for concurrent use.
+func SpecDigestOf(a Agent) string {
+	b, err := json.Marshal(struct {
+		KeyID   string            `json:"key_id"`
+		Backend ledger.Backend    `json:"backend"`
+		Labels  map[string]string `json:"labels"`
+		Spec    AgentSpec         `json:"spec"`
+	}{a.KeyID, a.Backend, a.Labels, a.Spec})
+	if err != nil {
+		// Strings, integers and maps of strings always encode.
+		panic(err)
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// MinSpecDigest is the fewest hex digits of a SpecDigestOf an approval may
+// name (the list shows that many): 64 bits.
+const MinSpecDigest = 16
+
+// MatchSpecDigest reports whether d names digest full:
+// full itself, or its hex with or without the "sha256:" prefix, cut to
+// no fewer than MinSpecDigest digits.
+// d comes from an admin; full from SpecDigestOf.
+func MatchSpecDigest(d, full string) bool {
+	h := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(d)), "sha256:")
+	return len(h) >= MinSpecDigest && strings.HasPrefix(strings.TrimPrefix(full, "sha256:"), h)
 }
 
 // hardwareAttrs are the device attributes that identify the hardware

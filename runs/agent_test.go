@@ -86,3 +86,73 @@ func TestVisibleAndCleanHealth(t *testing.T) {
 		t.Fatalf("CleanHealth: %q", h[:20])
 	}
 }
+
+// TestSpecDigestCoversTheRegistration: SpecDigestOf changes with each
+// declared field an approval binds (key, backend, labels, repository,
+// commit, lanes, device), not with health or times; MatchSpecDigest takes
+// the full digest or a prefix of at least MinSpecDigest hex digits, with
+// or without "sha256:", and nothing shorter or different.
+func TestSpecDigestCoversTheRegistration(t *testing.T) {
+	base := runs.Agent{Name: "gpu1", KeyID: "SHA256:k", Backend: ledger.BackendCUDA, Labels: map[string]string{"gpu": "h200"},
+		Spec: runs.AgentSpec{Lanes: []string{"l/v1"}, Repository: "github.com/o/r", Commit: strings.Repeat("a", 40), Device: ledger.Device{Model: "H200"}}}
+	d := runs.SpecDigestOf(base)
+	if !strings.HasPrefix(d, "sha256:") || len(d) != len("sha256:")+64 {
+		t.Fatalf("digest %q", d)
+	}
+	same := base
+	same.Health, same.CurrentRun, same.Approved = "degraded", "run_x", true
+	if runs.SpecDigestOf(same) != d {
+		t.Fatal("health, current run or approval changed the digest")
+	}
+	for name, mut := range map[string]func(*runs.Agent){
+		"key":        func(a *runs.Agent) { a.KeyID = "SHA256:other" },
+		"backend":    func(a *runs.Agent) { a.Backend = ledger.BackendCPU },
+		"labels":     func(a *runs.Agent) { a.Labels = map[string]string{"gpu": "a100"} },
+		"repository": func(a *runs.Agent) { a.Spec.Repository = "github.com/victim/r" },
+		"commit":     func(a *runs.Agent) { a.Spec.Commit = strings.Repeat("b", 40) },
+		"lanes":      func(a *runs.Agent) { a.Spec.Lanes = []string{"l/v1", "m/v1"} },
+		"device":     func(a *runs.Agent) { a.Spec.Device.Model = "A100" },
+	} {
+		a := base
+		a.Labels = map[string]string{"gpu": "h200"}
+		mut(&a)
+		if runs.SpecDigestOf(a) == d {
+			t.Errorf("changing the %s left the digest unchanged", name)
+		}
+	}
+	hexd := strings.TrimPrefix(d, "sha256:")
+	for _, ok := range []string{d, hexd, hexd[:runs.MinSpecDigest], "sha256:" + hexd[:runs.MinSpecDigest], strings.ToUpper(hexd[:20])} {
+		if !runs.MatchSpecDigest(ok, d) {
+			t.Errorf("MatchSpecDigest(%q) = false", ok)
+		}
+	}
+	for _, bad := range []string{"", "sha256:", hexd[:runs.MinSpecDigest-1], "0000000000000000", hexd + "0"} {
+		if runs.MatchSpecDigest(bad, d) {
+			t.Errorf("MatchSpecDigest(%q) = true", bad)
+		}
+	}
+}
+
+// TestRegistrationDeclaresABuild: a registration's spec must name the
+// repository (normalized) and commit of the build the agent runs.
+func TestRegistrationDeclaresABuild(t *testing.T) {
+	for _, c := range []struct{ repo, commit, field string }{
+		{"", strings.Repeat("a", 40), "spec.repository"},
+		{"git@github.com:o/r.git", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com/o/r", "", "spec.commit"},
+		{"github.com/o/r", strings.Repeat("A", 40), "spec.commit"},
+		{"github.com/o/r", strings.Repeat("a", 39), "spec.commit"},
+		{"github.com/o/r", strings.Repeat("a", 64), ""},
+		{"github.com/o/r", strings.Repeat("a", 40), ""},
+	} {
+		r := runs.RegisterRequest{Name: "gpu1", Backend: ledger.BackendCPU, Spec: runs.AgentSpec{Lanes: []string{"l/v1"}, Repository: c.repo, Commit: c.commit}}
+		err := r.Validate()
+		var le *ledger.Error
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%q@%q: %v, want valid", c.repo, c.commit, err)
+		case c.field != "" && (!errors.As(err, &le) || le.Field != c.field):
+			t.Errorf("%q@%q: %v, want an error naming %s", c.repo, c.commit, err, c.field)
+		}
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -199,9 +200,21 @@ func (s *Spec) Validate() error {
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
+	// agentMu orders a registration against an approval (LockAgents).
+	agentMu sync.Mutex
 	// dollar: the driver takes $1, $2, ... placeholders (PostgreSQL); the
 	// statements are written with ? (SQLite) and rebound once per call.
 	dollar bool
+}
+
+// LockAgents takes the store's agent lock and returns its unlock: the
+// server holds it from reading a registration to storing it (register)
+// and from checking one to appending its approval (approve), so an
+// approval is of the registration it checked. It orders callers of this
+// Store in one process, not several servers on one database.
+func (s *Store) LockAgents() (unlock func()) {
+	s.agentMu.Lock()
+	return s.agentMu.Unlock
 }
 
 // New returns a Store over db, a SQLite handle; now is the clock (nil:
@@ -666,6 +679,9 @@ type Agent struct {
 	LastSeen     time.Time         `json:"last_seen"`
 	CurrentRun   string            `json:"current_run,omitempty"`
 	Approved     bool              `json:"approved"`
+	// SpecDigest is SpecDigestOf(a), set in the server's answers (not
+	// stored): the value `ledger agent approve --spec` takes.
+	SpecDigest string `json:"spec_digest,omitempty"`
 }
 
 // AgentSpec is what an agent declares about itself at registration: the

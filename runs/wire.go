@@ -119,12 +119,17 @@ type PollRequest struct {
 }
 
 // ApproveRequest is the body of POST /api/v1/agents/{name}/approve (an
-// empty body or {} approves whatever key the agent registered with):
-// KeyID, when set, is the key id ("SHA256:" + 43 base64) the admin checked
-// out of band; the approval is refused (409, nothing appended) when the
-// registration carries another key.
+// empty body or {} approves the registration as it is when the request
+// is served): KeyID, when set, is the key id ("SHA256:" + 43 base64) the
+// admin checked out of band, and SpecDigest, when set, the spec digest
+// (Agent.SpecDigest, at least MinSpecDigest hex digits) of the
+// registration the admin checked (`ledger agent list`, or the agent's
+// start log). The approval is refused (409, nothing appended) when the
+// registration carries another key or another digest: a registration
+// that changed after it was checked is not approved.
 type ApproveRequest struct {
-	KeyID string `json:"key_id,omitempty"`
+	KeyID      string `json:"key_id,omitempty"`
+	SpecDigest string `json:"spec_digest,omitempty"`
 }
 
 // RemoveAnswer is the answer of POST /api/v1/agents/{name}/remove: the

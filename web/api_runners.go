@@ -161,13 +161,20 @@ func (s *Server) handleRevokeRunner(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) runnerAnswer(w http.ResponseWriter, st ledger.RunnerState, res *ledger.AppendResult) {
+	status, a := s.runnerAnswerOf(st, res)
+	s.writeJSON(w, status, a)
+}
+
+// runnerAnswerOf is the status (201, or 200 when nothing was appended)
+// and answer of a runner-key append, counting the leaf in the metrics.
+func (s *Server) runnerAnswerOf(st ledger.RunnerState, res *ledger.AppendResult) (int, RunnerAnswer) {
 	e := res.Entries[0]
 	status := http.StatusOK
 	if !e.Existing {
 		status = http.StatusCreated
 		s.metrics.appended.WithLabelValues(string(ledger.KindRunnerKey)).Inc()
 	}
-	s.writeJSON(w, status, RunnerAnswer{Runner: st, Entry: AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}})
+	return status, RunnerAnswer{Runner: st, Entry: AppendedJSON{ID: e.ID, Index: e.Index, LeafHash: e.LeafHash, Existing: e.Existing, InclusionProof: e.Proof}}
 }
 
 func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {

@@ -368,6 +368,7 @@ func (s *Server) agentsWithApproval(ctx context.Context) ([]runs.AgentInfo, erro
 	for i, a := range list {
 		live, ok := reg.Live(a.Name)
 		a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == a.KeyID
+		a.SpecDigest = runs.SpecDigestOf(a)
 		out[i] = runs.AgentInfo{Agent: a.Visible(), Online: now.Sub(a.LastSeen) < 2*rs.pollWait+rs.ttl}
 	}
 	return out, nil
@@ -382,24 +383,49 @@ func (s *Server) handleListAgents(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, map[string]any{"agents": list})
 }
 
+// ApproveAnswer is the answer of POST /api/v1/agents/{name}/approve: the
+// runner-key leaf's state and entry, and the registration approved (its
+// SpecDigest set, its text fields runs.Visible).
+type ApproveAnswer struct {
+	RunnerAnswer
+	Agent runs.Agent `json:"agent"`
+}
+
 // ApproveAgent appends the runner-key leaf (kind agent) that approves
-// the key agent name registered with, by the admin named by. keyID, when
-// not "", must be that key's id: the approval is refused with
-// CodeConflict (nothing appended) when the registration carries another
-// key, so an admin who checked the key id on the agent's host approves
-// that key or nothing. CodeNotFound when no agent of that name
-// registered; CodeConflict when the name has another live key. Approving
-// the live key again appends nothing.
-func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name, keyID, by string) (ledger.RunnerState, *ledger.AppendResult, error) {
+// the key agent name registered with, by the admin named by, and returns
+// the registration it approved. req.KeyID, when not "", must be that
+// key's id, and req.SpecDigest, when not "", must name the registration's
+// spec digest (runs.MatchSpecDigest): the approval is refused with
+// CodeConflict (nothing appended) otherwise, so an admin who checked the
+// key id and spec approves that registration or nothing. The check and
+// the append hold the store's agent lock, which registration holds too,
+// so no registration changes in between. CodeInvalid when
+// req.SpecDigest is too short or not hex; CodeNotFound when no agent of
+// that name registered; CodeConflict when the name has another live key.
+// Approving the live key again appends nothing.
+func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string, req runs.ApproveRequest, by string) (ledger.RunnerState, *ledger.AppendResult, runs.Agent, error) {
+	if d := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(req.SpecDigest)), "sha256:"); req.SpecDigest != "" && (len(d) < runs.MinSpecDigest || len(d) > 64 || !ledger.LowerHex(d)) {
+		return ledger.RunnerState{}, nil, runs.Agent{}, ledger.FieldError("spec_digest", "must be the spec digest `ledger agent list` shows: at least %d hex digits, optionally after \"sha256:\"", runs.MinSpecDigest)
+	}
+	defer rs.LockAgents()()
 	a, err := rs.GetAgent(ctx, name)
 	if err != nil {
-		return ledger.RunnerState{}, nil, err
+		return ledger.RunnerState{}, nil, a, err
 	}
-	if keyID != "" && keyID != a.KeyID {
-		return ledger.RunnerState{}, nil, &ledger.Error{Code: ledger.CodeConflict, Field: "key_id", Message: fmt.Sprintf(
-			"agent %q is registered with key %s, not %s: nothing was approved; if that is not the agent's key, remove the registration (`ledger agent remove %s`)", name, a.KeyID, clipText(keyID), name)}
+	a.SpecDigest = runs.SpecDigestOf(a)
+	if req.KeyID != "" && req.KeyID != a.KeyID {
+		return ledger.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "key_id", Message: fmt.Sprintf(
+			"agent %q is registered with key %s, not %s: nothing was approved; if that is not the agent's key, remove the registration (`ledger agent remove %s`)", name, a.KeyID, clipText(req.KeyID), name)}
 	}
-	return addRunnerKey(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent)
+	if req.SpecDigest != "" && !runs.MatchSpecDigest(req.SpecDigest, a.SpecDigest) {
+		v := a.Visible()
+		return ledger.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "spec_digest", Message: fmt.Sprintf(
+			"agent %q's registration is now spec %s (repository %s, commit %s, lanes %s, backend %s, labels %s), not %s: it changed since it was checked, nothing was approved; check it again (`ledger agent list`)",
+			name, a.SpecDigest, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels), clipText(req.SpecDigest))}
+	}
+	st2, res, err := addRunnerKey(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent)
+	a.Approved = err == nil
+	return st2, res, a, err
 }
 
 func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
@@ -429,12 +455,13 @@ func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	st, res, err := ApproveAgent(r.Context(), s.store, rs.store, chi.URLParam(r, "name"), req.KeyID, who.Name)
+	st, res, a, err := ApproveAgent(r.Context(), s.store, rs.store, chi.URLParam(r, "name"), req, who.Name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.runnerAnswer(w, st, res)
+	status, ans := s.runnerAnswerOf(st, res)
+	s.writeJSON(w, status, ApproveAnswer{RunnerAnswer: ans, Agent: a.Visible()})
 }
 
 // RemoveAgent removes agent name, by the admin named by: when the name's
@@ -579,6 +606,7 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 // approved with a's key and a changes its hardware (runs.HardwareChange,
 // the error naming the field).
 func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent) (runs.Agent, error) {
+	defer rs.LockAgents()()
 	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
 	if err != nil {
 		return a, err
@@ -607,7 +635,7 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 		return a, err
 	}
 	got, err := rs.GetAgent(ctx, a.Name)
-	got.Approved = approved
+	got.Approved, got.SpecDigest = approved, runs.SpecDigestOf(got)
 	return got, err
 }
 
@@ -827,7 +855,7 @@ func (s *Server) finishInfrastructure(ctx context.Context, run runs.Run, attempt
 // hold is a CodeConflict error naming staged[i].
 func (s *Server) finishEvidence(r *http.Request, a runs.Agent, run runs.Run, req runs.FinishRequest) ([]ledger.Record, []string, bool, error) {
 	if n := len(req.Evidence) + len(req.Staged); n != len(run.Lanes) {
-		return nil, nil, false, ledger.FieldError("evidence", "one envelope per lane of the run, sent in evidence or named in staged: want %d, got %d", len(run.Lanes), n)
+		return nil, nil, false, ledger.FieldError("evidence", "a completed finish carries one envelope per lane of run %s (%d: %s), sent in evidence or named in staged; this one carries %d (an attempt that could not run its lanes finishes with status error)", run.ID, len(run.Lanes), strings.Join(run.Lanes, ", "), n)
 	}
 	staged, err := s.runs.staged.take(stageKey{run: run.ID, attempt: req.Attempt, lease: req.Lease}, req.Staged)
 	if err != nil {

@@ -265,14 +265,18 @@ func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, env
 			return nil, ledger.FieldError(f+".subject.repository", "run %s is for repository %s", run.ID, run.Repository)
 		// What the agent declared binds as the run does: an agent records
 		// only its own build, lanes and backend (TRUST.md), also for a run
-		// that names no repository or commit.
+		// that names no repository or commit. A registration stored
+		// without a repository or commit (registration refuses one now)
+		// matches no evidence: empty declares nothing, not "any".
 		case !slices.Contains(a.Spec.Lanes, e.Lane) && !slices.Contains(a.Spec.Lanes, ledger.LaneName(e.Lane)):
 			return nil, ledger.FieldError(f+".lane", "lane %q is not in agent %s's declared configuration", e.Lane, a.Name)
 		case e.Backend != a.Backend:
 			return nil, ledger.FieldError(f+".backend", "agent %s declared backend %s, not %s", a.Name, a.Backend, e.Backend)
-		case a.Spec.Repository != "" && e.Subject.Repository != a.Spec.Repository:
+		case a.Spec.Repository == "" || a.Spec.Commit == "":
+			return nil, ledger.FieldError(f+".subject", "agent %s declared no build (spec.repository and spec.commit), so it records nothing: an admin removes it (`ledger agent remove %s`) and it registers again", a.Name, a.Name)
+		case e.Subject.Repository != a.Spec.Repository:
 			return nil, ledger.FieldError(f+".subject.repository", "agent %s declared builds of repository %s", a.Name, a.Spec.Repository)
-		case a.Spec.Commit != "" && e.Subject.Commit != a.Spec.Commit:
+		case e.Subject.Commit != a.Spec.Commit:
 			return nil, ledger.FieldError(f+".subject.commit", "agent %s declared a build of commit %s", a.Name, a.Spec.Commit)
 		}
 		// appendFinish's Append does not prepare it again.

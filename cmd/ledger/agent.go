@@ -60,12 +60,15 @@ canceled, the lane stops at the next case boundary and the attempt is
 reported canceled, recording nothing.
 
 The key must be approved by an admin first (ledger agent approve NAME
---key-id ID, with the key_id this command logs at start): an unapproved
+--key-id ID --spec D, with the key_id and spec this command logs at start,
+which approves this registration only): an unapproved
 agent is registered but gets no run. The name (default: the host name) is
 owned by the first key that registers it: another key is refused until an
 admin runs ledger agent remove NAME, and once approved the agent's backend,
-labels, device model, memory and count cannot change. --repository defaults
-to the checkout's origin remote and must be the repository the runs name.
+labels, repository, device model, memory and count cannot change.
+--repository defaults to the checkout's origin remote (normalized:
+host/owner/name) and must be the repository the runs name; the agent
+records evidence of that repository and its --commit only.
 --token is a record token; its lane, backend and repository scope bound the
 runs the agent is given.
 
@@ -109,35 +112,62 @@ func agentName(host string) string {
 }
 
 func newAgentApproveCmd(a *app) *cobra.Command {
-	var keyID string
+	var req runs.ApproveRequest
 	cmd := &cobra.Command{
-		Use:   "approve NAME [--key-id SHA256:...]",
-		Short: "Approve the key agent NAME registered with (admin; a runner-key leaf of kind agent)",
-		Long: `ledger agent approve approves the key agent NAME registered with and prints
-that key's id. Check it against the id the agent logged at start ("agent
-registered ... key_id=SHA256:...") and pass it as --key-id: the server then
-refuses the approval, appending nothing, when the registration carries any
-other key. A registration is never taken over by another key while it waits
-(409); remove one you do not trust with ledger agent remove NAME.`,
+		Use:   "approve NAME [--key-id SHA256:...] [--spec sha256:...]",
+		Short: "Approve the registration of agent NAME (admin; a runner-key leaf of kind agent)",
+		Long: `ledger agent approve approves the key agent NAME registered with, and with it
+the build and hardware it declared (repository, commit, lanes, backend,
+labels, device), and prints what it approved. Check the registration first:
+ledger agent list shows its key id and spec digest, which the agent also logs
+at start ("agent registered ... key_id=SHA256:... spec=sha256:..."). Pass
+them as --key-id and --spec: the server then refuses the approval, appending
+nothing, when the registration carries another key or was changed since
+(a waiting agent may register again with another repository). Without
+them the registration is approved as the server finds it. A registration
+is never taken over by another key while it waits (409); remove one you do
+not trust with ledger agent remove NAME.
+
+Exit status: 0 approved (or already), 2 refused or on usage errors.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.serverClient(true)
 			if err != nil {
 				return err
 			}
-			st, e, err := c.ApproveAgent(cmd.Context(), args[0], keyID)
+			st, e, ag, err := c.ApproveAgent(cmd.Context(), args[0], req)
 			if err != nil {
 				return errExit(2, "agent approve: %v", err)
+			}
+			if a.JSON {
+				return a.printJSON(map[string]any{"runner": st, "entry": appendedEntryJSON{e.ID, e.Index, e.LeafHash, e.Existing, e.Proof}, "agent": ag})
 			}
 			what := "approved"
 			if e.Existing {
 				what = "already approved:"
 			}
-			return a.printRunner(st, e, what)
+			if err := a.printRunner(st, e, what); err != nil {
+				return err
+			}
+			g := ag.Visible()
+			fmt.Fprintf(a.stdout, "  spec %s\n  repository %s  commit %s  backend %s  labels %s\n  lanes %s\n  device %s  count %d  memory %d  host %s\n",
+				ag.SpecDigest, g.Spec.Repository, g.Spec.Commit, g.Backend, runs.SortedLabels(g.Labels), strings.Join(g.Spec.Lanes, ","),
+				g.Spec.Device.Model, g.Spec.DeviceCount, g.Spec.MemoryBytes, g.Spec.Host)
+			if req.SpecDigest == "" && !e.Existing {
+				fmt.Fprintf(a.stderr, "note: approved the registration as the server found it; pass --spec %s next time to approve only the registration you checked\n", shortSpec(ag.SpecDigest))
+			}
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&keyID, "key-id", "", "the key id (SHA256:...) the agent logged; the approval is refused when the registration carries another")
+	cmd.Flags().StringVar(&req.KeyID, "key-id", "", "the key id (SHA256:...) the agent logged; the approval is refused when the registration carries another")
+	cmd.Flags().StringVar(&req.SpecDigest, "spec", "", "the spec digest (sha256:..., at least 16 hex digits) ledger agent list shows; the approval is refused when the registration changed since")
 	return cmd
+}
+
+// shortSpec is the part of a spec digest ledger agent list shows and
+// --spec takes: "sha256:" and runs.MinSpecDigest hex digits.
+func shortSpec(d string) string {
+	return d[:min(len(d), len("sha256:")+runs.MinSpecDigest)]
 }
 
 func newAgentRemoveCmd(a *app) *cobra.Command {
@@ -193,13 +223,13 @@ func newAgentListCmd(a *app) *cobra.Command {
 				return a.printJSON(map[string]any{"agents": list})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tKEY ID\tAPPROVED\tONLINE\tBACKEND\tLABELS\tDEVICE\tHEALTH\tLAST SEEN\tRUN")
+			fmt.Fprintln(tw, "NAME\tKEY ID\tSPEC\tAPPROVED\tONLINE\tBACKEND\tLABELS\tREPOSITORY\tCOMMIT\tLANES\tDEVICE\tHEALTH\tLAST SEEN\tRUN")
 			for _, info := range list {
 				// The server sends visible text; a table never carries a
 				// control character, whatever server it came from.
 				g := info.Agent.Visible()
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, g.Approved, info.Online, g.Backend, runs.SortedLabels(g.Labels),
-					g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, runs.Visible(shortSpec(g.SpecDigest)), g.Approved, info.Online, g.Backend, runs.SortedLabels(g.Labels),
+					g.Spec.Repository, g.Spec.Commit[:min(len(g.Spec.Commit), 12)], strings.Join(g.Spec.Lanes, ","), g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
 			}
 			return tw.Flush()
 		},
@@ -304,9 +334,9 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	if err != nil {
 		return errExit(2, "agent register: %v", err)
 	}
-	a.log.Info("agent registered", "name", c.Name, "key_id", reg.KeyID, "approved", reg.Approved, "backend", c.Backend, "labels", runs.SortedLabels(labels), "health", health)
+	a.log.Info("agent registered", "name", c.Name, "key_id", reg.KeyID, "spec", reg.SpecDigest, "approved", reg.Approved, "backend", c.Backend, "labels", runs.SortedLabels(labels), "health", health)
 	if !reg.Approved {
-		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + " --key-id " + reg.KeyID + "`; polling until then")
+		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + " --key-id " + reg.KeyID + " --spec " + shortSpec(reg.SpecDigest) + "`; polling until then")
 	}
 	done := 0
 	backoff := time.Second

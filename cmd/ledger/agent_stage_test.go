@@ -39,7 +39,7 @@ func (e *agentEnv) keyedAgent(name string) (*client.Agent, ed25519.PrivateKey) {
 		Spec: runs.AgentSpec{Lanes: []string{quickLane, slowLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
 		e.t.Fatalf("register %s: %v", name, err)
 	}
-	if _, _, err := e.admCl.ApproveAgent(context.Background(), name, ""); err != nil {
+	if _, _, _, err := e.admCl.ApproveAgent(context.Background(), name, runs.ApproveRequest{}); err != nil {
 		e.t.Fatal(err)
 	}
 	return a, priv

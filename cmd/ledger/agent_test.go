@@ -348,7 +348,7 @@ func (e *agentEnv) signedAgent(name string, approve bool) *client.Agent {
 		e.t.Fatalf("register %s: %v", name, err)
 	}
 	if approve {
-		if _, _, err := e.admCl.ApproveAgent(context.Background(), name, ""); err != nil {
+		if _, _, _, err := e.admCl.ApproveAgent(context.Background(), name, runs.ApproveRequest{}); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -426,7 +426,7 @@ func TestUnapprovedAgentGetsNothing(t *testing.T) {
 	// key other than the approved one is refused.
 	_, impostor, _ := ed25519.GenerateKey(rand.Reader)
 	c, _ := client.New(e.url, client.Options{Token: e.recTok})
-	if _, _, err := e.admCl.ApproveAgent(ctx, "stranger", ""); err != nil {
+	if _, _, _, err := e.admCl.ApproveAgent(ctx, "stranger", runs.ApproveRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.NewAgent(c, "stranger", impostor).Poll(ctx, time.Second, "ok"); !isCode(err, ledger.CodeUnauthorized) {
@@ -447,7 +447,7 @@ func TestAgentTakesOnlyDeclaredLanes(t *testing.T) {
 		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.admCl.ApproveAgent(ctx, "narrow", ""); err != nil {
+	if _, _, _, err := e.admCl.ApproveAgent(ctx, "narrow", runs.ApproveRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	other := e.queue(runs.Spec{Lanes: []string{slowLane}, Backend: ledger.BackendCPU})

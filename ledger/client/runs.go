@@ -87,20 +87,25 @@ func (c *Client) Agents(ctx context.Context) ([]runs.AgentInfo, error) {
 	return a.Agents, err
 }
 
-// ApproveAgent approves the key agent name registered with (POST
-// /agents/{name}/approve, scope admin): a runner-key leaf of kind agent.
-// keyID, when not "", must be the registered key's id; the server refuses
-// the approval (409, nothing appended) when it is another.
-func (c *Client) ApproveAgent(ctx context.Context, name, keyID string) (ledger.RunnerState, ledger.AppendedEntry, error) {
-	body, err := json.Marshal(runs.ApproveRequest{KeyID: keyID})
+// ApproveAgent approves the registration of agent name (POST
+// /agents/{name}/approve, scope admin): a runner-key leaf of kind agent
+// for its key. req.KeyID and req.SpecDigest, when set, must be the
+// registered key's id and spec digest; the server refuses the approval
+// (409, nothing appended) when either is another. It returns the leaf's
+// state and entry and the registration approved.
+func (c *Client) ApproveAgent(ctx context.Context, name string, req runs.ApproveRequest) (ledger.RunnerState, ledger.AppendedEntry, runs.Agent, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, runs.Agent{}, err
 	}
-	var a runnerAnswer
+	var a struct {
+		runnerAnswer
+		Agent runs.Agent `json:"agent"`
+	}
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/agents/" + url.PathEscape(name) + "/approve", body: body, contentType: "application/json"}, &a, nil); err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return ledger.RunnerState{}, ledger.AppendedEntry{}, runs.Agent{}, err
 	}
-	return a.Runner, a.entry(), nil
+	return a.Runner, a.entry(), a.Agent, nil
 }
 
 // RemoveAgent removes agent name (POST /agents/{name}/remove, scope

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/runs"
+	"github.com/evidence-ledger/ledger/verify"
+)
+
+const victimRepo = "github.com/victim/other"
+
+// logSize is the size of the server's log, read from its checkpoint.
+func (e *agentEnv) logSize() uint64 {
+	e.t.Helper()
+	var cp struct {
+		Size uint64 `json:"size"`
+	}
+	if code := getJSON(e.t, e.url+"/api/v1/log/checkpoint", &cp); code != http.StatusOK {
+		e.t.Fatalf("GET /api/v1/log/checkpoint: %d", code)
+	}
+	return cp.Size
+}
+
+// agentGateRelease applies a release whose one gate needs evidence of
+// quickLane on cpu of repo at testCommit produced by an agent, and
+// returns a function that runs `ledger release check` and its output.
+func (e *agentEnv) agentGateRelease(version, repo string) func(want int) string {
+	e.t.Helper()
+	rel := `version: ` + version + `
+components:
+  - {name: core, repository: ` + repo + `, reviewed: ` + testCommit + `, head: ` + testCommit + `}
+gates:
+  - {id: footprint, kind: lane, lane: ` + quickLane + `, component: core, backends: [cpu], runner: agent}
+`
+	relFile := filepath.Join(e.t.TempDir(), "release.yaml")
+	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	adm := []string{"--server", e.url, "--token", e.admin}
+	if o, se, code := runBin(e.t, "", append(adm, "release", "apply", relFile)...); code != 0 {
+		e.t.Fatalf("release apply: exit %d %s%s", code, o, se)
+	}
+	return func(want int) string {
+		e.t.Helper()
+		o, se, code := runBin(e.t, "", append(adm, "release", "check", version)...)
+		if code != want {
+			e.t.Fatalf("release check %s: exit %d, want %d\n%s%s", version, code, want, o, se)
+		}
+		return o
+	}
+}
+
+// TestAgentRegistrationMustDeclareBuild: an agent records evidence of
+// the build it declared, so a registration through the real server that
+// declares no repository or commit (or a repository URL, not its name) is
+// refused naming the field, registering nothing; and a registration row
+// stored without them (as before registration refused one), even once
+// approved, records nothing: its finish carrying evidence of another
+// repository is refused, the log does not grow and a `runner: agent` gate
+// of that repository stays not ready.
+func TestAgentRegistrationMustDeclareBuild(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	c, err := client.New(e.url, client.Options{Token: e.recTok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := client.NewAgent(c, "blank", priv)
+	for _, tc := range []struct {
+		repo, commit, field, says string
+	}{
+		{"", testCommit, "spec.repository", "required"},
+		{"   ", testCommit, "spec.repository", "required"},
+		{testRepo, "", "spec.commit", "required"},
+		{testRepo, "HEAD", "spec.commit", "required"},
+		{"https://" + victimRepo + ".git", testCommit, "spec.repository", victimRepo},
+	} {
+		_, err := ag.Register(ctx, runs.RegisterRequest{Name: "blank", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+			Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: tc.repo, Commit: tc.commit}, Health: "ok"})
+		le, ok := asLedgerError(err)
+		if !ok || le.Code != ledger.CodeInvalid || le.Field != tc.field || !strings.Contains(le.Message, tc.says) {
+			t.Fatalf("register with repository %q commit %q: %v; want 400 naming %s (%q)", tc.repo, tc.commit, err, tc.field, tc.says)
+		}
+	}
+	if as, err := e.admCl.Agents(ctx); err != nil || len(as) != 0 {
+		t.Fatalf("refused registrations stored agents: %+v %v", as, err)
+	}
+
+	// A row without a build, stored as an older server would have.
+	db, err := sqlite.OpenAux(e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := runs.New(db, nil)
+	defer rs.Close()
+	if err := rs.Register(ctx, runs.Agent{Name: "blank", KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+		Labels: map[string]string{}, Spec: runs.AgentSpec{Lanes: []string{quickLane}}, Health: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.admCl.ApproveAgent(ctx, "blank", runs.ApproveRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	check := e.agentGateRelease("8.0.0", victimRepo)
+	check(1)
+	r := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	l, err := ag.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l == nil || l.Run.ID != r.ID {
+		t.Fatalf("poll: %+v %v", l, err)
+	}
+	before := e.logSize()
+	for _, subj := range []ledger.Subject{
+		{Repository: victimRepo, Commit: testCommit, Tree: testCommit},
+		{Repository: testRepo, Commit: testCommit, Tree: testCommit},
+	} {
+		_, err = ag.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelopeOf(t, priv, subj)}})
+		if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeInvalid || le.Field != "evidence[0].subject" || !strings.Contains(le.Message, "declared no build") {
+			t.Fatalf("finish of an agent that declared no build, evidence of %s: %v; want 400 naming evidence[0].subject", subj.Repository, err)
+		}
+	}
+	if after := e.logSize(); after != before {
+		t.Fatalf("refused finishes appended: size %d -> %d", before, after)
+	}
+	if o := check(1); !strings.Contains(o, "NOT READY") {
+		t.Fatalf("check after the refused finish: %s", o)
+	}
+}
+
+// TestAgentApproveBindsSpec: an approval is of the registration the admin
+// checked. A waiting agent that registers again with another repository
+// after `agent list` showed it makes `agent approve --spec` of the listed
+// digest fail (exit 2 naming the new repository, nothing appended,
+// still unapproved); approving the digest of what is registered now
+// approves it and prints what it approved; a malformed --spec is refused.
+func TestAgentApproveBindsSpec(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	kid := verify.RunnerKeyID(pub)
+	c, err := client.New(e.url, client.Options{Token: e.recTok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := client.NewAgent(c, "gpu1", priv)
+	register := func(repo string) runs.Agent {
+		t.Helper()
+		got, err := ag.Register(ctx, runs.RegisterRequest{Name: "gpu1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+			Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: repo, Commit: testCommit}, Health: "ok"})
+		if err != nil {
+			t.Fatalf("register with %s: %v", repo, err)
+		}
+		return got
+	}
+	first := register(testRepo)
+	adm := []string{"--server", e.url, "--token", e.admin, "agent"}
+	out, se, code := runBin(t, "", append(adm, "list")...)
+	listed := shortSpec(first.SpecDigest)
+	if code != 0 || !strings.Contains(out, "SPEC") || !strings.Contains(out, listed) || !strings.Contains(out, testRepo) || !strings.Contains(out, quickLane) {
+		t.Fatalf("agent list: exit %d %s %s; want spec %s, repository and lanes", code, out, se, listed)
+	}
+	swapped := register(victimRepo)
+	if swapped.SpecDigest == first.SpecDigest {
+		t.Fatal("registrations of two repositories have one spec digest")
+	}
+	before := e.logSize()
+	_, se, code = runBin(t, "", append(adm, "approve", "gpu1", "--key-id", kid, "--spec", listed)...)
+	if code != 2 || !strings.Contains(se, "nothing was approved") || !strings.Contains(se, victimRepo) {
+		t.Fatalf("approve --spec of the listed registration after it changed: exit %d %s; want 2 naming %s", code, se, victimRepo)
+	}
+	for _, bad := range []string{"abc", "sha256:" + strings.Repeat("z", 16), strings.Repeat("a", 65)} {
+		if _, se, code = runBin(t, "", append(adm, "approve", "gpu1", "--spec", bad)...); code != 2 || !strings.Contains(se, "spec_digest") {
+			t.Fatalf("approve --spec %s: exit %d %s; want 2 naming spec_digest", bad, code, se)
+		}
+	}
+	if after := e.logSize(); after != before {
+		t.Fatalf("refused approvals appended: size %d -> %d", before, after)
+	}
+	if as, _ := e.admCl.Agents(ctx); len(as) != 1 || as[0].Approved {
+		t.Fatalf("after refused approvals: %+v", as)
+	}
+	out, se, code = runBin(t, "", append(adm, "approve", "gpu1", "--key-id", kid, "--spec", swapped.SpecDigest)...)
+	if code != 0 || !strings.Contains(out, "approved runner gpu1 key "+kid) || !strings.Contains(out, "repository "+victimRepo) || !strings.Contains(out, swapped.SpecDigest) {
+		t.Fatalf("approve --spec of the registration as it is: exit %d %s %s", code, out, se)
+	}
+	if strings.Contains(se, "note:") {
+		t.Fatalf("approve with --spec printed the no-spec note: %s", se)
+	}
+	// Approved, the repository is frozen: the first one is refused now.
+	if _, err := ag.Register(ctx, runs.RegisterRequest{Name: "gpu1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); !isCode(err, ledger.CodeConflict) {
+		t.Fatalf("an approved agent registering another repository: %v, want 409", err)
+	}
+
+	// Without --spec the CLI approves what it finds and says so.
+	e.signedAgent("cpu2", false)
+	_, se, code = runBin(t, "", append(adm, "approve", "cpu2")...)
+	if code != 0 || !strings.Contains(se, "note: approved the registration as the server found it") || !strings.Contains(se, "--spec sha256:") {
+		t.Fatalf("approve without --spec: exit %d %s; want a note naming --spec", code, se)
+	}
+}
+
+func asLedgerError(err error) (*ledger.Error, bool) {
+	var le *ledger.Error
+	return le, errors.As(err, &le)
+}
