@@ -47,6 +47,7 @@ const (
 var (
 	runnerNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 	keyIDRe      = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
+	specDigestRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 )
 
 // ValidRunnerName reports whether s is a runner name: 1-64 of [a-z0-9._-],
@@ -64,14 +65,19 @@ func ValidRunnerName(s string) bool { return runnerNameRe.MatchString(s) }
 // registration, and a gate with `runner: agent` counts only evidence
 // signed by such a key.
 type RunnerKey struct {
-	Action    string    `json:"action"`
-	Kind      string    `json:"kind,omitempty"`
-	Name      string    `json:"name"`
-	KeyID     string    `json:"key_id"`
-	PublicKey string    `json:"public_key,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	By        string    `json:"by"`
-	At        time.Time `json:"at"`
+	Action    string `json:"action"`
+	Kind      string `json:"kind,omitempty"`
+	Name      string `json:"name"`
+	KeyID     string `json:"key_id"`
+	PublicKey string `json:"public_key,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	// SpecDigest, on the approval of an agent key only, is the spec
+	// digest ("sha256:" + 64 hex, runs.SpecDigestOf) of the registration
+	// approved: what the agent declared (build, lanes, hardware) when the
+	// admin approved it.
+	SpecDigest string    `json:"spec_digest,omitempty"`
+	By         string    `json:"by"`
+	At         time.Time `json:"at"`
 }
 
 // Validate checks every field of k, including that an added key's KeyID is
@@ -98,8 +104,11 @@ func (k *RunnerKey) Validate() error {
 		if k.Reason != "" {
 			return FieldError("reason", "only a revocation carries a reason")
 		}
+		if k.SpecDigest != "" && (k.Kind != RunnerKindAgent || !specDigestRe.MatchString(k.SpecDigest)) {
+			return FieldError("spec_digest", "only an agent key's approval carries one: sha256: and 64 lowercase hex")
+		}
 	case RunnerRevoke:
-		if k.PublicKey != "" {
+		if k.PublicKey != "" || k.SpecDigest != "" {
 			return FieldError("public_key", "a revocation names the key by key_id only")
 		}
 		if strings.TrimSpace(k.Reason) == "" || len(k.Reason) > 1024 {
@@ -322,7 +331,10 @@ type RunnerState struct {
 	Index     uint64    `json:"index"`
 	AddedBy   string    `json:"added_by"`
 	AddedAt   time.Time `json:"added_at"`
-	Revoked   bool      `json:"revoked"`
+	// SpecDigest is the spec digest the approval of an agent key
+	// recorded (RunnerKey.SpecDigest), "" for a runner key.
+	SpecDigest string `json:"spec_digest,omitempty"`
+	Revoked    bool   `json:"revoked"`
 	// RevokedIndex, RevokedBy, RevokedAt and Reason describe the
 	// revocation when Revoked.
 	RevokedIndex uint64    `json:"revoked_index,omitempty"`
@@ -409,7 +421,7 @@ func (r *RunnerRegistry) apply(e Entry) error {
 	}
 	switch k.Action {
 	case RunnerAdd:
-		r.Runners = append(r.Runners, RunnerState{Name: k.Name, Kind: k.Kind, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At})
+		r.Runners = append(r.Runners, RunnerState{Name: k.Name, Kind: k.Kind, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At, SpecDigest: k.SpecDigest})
 	case RunnerRevoke:
 		for i := range r.Runners {
 			s := &r.Runners[i]

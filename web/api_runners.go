@@ -59,11 +59,17 @@ func AddRunner(ctx context.Context, st RunnerLog, name string, keyFile []byte, b
 // addRunnerKey is AddRunner for a key of kind ("" a runner,
 // ledger.RunnerKindAgent an agent).
 func addRunnerKey(ctx context.Context, st RunnerLog, name string, keyFile []byte, by, kind string) (ledger.RunnerState, *ledger.AppendResult, error) {
+	return addKeyLeaf(ctx, st, name, keyFile, by, kind, "")
+}
+
+// addKeyLeaf is addRunnerKey whose leaf carries specDigest (an agent
+// approval's, or "").
+func addKeyLeaf(ctx context.Context, st RunnerLog, name string, keyFile []byte, by, kind, specDigest string) (ledger.RunnerState, *ledger.AppendResult, error) {
 	pub, err := verify.ParseRunnerPublicKey(keyFile)
 	if err != nil {
 		return ledger.RunnerState{}, nil, ledger.FieldError("public_key", "%v", err)
 	}
-	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Kind: kind, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), By: by, At: time.Now().UTC()}
+	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Kind: kind, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), SpecDigest: specDigest, By: by, At: time.Now().UTC()}
 	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
 	if err != nil {
 		return ledger.RunnerState{}, nil, err

@@ -392,8 +392,9 @@ type ApproveAnswer struct {
 }
 
 // ApproveAgent appends the runner-key leaf (kind agent) that approves
-// the key agent name registered with, by the admin named by, and returns
-// the registration it approved. req.KeyID, when not "", must be that
+// the key agent name registered with, by the admin named by, the leaf
+// carrying the registration's spec digest, and returns the registration
+// it approved. req.KeyID, when not "", must be that
 // key's id, and req.SpecDigest, when not "", must name the registration's
 // spec digest (runs.MatchSpecDigest): the approval is refused with
 // CodeConflict (nothing appended) otherwise, so an admin who checked the
@@ -423,7 +424,7 @@ func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string
 			"agent %q's registration is now spec %s (repository %s, commit %s, lanes %s, backend %s, labels %s), not %s: it changed since it was checked, nothing was approved; check it again (`ledger agent list`)",
 			name, a.SpecDigest, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels), clipText(req.SpecDigest))}
 	}
-	st2, res, err := addRunnerKey(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent)
+	st2, res, err := addKeyLeaf(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent, a.SpecDigest)
 	a.Approved = err == nil
 	return st2, res, a, err
 }

@@ -198,6 +198,15 @@ func TestAgentApproveBindsSpec(t *testing.T) {
 	if strings.Contains(se, "note:") {
 		t.Fatalf("approve with --spec printed the no-spec note: %s", se)
 	}
+	// The approval leaf records the spec approved.
+	rl, err := e.admCl.Runners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live, ok := rl.Live("gpu1"); !ok || live.SpecDigest != swapped.SpecDigest {
+		leafSpec := live.SpecDigest
+		t.Fatalf("the approval leaf records spec %q (live %v), want %s", leafSpec, ok, swapped.SpecDigest)
+	}
 	// Approved, the repository is frozen: the first one is refused now.
 	if _, err := ag.Register(ctx, runs.RegisterRequest{Name: "gpu1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
 		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); !isCode(err, ledger.CodeConflict) {
