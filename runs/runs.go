@@ -441,6 +441,25 @@ func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, 
 	return nil, nil
 }
 
+// HeldBy returns the active runs (leased, running, canceling) whose
+// lease agent holds now (its end not passed), oldest first.
+func (s *Store) HeldBy(ctx context.Context, agent string) ([]Run, error) {
+	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND agent = ? AND lease_until > ? ORDER BY created_at, id`, agent, ms(s.now()))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
 // held loads run id and checks that (agent, attempt, lease) holds its
 // lease now.
 func (s *Store) held(ctx context.Context, id, agent string, attempt int, lease string) (Run, error) {

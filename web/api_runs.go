@@ -538,7 +538,10 @@ func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed2551
 			return a, err
 		}
 		live, ok := reg.Live(name)
-		if !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != a.KeyID {
+		if ok && live.Kind != ledger.RunnerKindAgent {
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q: the name is a plain runner's (key %s), which is not an agent's approval: an admin revokes it (`ledger runner revoke %s`) and the agent registers again with a new key (a revoked key is never approved again), or the agent takes another --name", name, live.KeyID, name)
+		}
+		if !ok || live.KeyID != a.KeyID {
 			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s --key-id %s`", name, a.KeyID, name, a.KeyID)
 		}
 		if pub, err = verify.ParseRunnerPublicKey([]byte(live.PublicKey)); err != nil {
@@ -690,6 +693,10 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rs := s.runs
+	if err := s.releaseHeld(r.Context(), a); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, rs.pollWait)
 	t, _ := TokenFrom(r.Context())
 	deadline := time.NewTimer(wait)
@@ -717,6 +724,30 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// releaseHeld ends every lease agent a holds when it polls for a run: an
+// agent runs one run at a time, so one that polls has given up what it
+// held (it restarted, or could not finish). Each attempt is recorded as an
+// infrastructure failure and its run queued again at once rather than
+// when the lease would have run out (or made final: expired with its
+// attempts used up, canceled when canceling, its outcome appended).
+func (s *Server) releaseHeld(ctx context.Context, a runs.Agent) error {
+	rs := s.runs
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	held, err := rs.store.HeldBy(ctx, a.Name)
+	if err != nil {
+		return err
+	}
+	for _, run := range held {
+		attempt := ledger.RunAttempt{Attempt: run.Attempt, Agent: a.Name, At: s.cfg.Now().UTC(),
+			Reason: fmt.Sprintf("agent %s polled for a new run while holding this lease: it restarted or gave the attempt up", a.Name)}
+		if _, _, err := s.finishInfrastructure(ctx, run, attempt); err != nil && !errors.Is(err, runs.ErrLeaseNotHeld) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Server) handleAgentHeartbeat(w http.ResponseWriter, r *http.Request) {

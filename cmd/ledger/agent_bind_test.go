@@ -225,3 +225,63 @@ func asLedgerError(err error) (*ledger.Error, bool) {
 	var le *ledger.Error
 	return le, errors.As(err, &le)
 }
+
+// TestAgentPollEndsHeldLease: an agent runs one run at a time, so a poll
+// by an agent that holds a lease ends that lease at once: the attempt is
+// an infrastructure failure naming the poll, the run is queued again (and
+// here given straight back as attempt 2), and the old lease's finish is
+// refused with nothing recorded. One agent never holds two leases.
+func TestAgentPollEndsHeldLease(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	holder, hpriv := e.keyedAgent("holder")
+	a := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	b := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	l1, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l1 == nil || l1.Run.ID != a.ID {
+		t.Fatalf("first poll: %+v %v", l1, err)
+	}
+	l2, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l2 == nil || l2.Run.ID != a.ID || l2.Attempt != 2 {
+		t.Fatalf("second poll while holding %s: %+v %v; want %s again as attempt 2", a.ID, l2, err, a.ID)
+	}
+	got := e.run(a.ID)
+	if len(got.Attempts) != 1 || got.Attempts[0].Outcome != "infrastructure" || !strings.Contains(got.Attempts[0].Reason, "polled for a new run") {
+		t.Fatalf("run after the second poll: %+v; want attempt 1 an infrastructure failure naming the poll", got)
+	}
+	if s := e.run(b.ID).State; s != runs.Queued {
+		t.Fatalf("run %s is %s: one agent took two leases", b.ID, s)
+	}
+	before := e.logSize()
+	if _, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 1, Lease: l1.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}}); !isCode(err, ledger.CodeConflict) {
+		t.Fatalf("finish of the lease the poll ended: %v, want 409", err)
+	}
+	if after := e.logSize(); after != before {
+		t.Fatalf("the refused finish appended: size %d -> %d", before, after)
+	}
+	if fin, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 2, Lease: l2.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}}); err != nil || fin.State != runs.Done {
+		t.Fatalf("finish of attempt 2: %+v %v", fin, err)
+	}
+}
+
+// TestAgentOnPlainRunnerName: an agent whose name and key are a plain
+// runner's is not approved by that, and its polls are refused naming
+// the plain runner and the way out, not a useless approve command.
+func TestAgentOnPlainRunnerName(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	if _, _, err := e.admCl.AddRunner(ctx, "ci1", []byte(verify.AuthorizedKey(pub))); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(e.url, client.Options{Token: e.recTok})
+	ag := client.NewAgent(c, "ci1", priv)
+	if _, err := ag.Register(ctx, runs.RegisterRequest{Name: "ci1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ag.Poll(ctx, time.Second, "ok")
+	if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeForbidden || !strings.Contains(le.Message, "plain runner") || !strings.Contains(le.Message, "ledger runner revoke ci1") {
+		t.Fatalf("poll by an agent on a plain runner's name: %v; want 403 naming the plain runner", err)
+	}
+}
