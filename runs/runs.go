@@ -369,12 +369,21 @@ func (s *Store) List(ctx context.Context, state string, limit int) ([]Run, error
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)
+	out, err := s.queryRuns(ctx, q, args...)
+	if out == nil {
+		out = []Run{}
+	}
+	return out, err
+}
+
+// queryRuns runs query q (columns runCols) and scans every row.
+func (s *Store) queryRuns(ctx context.Context, q string, args ...any) ([]Run, error) {
 	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []Run{}
+	var out []Run
 	for rows.Next() {
 		r, err := scanRun(rows)
 		if err != nil {
@@ -406,26 +415,14 @@ func Serves(r Run, backend ledger.Backend, labels map[string]string, commit stri
 // run matches. Two claims of one run cannot both win: the update is a
 // compare-and-set on (state, attempt).
 func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, ttl time.Duration) (*Run, error) {
-	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state = 'queued' ORDER BY created_at, id LIMIT 200`)
+	queued, err := s.queryRuns(ctx, `SELECT `+runCols+` FROM runs WHERE state = 'queued' ORDER BY created_at, id LIMIT 200`)
 	if err != nil {
 		return nil, err
 	}
-	var cands []Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
+	for _, r := range queued {
+		if !filter(r) {
+			continue
 		}
-		if filter(r) {
-			cands = append(cands, r)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, r := range cands {
 		now := s.now()
 		lease := newID("lease_")
 		res, err := s.exec(ctx, `UPDATE runs SET state = 'leased', attempt = attempt + 1, agent = ?, lease_id = ?, lease_until = ?, updated_at = ?, progress = ?
@@ -444,20 +441,7 @@ func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, 
 // HeldBy returns the active runs (leased, running, canceling) whose
 // lease agent holds now (its end not passed), oldest first.
 func (s *Store) HeldBy(ctx context.Context, agent string) ([]Run, error) {
-	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND agent = ? AND lease_until > ? ORDER BY created_at, id`, agent, ms(s.now()))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.queryRuns(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND agent = ? AND lease_until > ? ORDER BY created_at, id`, agent, ms(s.now()))
 }
 
 // held loads run id and checks that (agent, attempt, lease) holds its
@@ -614,21 +598,8 @@ func (s *Store) Cancel(ctx context.Context, id string) (r Run, final bool, err e
 // (the caller appends their outcomes) and how many were requeued.
 func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, err error) {
 	now := s.now()
-	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND lease_until <= ?`, ms(now))
+	due, err := s.queryRuns(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('leased', 'running', 'canceling') AND lease_until <= ?`, ms(now))
 	if err != nil {
-		return nil, 0, err
-	}
-	var due []Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			rows.Close()
-			return nil, 0, err
-		}
-		due = append(due, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, 0, err
 	}
 	for _, r := range due {
@@ -665,20 +636,7 @@ func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, er
 // Unrecorded returns the final runs whose outcome leaf is not appended
 // yet (a crash between the state change and the append), oldest first.
 func (s *Store) Unrecorded(ctx context.Context) ([]Run, error) {
-	rows, err := s.query(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('done', 'failed', 'canceled', 'expired') AND outcome_entry = '' ORDER BY created_at`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.queryRuns(ctx, `SELECT `+runCols+` FROM runs WHERE state IN ('done', 'failed', 'canceled', 'expired') AND outcome_entry = '' ORDER BY created_at`)
 }
 
 // Agent is an agent's registration and last heartbeat. Spec is the
