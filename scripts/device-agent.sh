@@ -7,6 +7,7 @@
 #   agent.log       the agent's output
 #   run.json        the run as GET /api/v1/runs/{id} answers it at the end
 #   evidence.json   the evidence records the run produced (GET /api/v1/evidence/{id} each)
+#   approve.txt     what `ledger agent approve --key-id --spec` approved
 #   agents.json     GET /api/v1/agents (spec, health, last heartbeat)
 #   audit.txt       `ledger audit` of the server's database afterwards
 #   command.txt     this command line, the binary's digest and the environment it ran with
@@ -85,7 +86,12 @@ for _ in $(seq 1 300); do
 	api "$ADMIN" "$URL/api/v1/agents" | grep -q "\"name\": \"$NAME\"" && break
 	sleep 0.2
 done
-"$BIN" --server "$URL" --token "$ADMIN" agent approve "$NAME" >> "$OUT/agent.log" 2>&1
+# Approve the registration this script saw, and only that one (its key id
+# and spec digest, as an admin would from `ledger agent list`).
+reg=$(api "$ADMIN" "$URL/api/v1/agents" | tr -d '\n ')
+KEY_ID=$(echo "$reg" | grep -o '"key_id":"SHA256:[A-Za-z0-9+/]*"' | head -1 | cut -d'"' -f4)
+SPEC=$(echo "$reg" | grep -o '"spec_digest":"sha256:[0-9a-f]*"' | head -1 | cut -d'"' -f4)
+"$BIN" --server "$URL" --token "$ADMIN" agent approve "$NAME" --key-id "$KEY_ID" --spec "$SPEC" > "$OUT/approve.txt" 2>&1
 
 lanes_json=$(printf '"%s",' $LANES); lanes_json="[${lanes_json%,}]"
 labels_json=""

@@ -542,7 +542,7 @@ func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed2551
 			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q: the name is a plain runner's (key %s), which is not an agent's approval: an admin revokes it (`ledger runner revoke %s`) and the agent registers again with a new key (a revoked key is never approved again), or the agent takes another --name", name, live.KeyID, name)
 		}
 		if !ok || live.KeyID != a.KeyID {
-			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin runs `ledger agent approve %s --key-id %s`", name, a.KeyID, name, a.KeyID)
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin checks its registration (`ledger agent list`) and runs `ledger agent approve %s --key-id %s --spec %s`", name, a.KeyID, name, a.KeyID, runs.SpecDigestOf(a)[:len("sha256:")+runs.MinSpecDigest])
 		}
 		if pub, err = verify.ParseRunnerPublicKey([]byte(live.PublicKey)); err != nil {
 			return a, err
