@@ -121,17 +121,14 @@ func SpecDigestOf(a Agent) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// MinSpecDigest is the fewest hex digits of a SpecDigestOf an approval may
-// name (the list shows that many): 64 bits.
-const MinSpecDigest = 16
-
-// MatchSpecDigest reports whether d names digest full:
-// full itself, or its hex with or without the "sha256:" prefix, cut to
-// no fewer than MinSpecDigest digits.
-// d comes from an admin; full from SpecDigestOf.
+// MatchSpecDigest reports whether d, from an admin, names digest full
+// (from SpecDigestOf): all 64 hex digits, with or without the "sha256:"
+// prefix, in either case. A prefix does not do: the agent chooses both
+// registrations an approval could be confused between, so a cut digest
+// is open to a birthday collision (64 bits take about 2^32 hashes).
 func MatchSpecDigest(d, full string) bool {
 	h := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(d)), "sha256:")
-	return len(h) >= MinSpecDigest && strings.HasPrefix(strings.TrimPrefix(full, "sha256:"), h)
+	return len(h) == 64 && h == strings.TrimPrefix(full, "sha256:")
 }
 
 // hardwareAttrs are the device attributes that identify the hardware

@@ -90,8 +90,8 @@ func TestVisibleAndCleanHealth(t *testing.T) {
 // TestSpecDigestCoversTheRegistration: SpecDigestOf changes with each
 // declared field an approval binds (key, backend, labels, repository,
 // commit, lanes, device), not with health or times; MatchSpecDigest takes
-// the full digest or a prefix of at least MinSpecDigest hex digits, with
-// or without "sha256:", and nothing shorter or different.
+// the whole digest, with or without "sha256:", in either case, and no
+// prefix of it.
 func TestSpecDigestCoversTheRegistration(t *testing.T) {
 	base := runs.Agent{Name: "gpu1", KeyID: "SHA256:k", Backend: ledger.BackendCUDA, Labels: map[string]string{"gpu": "h200"},
 		Spec: runs.AgentSpec{Lanes: []string{"l/v1"}, Repository: "github.com/o/r", Commit: strings.Repeat("a", 40), Device: ledger.Device{Model: "H200"}}}
@@ -121,12 +121,12 @@ func TestSpecDigestCoversTheRegistration(t *testing.T) {
 		}
 	}
 	hexd := strings.TrimPrefix(d, "sha256:")
-	for _, ok := range []string{d, hexd, hexd[:runs.MinSpecDigest], "sha256:" + hexd[:runs.MinSpecDigest], strings.ToUpper(hexd[:20])} {
+	for _, ok := range []string{d, hexd, strings.ToUpper(hexd), " " + d} {
 		if !runs.MatchSpecDigest(ok, d) {
 			t.Errorf("MatchSpecDigest(%q) = false", ok)
 		}
 	}
-	for _, bad := range []string{"", "sha256:", hexd[:runs.MinSpecDigest-1], "0000000000000000", hexd + "0"} {
+	for _, bad := range []string{"", "sha256:", hexd[:16], "sha256:" + hexd[:32], hexd[:63], strings.Repeat("0", 64), hexd + "0"} {
 		if runs.MatchSpecDigest(bad, d) {
 			t.Errorf("MatchSpecDigest(%q) = true", bad)
 		}

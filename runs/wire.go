@@ -122,7 +122,7 @@ type PollRequest struct {
 // empty body or {} approves the registration as it is when the request
 // is served): KeyID, when set, is the key id ("SHA256:" + 43 base64) the
 // admin checked out of band, and SpecDigest, when set, the spec digest
-// (Agent.SpecDigest, at least MinSpecDigest hex digits) of the
+// (Agent.SpecDigest, all 64 hex digits: MatchSpecDigest) of the
 // registration the admin checked (`ledger agent list`, or the agent's
 // start log). The approval is refused (409, nothing appended) when the
 // registration carries another key or another digest: a registration

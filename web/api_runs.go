@@ -405,8 +405,8 @@ type ApproveAnswer struct {
 // that name registered; CodeConflict when the name has another live key.
 // Approving the live key again appends nothing.
 func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string, req runs.ApproveRequest, by string) (ledger.RunnerState, *ledger.AppendResult, runs.Agent, error) {
-	if d := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(req.SpecDigest)), "sha256:"); req.SpecDigest != "" && (len(d) < runs.MinSpecDigest || len(d) > 64 || !ledger.LowerHex(d)) {
-		return ledger.RunnerState{}, nil, runs.Agent{}, ledger.FieldError("spec_digest", "must be the spec digest `ledger agent list` shows: at least %d hex digits, optionally after \"sha256:\"", runs.MinSpecDigest)
+	if d := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(req.SpecDigest)), "sha256:"); req.SpecDigest != "" && (len(d) != 64 || !ledger.LowerHex(d)) {
+		return ledger.RunnerState{}, nil, runs.Agent{}, ledger.FieldError("spec_digest", "must be the whole spec digest `ledger agent list` shows: sha256: and 64 hex digits (a prefix is not enough)")
 	}
 	defer rs.LockAgents()()
 	a, err := rs.GetAgent(ctx, name)
@@ -542,7 +542,7 @@ func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed2551
 			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q: the name is a plain runner's (key %s), which is not an agent's approval: an admin revokes it (`ledger runner revoke %s`) and the agent registers again with a new key (a revoked key is never approved again), or the agent takes another --name", name, live.KeyID, name)
 		}
 		if !ok || live.KeyID != a.KeyID {
-			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin checks its registration (`ledger agent list`) and runs `ledger agent approve %s --key-id %s --spec %s`", name, a.KeyID, name, a.KeyID, runs.SpecDigestOf(a)[:len("sha256:")+runs.MinSpecDigest])
+			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q's key %s is not approved: an admin checks its registration (`ledger agent list`) and runs `ledger agent approve %s --key-id %s --spec %s`", name, a.KeyID, name, a.KeyID, runs.SpecDigestOf(a))
 		}
 		if pub, err = verify.ParseRunnerPublicKey([]byte(live.PublicKey)); err != nil {
 			return a, err

@@ -154,20 +154,14 @@ Exit status: 0 approved (or already), 2 refused or on usage errors.`,
 				ag.SpecDigest, g.Spec.Repository, g.Spec.Commit, g.Backend, runs.SortedLabels(g.Labels), strings.Join(g.Spec.Lanes, ","),
 				g.Spec.Device.Model, g.Spec.DeviceCount, g.Spec.MemoryBytes, g.Spec.Host)
 			if req.SpecDigest == "" && !e.Existing {
-				fmt.Fprintf(a.stderr, "note: approved the registration as the server found it; pass --spec %s next time to approve only the registration you checked\n", shortSpec(ag.SpecDigest))
+				fmt.Fprintf(a.stderr, "note: approved the registration as the server found it; pass --spec %s next time to approve only the registration you checked\n", ag.SpecDigest)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&req.KeyID, "key-id", "", "the key id (SHA256:...) the agent logged; the approval is refused when the registration carries another")
-	cmd.Flags().StringVar(&req.SpecDigest, "spec", "", "the spec digest (sha256:..., at least 16 hex digits) ledger agent list shows; the approval is refused when the registration changed since")
+	cmd.Flags().StringVar(&req.SpecDigest, "spec", "", "the spec digest (sha256: and 64 hex) ledger agent list shows; the approval is refused when the registration changed since")
 	return cmd
-}
-
-// shortSpec is the part of a spec digest ledger agent list shows and
-// --spec takes: "sha256:" and runs.MinSpecDigest hex digits.
-func shortSpec(d string) string {
-	return d[:min(len(d), len("sha256:")+runs.MinSpecDigest)]
 }
 
 func newAgentRemoveCmd(a *app) *cobra.Command {
@@ -228,7 +222,7 @@ func newAgentListCmd(a *app) *cobra.Command {
 				// The server sends visible text; a table never carries a
 				// control character, whatever server it came from.
 				g := info.Agent.Visible()
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, runs.Visible(shortSpec(g.SpecDigest)), g.Approved, info.Online, g.Backend, runs.SortedLabels(g.Labels),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, runs.Visible(g.SpecDigest), g.Approved, info.Online, g.Backend, runs.SortedLabels(g.Labels),
 					g.Spec.Repository, g.Spec.Commit[:min(len(g.Spec.Commit), 12)], strings.Join(g.Spec.Lanes, ","), g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
 			}
 			return tw.Flush()
@@ -336,7 +330,7 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	}
 	a.log.Info("agent registered", "name", c.Name, "key_id", reg.KeyID, "spec", reg.SpecDigest, "approved", reg.Approved, "backend", c.Backend, "labels", runs.SortedLabels(labels), "health", health)
 	if !reg.Approved {
-		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + " --key-id " + reg.KeyID + " --spec " + shortSpec(reg.SpecDigest) + "`; polling until then")
+		a.log.Warn("agent key not approved yet: an admin runs `ledger agent approve " + c.Name + " --key-id " + reg.KeyID + " --spec " + reg.SpecDigest + "`; polling until then")
 	}
 	done := 0
 	backoff := time.Second
