@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -72,6 +73,9 @@ func (s *AgentSpec) Validate() error {
 	if n := ledger.NormalizeRepository(s.Repository); n != s.Repository {
 		return ledger.FieldError("spec.repository", "must be a normalized repository name (host/owner/name, as evidence names it): %q, not %q", clip(n), clip(s.Repository))
 	}
+	if !repoNameRe.MatchString(s.Repository) {
+		return ledger.FieldError("spec.repository", "must be a repository name host/owner/name: segments of ASCII letters, digits and . _ ~ -, none of them . or .., the host with a dot (a local path, a URL query or a look-alike character is not one), got %q; pass the agent --repository", clip(s.Repository))
+	}
 	if !ledger.ValidObjectID(s.Commit) {
 		return ledger.FieldError("spec.commit", "required: the commit id (40 or 64 lowercase hex) of the build this agent runs, got %q", clip(s.Commit))
 	}
@@ -99,6 +103,10 @@ func (s *AgentSpec) Validate() error {
 	}
 	return nil
 }
+
+// repoNameRe is a repository name as an agent declares it: host (with a
+// dot) / owner / name..., ASCII segments, none "." or "..".
+var repoNameRe = regexp.MustCompile(`^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(/(?:[A-Za-z0-9_~-][A-Za-z0-9._~-]*|\.[A-Za-z0-9_~-][A-Za-z0-9._~-]*|\.\.[A-Za-z0-9._~-]+)){2,}$`)
 
 // SpecDigestOf is the digest of what agent a declared at registration,
 // the registration an approval is of: "sha256:" and 64 lowercase hex, the

@@ -144,6 +144,18 @@ func TestRegistrationDeclaresABuild(t *testing.T) {
 		{"github.com/o/r", strings.Repeat("a", 39), "spec.commit"},
 		{"github.com/o/r", strings.Repeat("a", 64), ""},
 		{"github.com/o/r", strings.Repeat("a", 40), ""},
+		{"gitlab.example.org/group/sub/p.go", strings.Repeat("a", 40), ""},
+		// Not repository names: a local path, too few segments, a query,
+		// a look-alike or invisible character, dot segments.
+		{"/work/main", strings.Repeat("a", 40), "spec.repository"},
+		{"a", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com/o", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com//r", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com/o/r?x=1", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com/o/r#f", strings.Repeat("a", 40), "spec.repository"},
+		{"g\u0456thub.com/o/r", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com/o/r\u200b", strings.Repeat("a", 40), "spec.repository"},
+		{"github.com/../../etc", strings.Repeat("a", 40), "spec.repository"},
 	} {
 		r := runs.RegisterRequest{Name: "gpu1", Backend: ledger.BackendCPU, Spec: runs.AgentSpec{Lanes: []string{"l/v1"}, Repository: c.repo, Commit: c.commit}}
 		err := r.Validate()

@@ -108,6 +108,11 @@ func EnvelopeDigest(env []byte) string {
 type AgentInfo struct {
 	Agent
 	Online bool `json:"online"`
+	// ApprovedSpec is the spec digest the approval leaf recorded ("" when
+	// not approved, or approved before approvals recorded one). It
+	// differs from SpecDigest when the approved agent registered since
+	// with another commit, lanes, driver or host, which an approval allows.
+	ApprovedSpec string `json:"approved_spec_digest,omitempty"`
 }
 
 // PollRequest is the body of POST /api/v1/agent/poll: how long to wait

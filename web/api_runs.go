@@ -370,6 +370,9 @@ func (s *Server) agentsWithApproval(ctx context.Context) ([]runs.AgentInfo, erro
 		a.Approved = ok && live.Kind == ledger.RunnerKindAgent && live.KeyID == a.KeyID
 		a.SpecDigest = runs.SpecDigestOf(a)
 		out[i] = runs.AgentInfo{Agent: a.Visible(), Online: now.Sub(a.LastSeen) < 2*rs.pollWait+rs.ttl}
+		if a.Approved {
+			out[i].ApprovedSpec = live.SpecDigest
+		}
 	}
 	return out, nil
 }
@@ -614,6 +617,18 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
 	if err != nil {
 		return a, err
+	}
+	// A key that can never be approved for this name is refused now, not
+	// left waiting: a revoked key is never approved again, and a key is
+	// one name's.
+	for _, k := range reg.Runners {
+		switch {
+		case k.KeyID != a.KeyID:
+		case k.Revoked:
+			return a, ledger.Errorf(ledger.CodeConflict, "key %s was revoked (runner %q, entry %s) and is never approved again: the agent needs a new key (`ledger runner keygen`)", a.KeyID, k.Name, k.Entry)
+		case k.Name != a.Name:
+			return a, ledger.Errorf(ledger.CodeConflict, "key %s is runner %q's, and a key is one name's: register as %q, or with a new key", a.KeyID, k.Name, k.Name)
+		}
 	}
 	live, ok := reg.Live(a.Name)
 	if ok && live.KeyID != a.KeyID {

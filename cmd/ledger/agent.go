@@ -151,7 +151,7 @@ Exit status: 0 approved (or already), 2 refused or on usage errors.`,
 			}
 			g := ag.Visible()
 			fmt.Fprintf(a.stdout, "  spec %s\n  repository %s  commit %s  backend %s  labels %s\n  lanes %s\n  device %s  count %d  memory %d  host %s\n",
-				ag.SpecDigest, g.Spec.Repository, g.Spec.Commit, g.Backend, runs.SortedLabels(g.Labels), strings.Join(g.Spec.Lanes, ","),
+				ag.SpecDigest, g.Spec.Repository, g.Spec.Commit, g.Backend, orDash(runs.SortedLabels(g.Labels)), strings.Join(g.Spec.Lanes, ","),
 				g.Spec.Device.Model, g.Spec.DeviceCount, g.Spec.MemoryBytes, g.Spec.Host)
 			if req.SpecDigest == "" && !e.Existing {
 				fmt.Fprintf(a.stderr, "note: approved the registration as the server found it; pass --spec %s next time to approve only the registration you checked\n", ag.SpecDigest)
@@ -222,8 +222,12 @@ func newAgentListCmd(a *app) *cobra.Command {
 				// The server sends visible text; a table never carries a
 				// control character, whatever server it came from.
 				g := info.Agent.Visible()
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, runs.Visible(g.SpecDigest), g.Approved, info.Online, g.Backend, runs.SortedLabels(g.Labels),
-					g.Spec.Repository, g.Spec.Commit[:min(len(g.Spec.Commit), 12)], strings.Join(g.Spec.Lanes, ","), g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
+				approved := fmt.Sprint(g.Approved)
+				if g.Approved && info.ApprovedSpec != "" && info.ApprovedSpec != info.SpecDigest {
+					approved = "true (spec changed since: approved " + runs.Visible(info.ApprovedSpec) + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, g.KeyID, runs.Visible(g.SpecDigest), approved, info.Online, g.Backend, orDash(runs.SortedLabels(g.Labels)),
+					g.Spec.Repository, g.Spec.Commit, strings.Join(g.Spec.Lanes, ","), g.Spec.Device.Model, g.Health, g.LastSeen.Format(time.RFC3339), g.CurrentRun)
 			}
 			return tw.Flush()
 		},
@@ -314,6 +318,9 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	subj, err := runner.ResolveSubject(ctx, so)
 	if err != nil {
 		return errExit(2, "subject: %v", err)
+	}
+	if subj.Dirty {
+		a.log.Warn("the source checkout is dirty: this agent's evidence is recorded dirty, which no release gate counts; run it from a clean checkout of the commit it was built from", "repository", subj.Repository, "commit", subj.Commit)
 	}
 	binDigest, err := programDigest()
 	if err != nil {

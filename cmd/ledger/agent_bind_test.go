@@ -217,6 +217,31 @@ func TestAgentApproveBindsSpec(t *testing.T) {
 		t.Fatalf("an approved agent registering another repository: %v, want 409", err)
 	}
 
+	// A new commit keeps the approval, and the list says the spec changed.
+	if _, err := ag.Register(ctx, runs.RegisterRequest{Name: "gpu1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: victimRepo, Commit: strings.Repeat("5", 40)}, Health: "ok"}); err != nil {
+		t.Fatalf("an approved agent registering a new commit: %v", err)
+	}
+	if out, se, code = runBin(t, "", append(adm, "list")...); code != 0 || !strings.Contains(out, "spec changed since: approved "+swapped.SpecDigest) {
+		t.Fatalf("agent list after the commit changed: exit %d %s %s; want the approved spec named", code, out, se)
+	}
+	// A key that can never be approved is refused at registration: the
+	// approved key under another name, and, after remove, the revoked key.
+	reg := func(name string) error {
+		_, err := client.NewAgent(c, name, priv).Register(ctx, runs.RegisterRequest{Name: name, PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+			Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"})
+		return err
+	}
+	if err := reg("gpu1-alias"); !isCode(err, ledger.CodeConflict) || !strings.Contains(err.Error(), `runner "gpu1"'s`) {
+		t.Fatalf("the approved key registered under another name: %v, want 409", err)
+	}
+	if _, se, code = runBin(t, "", append(adm, "remove", "gpu1")...); code != 0 {
+		t.Fatalf("agent remove: %d %s", code, se)
+	}
+	if err := reg("gpu1"); !isCode(err, ledger.CodeConflict) || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("the revoked key registering again: %v, want 409 naming the revocation", err)
+	}
+
 	// Without --spec the CLI approves what it finds and says so.
 	e.signedAgent("cpu2", false)
 	_, se, code = runBin(t, "", append(adm, "approve", "cpu2")...)
