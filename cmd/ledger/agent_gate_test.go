@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,36 +23,8 @@ func TestAgentGateCountsOnlyRunEvidence(t *testing.T) {
 	e := newAgentEnv(t)
 	ctx := context.Background()
 	holder, hpriv := e.keyedAgent("holder")
-	rel := `version: 7.0.0
-components:
-  - {name: core, repository: ` + testRepo + `, reviewed: ` + testCommit + `, head: ` + testCommit + `}
-gates:
-  - {id: footprint, kind: lane, lane: ` + quickLane + `, component: core, backends: [cpu], runner: agent}
-`
-	relFile := filepath.Join(t.TempDir(), "release.yaml")
-	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	remote := func(want int, args ...string) string {
-		t.Helper()
-		o, se, code := runBin(t, "", append([]string{"--server", e.url, "--token", e.admin}, args...)...)
-		if code != want {
-			t.Fatalf("ledger %v: exit %d, want %d\n%s%s", args, code, want, o, se)
-		}
-		return o
-	}
-	remote(0, "release", "apply", relFile)
-
-	size := func() uint64 {
-		t.Helper()
-		var cp struct {
-			Size uint64 `json:"size"`
-		}
-		if code := getJSON(t, e.url+"/api/v1/log/checkpoint", &cp); code != http.StatusOK {
-			t.Fatalf("GET /api/v1/log/checkpoint: %d", code)
-		}
-		return cp.Size
-	}
+	check := e.agentGateRelease("7.0.0", testRepo)
+	size := e.logSize
 	// The agent's key around the runs: refused, nothing appended.
 	before := size()
 	req, _ := http.NewRequest(http.MethodPost, e.url+"/api/v1/evidence", strings.NewReader(string(quickEnvelope(t, hpriv))))
@@ -75,7 +45,7 @@ gates:
 	if after := size(); after != before {
 		t.Fatalf("the refused post appended: size %d -> %d", before, after)
 	}
-	if o := remote(1, "release", "check", "7.0.0"); !strings.Contains(o, "NOT READY") {
+	if o := check(1); !strings.Contains(o, "NOT READY") {
 		t.Fatalf("check before any run: %s", o)
 	}
 
@@ -108,7 +78,7 @@ gates:
 	if err != nil || got.State != runs.Done {
 		t.Fatalf("finish: %+v %v", got, err)
 	}
-	if o := remote(0, "release", "check", "7.0.0"); !strings.Contains(o, "READY") {
+	if o := check(0); !strings.Contains(o, "READY") {
 		t.Fatalf("check after the agent's run: %s", o)
 	}
 }
