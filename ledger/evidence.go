@@ -124,6 +124,68 @@ type Device struct {
 	Attrs  map[string]string `json:"attrs,omitempty"`
 }
 
+// RunRef names one attempt of a run: ID is the run's id ("run_" and 32
+// lowercase hex digits), Attempt its attempt number, 1 to MaxRunAttempts.
+type RunRef struct {
+	ID      string `json:"id"`
+	Attempt int    `json:"attempt"`
+}
+
+// MaxRunAttempts is the most attempts a run may have.
+const MaxRunAttempts = 10
+
+// RunField is the evidence member that carries a RunRef.
+const RunField = "run"
+
+// Validate checks r's shape; errors name run.id or run.attempt.
+func (r *RunRef) Validate() error {
+	if !ValidRunID(r.ID) {
+		return FieldError(RunField+".id", "must be a run id (run_ and 32 lowercase hex digits), got %q", clip(r.ID))
+	}
+	if r.Attempt < 1 || r.Attempt > MaxRunAttempts {
+		return FieldError(RunField+".attempt", "must be 1 to %d, got %d", MaxRunAttempts, r.Attempt)
+	}
+	return nil
+}
+
+// RefuseRunClaim returns a CodeInvalid error naming prefix+"run" when the
+// evidence JSON body has a top-level run member (matched ignoring ASCII
+// case, escapes decoded): a record names a run only when its agent
+// records it through that run (the server checks it there), so anywhere
+// else it is a claim nobody checked. Bodies that are not JSON objects pass
+// (their decode reports them). It reads body only when it holds "run" in
+// some letter case or an escape.
+func RefuseRunClaim(body []byte, prefix string) error {
+	if bytes.IndexByte(body, '\\') < 0 && !containsRunName(body) {
+		return nil
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return nil
+	}
+	for k := range top {
+		if strings.EqualFold(k, RunField) {
+			return FieldError(prefix+RunField, "is set only by an agent recording a run whose lease it holds (POST /api/v1/agent/runs/{id}/finish): remove it; nothing was recorded")
+		}
+	}
+	return nil
+}
+
+// containsRunName reports whether body holds "run" (with its quotes) in
+// any ASCII letter case.
+func containsRunName(body []byte) bool {
+	for i := 0; ; {
+		j := bytes.IndexByte(body[i:], '"')
+		if j < 0 {
+			return false
+		}
+		i += j + 1
+		if len(body)-i >= 4 && body[i+3] == '"' && (body[i]|0x20) == 'r' && (body[i+1]|0x20) == 'u' && (body[i+2]|0x20) == 'n' {
+			return true
+		}
+	}
+}
+
 // RunnerBuild identifies the build of the program that ran the lane.
 type RunnerBuild struct {
 	Version string `json:"version,omitempty"`
@@ -156,6 +218,12 @@ type Evidence struct {
 	StartedAt    time.Time       `json:"started_at"`
 	FinishedAt   time.Time       `json:"finished_at"`
 	Details      json.RawMessage `json:"details,omitempty"`
+	// Run names the run and attempt of POST /api/v1/runs under whose
+	// lease an agent ran the lane; nil for evidence recorded any other
+	// way. The server takes a record carrying it only from the agent
+	// holding that attempt's lease, in the run's staging or finish
+	// (RefuseRunClaim refuses it everywhere else).
+	Run *RunRef `json:"run,omitempty"`
 	// Signer is set only by the server, on a record that arrived as a DSSE
 	// envelope signed by a registered runner key (see Signer).
 	Signer *Signer `json:"signer,omitempty"`
@@ -412,10 +480,15 @@ func (e *Evidence) ValidateTimesAt(now time.Time) error {
 	return nil
 }
 
-// validateAttached checks the details, recorded_by and signer.
+// validateAttached checks the details, run, recorded_by and signer.
 func (e *Evidence) validateAttached() error {
 	if len(e.Details) > 0 {
 		if err := checkDetails(e.Details); err != nil {
+			return err
+		}
+	}
+	if e.Run != nil {
+		if err := e.Run.Validate(); err != nil {
 			return err
 		}
 	}

@@ -89,6 +89,13 @@ func appendEvidence(dst []byte, e *Evidence) (_ []byte, ok bool) {
 			return dst, false
 		}
 	}
+	if r := e.Run; r != nil {
+		dst = append(dst, `,"run":{"id":`...)
+		dst = appendJSONString(dst, r.ID)
+		dst = append(dst, `,"attempt":`...)
+		dst = strconv.AppendInt(dst, int64(r.Attempt), 10)
+		dst = append(dst, '}')
+	}
 	if s := e.Signer; s != nil {
 		dst = append(dst, `,"signer":{"runner":`...)
 		dst = appendJSONString(dst, s.Runner)

@@ -57,6 +57,7 @@ func TestAppendEvidenceMatchesEncodingJSON(t *testing.T) {
 		CasesExact: 156, CasesTotal: -216, FailingCases: []string{"case/1", "case\t2", "<html>&"},
 		Control: ControlNotCaught, Status: StatusFailed, StartedAt: start, FinishedAt: start.Add(time.Second),
 		Details: json.RawMessage(` { "a" : [1, 2.5e3, "x\u00e9<>&\u2028"], "b": {"c": null, "d": true} } `),
+		Run:     &RunRef{ID: "run_" + strings.Repeat("d", 32), Attempt: 2},
 		Signer:  &Signer{Runner: "h200", KeyID: "k1", KeyEntry: "ev_1", Envelope: json.RawMessage(`{"payload": "YQ==", "signatures": []}`)},
 		RecordedBy: &Recorder{Token: &RecorderToken{ID: "tok_0123456789ab", Name: "ci"},
 			Runner: &RecorderRunner{Name: "h200", KeyID: "k1"}},
@@ -75,6 +76,7 @@ func TestAppendEvidenceMatchesEncodingJSON(t *testing.T) {
 		e.FailingCases = []string{s}
 		e.RecordedBy = &Recorder{Runner: &RecorderRunner{Name: s, KeyID: s}}
 		e.Signer = &Signer{Runner: s, Envelope: nil}
+		e.Run = &RunRef{ID: s, Attempt: -i}
 		cases["string "+string(rune('a'+i))] = e
 	}
 	only := full
@@ -132,6 +134,7 @@ func FuzzAppendEvidence(f *testing.F) {
 		if tok != "" {
 			e.RecordedBy = &Recorder{Token: &RecorderToken{ID: tok, Name: lane}}
 			e.Signer = &Signer{Runner: tok, KeyID: key, KeyEntry: val, Envelope: json.RawMessage(details)}
+			e.Run = &RunRef{ID: model, Attempt: cores}
 		}
 		checkAppendEvidence(t, &e)
 	})

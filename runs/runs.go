@@ -189,8 +189,8 @@ func (s *Spec) Validate() error {
 	switch {
 	case s.MaxAttempts == 0:
 		s.MaxAttempts = 3
-	case s.MaxAttempts < 1 || s.MaxAttempts > 10:
-		return ledger.FieldError("max_attempts", "must be 1 to 10, got %d", s.MaxAttempts)
+	case s.MaxAttempts < 1 || s.MaxAttempts > ledger.MaxRunAttempts:
+		return ledger.FieldError("max_attempts", "must be 1 to %d, got %d", ledger.MaxRunAttempts, s.MaxAttempts)
 	}
 	return nil
 }

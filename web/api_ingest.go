@@ -110,7 +110,7 @@ func (s *Server) ingestRecords(r *http.Request, format string, body []byte) ([]l
 
 // IngestChecks puts the evidence records of a decoded input through what
 // plain JSON evidence goes through (signedRecords): server markers
-// (gates.RefuseServerMarkers) refused, the token's scope checked on the
+// (gates.RefuseServerMarkers) and a run claim (ledger.RefuseRunClaim) refused, the token's scope checked on the
 // record's own repository, lane and backend, and recorded_by stamped with
 // rec (plus the runner that signed it, for a verified envelope; rec nil
 // stamps nothing, as locally). Records of other kinds (the original) pass
@@ -123,6 +123,9 @@ func IngestChecks(recs []ledger.Record, tok ledger.Token, rec *ledger.Recorder) 
 			continue
 		}
 		if err := gates.RefuseServerMarkers(r.Body, ""); err != nil {
+			return nil, err
+		}
+		if err := ledger.RefuseRunClaim(r.Body, ""); err != nil {
 			return nil, err
 		}
 		body, err := stampEvidence(tok, runnerRecorder(rec, r.Body), r.Body, "")

@@ -201,10 +201,12 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 // records: a DSSE envelope is verified against the runner registry
 // (verify.VerifyEvidenceEnvelope) and becomes the record with its signer;
 // plain evidence that carries a signer is refused (only the server sets
-// it). With the DSSE content type every element must be an envelope.
+// it), and so is plain evidence naming a run (ledger.RefuseRunClaim).
+// With the DSSE content type every element must be an envelope.
 // Unless ofRun (the envelopes of a run the caller's agent holds, which
 // its callers check against the run), an envelope signed by an approved
-// agent's key is refused (refuseAgentSigner). prefix(i) gives the field
+// agent's key is refused (refuseAgentSigner), and so is any envelope
+// naming a run. prefix(i) gives the field
 // prefix of element i.
 //
 // Every record is checked against tok's scope and stamped with recorded_by
@@ -236,6 +238,11 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 					return nil, err
 				}
 			}
+			if !ofRun {
+				if err := ledger.RefuseRunClaim(body, prefix(i)); err != nil {
+					return nil, err
+				}
+			}
 			// A signed payload is a claim like any other: it cannot carry
 			// what only the server computes (TRUST.md rule 1).
 			if err := gates.RefuseServerMarkers(body, prefix(i)); err != nil {
@@ -251,6 +258,9 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			return nil, ledger.FieldError(prefix(i)+ledger.SignerField, "only the server sets signer, after verifying a DSSE envelope signed by a registered runner key: post the envelope instead")
 		default:
 			if err := gates.RefuseServerMarkers(raw, prefix(i)); err != nil {
+				return nil, err
+			}
+			if err := ledger.RefuseRunClaim(raw, prefix(i)); err != nil {
 				return nil, err
 			}
 			if rec == nil {

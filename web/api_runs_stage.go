@@ -234,9 +234,11 @@ func (s *Server) handleAgentStage(w http.ResponseWriter, r *http.Request) {
 // checkEnvelopes checks envelopes of evidence from agent a for run: each a
 // DSSE envelope signed by the agent's own approved key (not another
 // runner's), in the request token's scope, for a lane of the run on its
-// backend, commit and repository, and within what the agent declared (its
-// lanes, backend, build repository and commit), stamped and prepared as
-// an append would. field(i) names the i-th envelope in errors. It does not check
+// backend, commit and repository, within what the agent declared (its
+// lanes, backend, build repository and commit), naming the run and its
+// current attempt (evidence.run), and started no earlier than the attempt
+// could begin and finished no later than the server's clock, each less
+// runs.MaxSkew; stamped and prepared as an append would. field(i) names the i-th envelope in errors. It does not check
 // that lanes are distinct or complete (finishEvidence does).
 func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, envs []json.RawMessage, field func(int) string) ([]laneRecord, error) {
 	tok, _ := TokenFrom(r.Context())
@@ -245,6 +247,7 @@ func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, env
 		return nil, err
 	}
 	out := make([]laneRecord, len(recs))
+	floor, now := attemptFloor(run), s.cfg.Now()
 	for i, rec := range recs {
 		p, err := ledger.PrepareOne(rec)
 		if err != nil {
@@ -278,11 +281,37 @@ func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, env
 			return nil, ledger.FieldError(f+".subject.repository", "agent %s declared builds of repository %s", a.Name, a.Spec.Repository)
 		case e.Subject.Commit != a.Spec.Commit:
 			return nil, ledger.FieldError(f+".subject.commit", "agent %s declared a build of commit %s", a.Name, a.Spec.Commit)
+		// The record names the attempt it was run for, so evidence of
+		// another run or attempt (a replay, or one set of lanes offered
+		// to two runs) is not this one's; and it ran after the attempt
+		// could begin, by the agent's clock, which its signed requests
+		// keep within runs.MaxSkew of the server's.
+		case e.Run == nil:
+			return nil, ledger.FieldError(f+".run", "required: the run and attempt the lane was run for (run %s, attempt %d)", run.ID, run.Attempt)
+		case e.Run.ID != run.ID || e.Run.Attempt != run.Attempt:
+			return nil, ledger.FieldError(f+".run", "names run %s attempt %d, not run %s attempt %d, whose lease agent %s holds: evidence run for another run or attempt is not recorded for this one", e.Run.ID, e.Run.Attempt, run.ID, run.Attempt, a.Name)
+		case e.StartedAt.Before(floor.Add(-runs.MaxSkew)):
+			return nil, ledger.FieldError(f+".started_at", "is %s, before attempt %d of run %s could begin (%s, less %s of clock skew): a run records only lanes run under its lease", e.StartedAt.UTC().Format(time.RFC3339), run.Attempt, run.ID, floor.UTC().Format(time.RFC3339), runs.MaxSkew)
+		case e.FinishedAt.After(now.Add(runs.MaxSkew)):
+			return nil, ledger.FieldError(f+".finished_at", "is %s, more than %s after the server's clock (%s)", e.FinishedAt.UTC().Format(time.RFC3339), runs.MaxSkew, now.UTC().Format(time.RFC3339))
 		}
 		// appendFinish's Append does not prepare it again.
 		out[i] = laneRecord{rec: p.Record(), id: p.ID, lane: e.Lane, passed: e.Status == ledger.StatusPassed}
 	}
 	return out, nil
+}
+
+// attemptFloor is the earliest time run's current attempt can have
+// begun: when the previous attempt ended (its lease expired or its agent
+// gave it up), or, for the first, when the run was queued.
+func attemptFloor(run runs.Run) time.Time {
+	floor := run.CreatedAt
+	for _, at := range run.Attempts {
+		if at.At.After(floor) {
+			floor = at.At
+		}
+	}
+	return floor
 }
 
 // runVersion is the version GET /api/v1/runs/{id} answers a run with: the

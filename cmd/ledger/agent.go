@@ -676,8 +676,12 @@ func (st *stager) laneDone(lr runner.LaneRun) {
 	i := len(st.done)
 	st.done = append(st.done, stagedLane{})
 	st.mu.Unlock()
+	ev := lr.Evidence
+	// The record names the attempt it is run for: the server records it
+	// for no other run or attempt.
+	ev.Run = &ledger.RunRef{ID: st.l.Run.ID, Attempt: st.l.Attempt}
 	st.wg.Go(func() {
-		recs, err := evidenceRecords([]ledger.Evidence{lr.Evidence})
+		recs, err := evidenceRecords([]ledger.Evidence{ev})
 		var env json.RawMessage
 		if err == nil {
 			env, err = verify.SignEvidence(st.ctx, st.ag.priv, recs[0].Body)

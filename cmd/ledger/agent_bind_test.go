@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -126,7 +127,7 @@ func TestAgentRegistrationMustDeclareBuild(t *testing.T) {
 		{Repository: victimRepo, Commit: testCommit, Tree: testCommit},
 		{Repository: testRepo, Commit: testCommit, Tree: testCommit},
 	} {
-		_, err = ag.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelopeOf(t, priv, subj)}})
+		_, err = ag.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelopeOf(t, priv, subj, l)}})
 		if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeInvalid || le.Field != "evidence[0].subject" || !strings.Contains(le.Message, "declared no build") {
 			t.Fatalf("finish of an agent that declared no build, evidence of %s: %v; want 400 naming evidence[0].subject", subj.Repository, err)
 		}
@@ -282,13 +283,13 @@ func TestAgentPollEndsHeldLease(t *testing.T) {
 		t.Fatalf("run %s is %s: one agent took two leases", b.ID, s)
 	}
 	before := e.logSize()
-	if _, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 1, Lease: l1.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}}); !isCode(err, ledger.CodeConflict) {
+	if _, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 1, Lease: l1.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv, l1)}}); !isCode(err, ledger.CodeConflict) {
 		t.Fatalf("finish of the lease the poll ended: %v, want 409", err)
 	}
 	if after := e.logSize(); after != before {
 		t.Fatalf("the refused finish appended: size %d -> %d", before, after)
 	}
-	if fin, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 2, Lease: l2.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}}); err != nil || fin.State != runs.Done {
+	if fin, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 2, Lease: l2.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv, l2)}}); err != nil || fin.State != runs.Done {
 		t.Fatalf("finish of attempt 2: %+v %v", fin, err)
 	}
 }
@@ -312,5 +313,92 @@ func TestAgentOnPlainRunnerName(t *testing.T) {
 	_, err := ag.Poll(ctx, time.Second, "ok")
 	if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeForbidden || !strings.Contains(le.Message, "plain runner") || !strings.Contains(le.Message, "ledger runner revoke ci1") {
 		t.Fatalf("poll by an agent on a plain runner's name: %v; want 403 naming the plain runner", err)
+	}
+}
+
+// TestAgentEvidenceBoundToItsAttempt: an agent's evidence names the run
+// and attempt it was run for (evidence.run), and a finish or staging takes
+// only evidence of the attempt whose lease the agent holds, run after that
+// attempt could begin. Run A's recorded envelope offered again for run B,
+// evidence naming no run, evidence of another attempt of the same run,
+// evidence started before run B was queued and evidence finished in the
+// future are each refused 400 naming the member, and nothing is
+// appended; B's own evidence is recorded as a new record.
+func TestAgentEvidenceBoundToItsAttempt(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	holder, hpriv := e.keyedAgent("holder")
+	subj := ledger.Subject{Repository: testRepo, Commit: testCommit, Tree: testCommit}
+	a := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	la, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || la == nil || la.Run.ID != a.ID {
+		t.Fatalf("poll A: %+v %v", la, err)
+	}
+	envA := quickEnvelope(t, hpriv, la)
+	if fin, err := holder.Finish(ctx, a.ID, runs.FinishRequest{Attempt: 1, Lease: la.Lease, Status: "completed", Evidence: []json.RawMessage{envA}}); err != nil || fin.State != runs.Done || len(fin.Evidence) != 1 {
+		t.Fatalf("finish A: %+v %v", fin, err)
+	}
+	b := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	lb, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || lb == nil || lb.Run.ID != b.ID {
+		t.Fatalf("poll B: %+v %v", lb, err)
+	}
+	queuedB := e.run(b.ID).CreatedAt
+	refused := []struct {
+		what, field, says string
+		env               json.RawMessage
+	}{
+		{"run A's recorded envelope", "run", a.ID, envA},
+		{"evidence naming no run", "run", "required", quickEnvelope(t, hpriv, nil)},
+		{"evidence of attempt 2 of run B", "run", "attempt 2", quickEnvelopeWith(t, hpriv, subj, lb, func(ev *ledger.Evidence) { ev.Run.Attempt = 2 })},
+		{"evidence started before B was queued", "started_at", "before attempt 1", quickEnvelopeWith(t, hpriv, subj, lb, func(ev *ledger.Evidence) {
+			ev.StartedAt = queuedB.Add(-3 * time.Minute)
+		})},
+		{"evidence finished in the future", "finished_at", "after the server's clock", quickEnvelopeWith(t, hpriv, subj, lb, func(ev *ledger.Evidence) {
+			ev.FinishedAt = time.Now().Add(5 * time.Minute)
+		})},
+	}
+	for _, c := range refused {
+		before := e.logSize()
+		_, err := holder.Finish(ctx, b.ID, runs.FinishRequest{Attempt: 1, Lease: lb.Lease, Status: "completed", Evidence: []json.RawMessage{c.env}})
+		if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeInvalid || le.Field != "evidence[0]."+c.field || !strings.Contains(le.Message, c.says) {
+			t.Fatalf("finish of B with %s: %v; want 400 naming evidence[0].%s and saying %q", c.what, err, c.field, c.says)
+		}
+		_, err = holder.Stage(ctx, b.ID, runs.StageRequest{Attempt: 1, Lease: lb.Lease, Envelope: c.env})
+		if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeInvalid || le.Field != "envelope."+c.field {
+			t.Fatalf("staging for B of %s: %v; want 400 naming envelope.%s", c.what, err, c.field)
+		}
+		if after := e.logSize(); after != before {
+			t.Fatalf("%s: the refused finish appended: size %d -> %d", c.what, before, after)
+		}
+	}
+	if got := e.run(b.ID); got.State == runs.Done || len(got.Attempts) != 0 {
+		t.Fatalf("run B after the refused finishes: %+v", got)
+	}
+	fin, err := holder.Finish(ctx, b.ID, runs.FinishRequest{Attempt: 1, Lease: lb.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv, lb)}})
+	if err != nil || fin.State != runs.Done || len(fin.Evidence) != 1 {
+		t.Fatalf("finish B with its own evidence: %+v %v", fin, err)
+	}
+	if ra := e.run(a.ID); fin.Evidence[0] == ra.Evidence[0] {
+		t.Fatalf("runs A and B name the same evidence %s", fin.Evidence[0])
+	}
+	resp, err := http.Get(e.url + "/evidence/" + fin.Evidence[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), b.ID+"</code></a>, attempt 1") {
+		t.Fatalf("evidence page of run B's record: %d; want it to name run %s attempt 1", resp.StatusCode, b.ID)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		ev := e.evidenceOf(quickLane)
+		found := false
+		for _, x := range ev {
+			found = found || (x.Evidence.Run != nil && x.Evidence.Run.ID == id && x.Evidence.Run.Attempt == 1)
+		}
+		if !found {
+			t.Fatalf("no recorded evidence names run %s attempt 1", id)
+		}
 	}
 }

@@ -27,7 +27,7 @@ func TestAgentGateCountsOnlyRunEvidence(t *testing.T) {
 	size := e.logSize
 	// The agent's key around the runs: refused, nothing appended.
 	before := size()
-	req, _ := http.NewRequest(http.MethodPost, e.url+"/api/v1/evidence", strings.NewReader(string(quickEnvelope(t, hpriv))))
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/api/v1/evidence", strings.NewReader(string(quickEnvelope(t, hpriv, nil))))
 	req.Header.Set("Authorization", "Bearer "+e.recTok)
 	req.Header.Set("Content-Type", ledger.ContentTypeDSSE)
 	resp, err := http.DefaultClient.Do(req)
@@ -64,7 +64,7 @@ func TestAgentGateCountsOnlyRunEvidence(t *testing.T) {
 		{ledger.Subject{Repository: "github.com/victim/other", Commit: testCommit, Tree: testCommit}, "evidence[0].subject.repository"},
 		{ledger.Subject{Repository: testRepo, Commit: strings.Repeat("4", 40), Tree: testCommit}, "evidence[0].subject.commit"},
 	} {
-		_, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelopeOf(t, hpriv, c.subj)}})
+		_, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelopeOf(t, hpriv, c.subj, l)}})
 		var le *ledger.Error
 		if !errors.As(err, &le) || le.Code != ledger.CodeInvalid || le.Field != c.field {
 			t.Fatalf("finish with evidence of %s@%s, not the agent's declared build: %v; want 400 naming %s", c.subj.Repository, c.subj.Commit, err, c.field)
@@ -74,7 +74,7 @@ func TestAgentGateCountsOnlyRunEvidence(t *testing.T) {
 		t.Fatalf("the refused finishes appended: size %d -> %d", before, after)
 	}
 	// The same agent's run of its own build: the gate passes.
-	got, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv)}})
+	got, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv, l)}})
 	if err != nil || got.State != runs.Done {
 		t.Fatalf("finish: %+v %v", got, err)
 	}

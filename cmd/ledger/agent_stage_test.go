@@ -45,15 +45,23 @@ func (e *agentEnv) keyedAgent(name string) (*client.Agent, ed25519.PrivateKey) {
 	return a, priv
 }
 
-// quickEnvelope runs quickLane here and returns its evidence as a DSSE
+// quickEnvelope runs quickLane here and returns its evidence, naming the
+// run and attempt of lease l (none when l is nil), as a DSSE
 // envelope signed with priv.
-func quickEnvelope(t *testing.T, priv ed25519.PrivateKey) json.RawMessage {
+func quickEnvelope(t *testing.T, priv ed25519.PrivateKey, l *runs.LeaseAnswer) json.RawMessage {
 	t.Helper()
-	return quickEnvelopeOf(t, priv, ledger.Subject{Repository: testRepo, Commit: testCommit, Tree: testCommit})
+	return quickEnvelopeOf(t, priv, ledger.Subject{Repository: testRepo, Commit: testCommit, Tree: testCommit}, l)
 }
 
 // quickEnvelopeOf is quickEnvelope with the evidence's subject subj.
-func quickEnvelopeOf(t *testing.T, priv ed25519.PrivateKey, subj ledger.Subject) json.RawMessage {
+func quickEnvelopeOf(t *testing.T, priv ed25519.PrivateKey, subj ledger.Subject, l *runs.LeaseAnswer) json.RawMessage {
+	t.Helper()
+	return quickEnvelopeWith(t, priv, subj, l, nil)
+}
+
+// quickEnvelopeWith is quickEnvelopeOf with the evidence changed by
+// change (when not nil) before it is signed.
+func quickEnvelopeWith(t *testing.T, priv ed25519.PrivateKey, subj ledger.Subject, l *runs.LeaseAnswer, change func(*ledger.Evidence)) json.RawMessage {
 	t.Helper()
 	b, err := runner.OpenBackend("cpu")
 	if err != nil {
@@ -66,7 +74,14 @@ func quickEnvelopeOf(t *testing.T, priv ed25519.PrivateKey, subj ledger.Subject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := evidenceRecords([]ledger.Evidence{res[0].Evidence})
+	ev := res[0].Evidence
+	if l != nil {
+		ev.Run = &ledger.RunRef{ID: l.Run.ID, Attempt: l.Attempt}
+	}
+	if change != nil {
+		change(&ev)
+	}
+	recs, err := evidenceRecords([]ledger.Evidence{ev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,15 +108,15 @@ func TestStagedEvidenceAppendedOnlyByTheFinish(t *testing.T) {
 	if err != nil || l == nil || l.Run.ID != r.ID {
 		t.Fatalf("poll: %+v %v", l, err)
 	}
-	env := quickEnvelope(t, hpriv)
+	env := quickEnvelope(t, hpriv, l)
 	// Refused stagings.
-	if _, err := other.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease, Envelope: quickEnvelope(t, opriv)}); !isCode(err, ledger.CodeConflict) {
+	if _, err := other.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease, Envelope: quickEnvelope(t, opriv, l)}); !isCode(err, ledger.CodeConflict) {
 		t.Fatalf("a staging by another agent naming the holder's lease: %v, want 409", err)
 	}
 	if _, err := holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: "lease_00000000000000000000000000000000", Envelope: env}); !isCode(err, ledger.CodeConflict) {
 		t.Fatalf("a staging with a made-up lease: %v, want 409", err)
 	}
-	if _, err := holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease, Envelope: quickEnvelope(t, opriv)}); !isCode(err, ledger.CodeInvalid) {
+	if _, err := holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease, Envelope: quickEnvelope(t, opriv, l)}); !isCode(err, ledger.CodeInvalid) {
 		t.Fatalf("the holder staging evidence signed by another agent's key: %v, want 400", err)
 	}
 	if _, err := holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease}); !isCode(err, ledger.CodeInvalid) {
@@ -156,7 +171,7 @@ func TestCancelAfterStagingAppendsNothing(t *testing.T) {
 	if err != nil || l == nil {
 		t.Fatalf("poll: %+v %v", l, err)
 	}
-	env := quickEnvelope(t, priv)
+	env := quickEnvelope(t, priv, l)
 	ans, err := holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease, Envelope: env})
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +208,7 @@ func TestStagedEvidenceGoneAfterServerRestart(t *testing.T) {
 	if err != nil || l == nil {
 		t.Fatalf("poll: %+v %v", l, err)
 	}
-	env := quickEnvelope(t, priv)
+	env := quickEnvelope(t, priv, l)
 	ans, err := holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: 1, Lease: l.Lease, Envelope: env})
 	if err != nil {
 		t.Fatal(err)

@@ -242,7 +242,7 @@ func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem s
 // server refuses on POST /api/v1/evidence (web's signedRecords and
 // stampEvidence), with the same fields: details carrying the server's
 // tree-check marker (gates.RefuseServerMarkers, "details.computed_by"), a
-// plain record carrying signer, and a record carrying recorded_by (set only
+// record naming a run (ledger.RefuseRunClaim), a plain record carrying signer, and a record carrying recorded_by (set only
 // by the server; a local record has none). A DSSE envelope is verified
 // against the local runner registry and its payload checked the same way.
 // Fields are prefixed "[i]." in an array, as the server's are; single is a
@@ -274,6 +274,9 @@ func refuseLocal(ctx context.Context, l *localLedger, raws []json.RawMessage, si
 			return ledger.FieldError(prefix+ledger.SignerField, "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)")
 		}
 		if err := gates.RefuseServerMarkers(body, prefix); err != nil {
+			return err
+		}
+		if err := ledger.RefuseRunClaim(body, prefix); err != nil {
 			return err
 		}
 		if hasMember(body, ledger.RecordedByField) {
