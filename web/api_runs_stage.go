@@ -281,24 +281,35 @@ func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, env
 			return nil, ledger.FieldError(f+".subject.repository", "agent %s declared builds of repository %s", a.Name, a.Spec.Repository)
 		case e.Subject.Commit != a.Spec.Commit:
 			return nil, ledger.FieldError(f+".subject.commit", "agent %s declared a build of commit %s", a.Name, a.Spec.Commit)
-		// The record names the attempt it was run for, so evidence of
-		// another run or attempt (a replay, or one set of lanes offered
-		// to two runs) is not this one's; and it ran after the attempt
-		// could begin, by the agent's clock, which its signed requests
-		// keep within runs.MaxSkew of the server's.
-		case e.Run == nil:
-			return nil, ledger.FieldError(f+".run", "required: the run and attempt the lane was run for (run %s, attempt %d)", run.ID, run.Attempt)
-		case e.Run.ID != run.ID || e.Run.Attempt != run.Attempt:
-			return nil, ledger.FieldError(f+".run", "names run %s attempt %d, not run %s attempt %d, whose lease agent %s holds: evidence run for another run or attempt is not recorded for this one", e.Run.ID, e.Run.Attempt, run.ID, run.Attempt, a.Name)
-		case e.StartedAt.Before(floor.Add(-runs.MaxSkew)):
-			return nil, ledger.FieldError(f+".started_at", "is %s, before attempt %d of run %s could begin (%s, less %s of clock skew): a run records only lanes run under its lease", e.StartedAt.UTC().Format(time.RFC3339), run.Attempt, run.ID, floor.UTC().Format(time.RFC3339), runs.MaxSkew)
-		case e.FinishedAt.After(now.Add(runs.MaxSkew)):
-			return nil, ledger.FieldError(f+".finished_at", "is %s, more than %s after the server's clock (%s)", e.FinishedAt.UTC().Format(time.RFC3339), runs.MaxSkew, now.UTC().Format(time.RFC3339))
+		}
+		if err := checkAttemptOf(f, e, a, run, floor, now); err != nil {
+			return nil, err
 		}
 		// appendFinish's Append does not prepare it again.
 		out[i] = laneRecord{rec: p.Record(), id: p.ID, lane: e.Lane, passed: e.Status == ledger.StatusPassed}
 	}
 	return out, nil
+}
+
+// checkAttemptOf checks that evidence e (field f of agent a's finish or
+// staging for run) was run for the attempt the agent holds: it names that
+// run and attempt, so evidence of another run or attempt (a replay, or one
+// set of lanes offered to two runs) is not this one's; it started no
+// earlier than floor (attemptFloor) and finished no later than now, by
+// the agent's clock, which its signed requests keep within runs.MaxSkew
+// of the server's.
+func checkAttemptOf(f string, e *ledger.Evidence, a runs.Agent, run runs.Run, floor, now time.Time) error {
+	switch {
+	case e.Run == nil:
+		return ledger.FieldError(f+".run", "required: the run and attempt the lane was run for (run %s, attempt %d)", run.ID, run.Attempt)
+	case e.Run.ID != run.ID || e.Run.Attempt != run.Attempt:
+		return ledger.FieldError(f+".run", "names run %s attempt %d, not run %s attempt %d, whose lease agent %s holds: evidence run for another run or attempt is not recorded for this one", e.Run.ID, e.Run.Attempt, run.ID, run.Attempt, a.Name)
+	case e.StartedAt.Before(floor.Add(-runs.MaxSkew)):
+		return ledger.FieldError(f+".started_at", "is %s, before attempt %d of run %s could begin (%s, less %s of clock skew): a run records only lanes run under its lease", e.StartedAt.UTC().Format(time.RFC3339), run.Attempt, run.ID, floor.UTC().Format(time.RFC3339), runs.MaxSkew)
+	case e.FinishedAt.After(now.Add(runs.MaxSkew)):
+		return ledger.FieldError(f+".finished_at", "is %s, more than %s after the server's clock (%s)", e.FinishedAt.UTC().Format(time.RFC3339), runs.MaxSkew, now.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // attemptFloor is the earliest time run's current attempt can have

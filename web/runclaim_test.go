@@ -36,7 +36,7 @@ func TestRunClaimRefusedOutsideARun(t *testing.T) {
 	ev["run"] = ref
 	for _, c := range []struct {
 		name, ct, field string
-		body        []byte
+		body            []byte
 	}{
 		{"plain", "application/json", "run", plain("run")},
 		{"upper case", "application/json", "run", plain("RUN")},
