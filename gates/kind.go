@@ -65,6 +65,7 @@ var gateFields = []struct {
 	name string
 	set  func(*Gate) bool
 }{
+	{"agent_labels", func(g *Gate) bool { return len(g.AgentLabels) > 0 }},
 	{"all_backends", func(g *Gate) bool { return g.AllBackends }},
 	{"artifacts", func(g *Gate) bool { return len(g.Artifacts) > 0 }},
 	{"at", func(g *Gate) bool { return g.At != "" }},

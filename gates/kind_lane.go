@@ -13,7 +13,7 @@ const KindLane = "lane"
 
 var laneKind = kindSpec{
 	name:   KindLane,
-	fields: []string{"lane", "component", "at", "backends", "all_backends", "artifacts", "min_runs", "freshness", "cases", "signed_by", "runner"},
+	fields: []string{"lane", "component", "at", "backends", "all_backends", "artifacts", "min_runs", "freshness", "cases", "signed_by", "runner", "agent_labels"},
 	validate: func(g *Gate, f string) error {
 		if len(g.Backends) == 0 {
 			return ledger.FieldError(f+".backends", "lane gates list the backends whose runs count")

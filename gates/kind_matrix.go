@@ -15,7 +15,7 @@ const KindMatrix = "matrix"
 
 var matrixKind = kindSpec{
 	name:     KindMatrix,
-	fields:   []string{"lane", "component", "at", "artifacts", "dimensions", "signed_by", "runner"},
+	fields:   []string{"lane", "component", "at", "artifacts", "dimensions", "signed_by", "runner", "agent_labels"},
 	validate: validateMatrix,
 	evaluate: (*evaluator).matrix,
 	rule: "Per cell, every run at the pins whose details carry the cell's values counts: " +

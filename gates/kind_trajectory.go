@@ -18,7 +18,7 @@ const DefaultTrajectoryLane = ledger.TrajectoryLane
 
 var trajectoryKind = kindSpec{
 	name:          KindTrajectory,
-	fields:        []string{"lane", "component", "at", "artifacts", "trajectories", "modes", "backends", "signed_by", "runner"},
+	fields:        []string{"lane", "component", "at", "artifacts", "trajectories", "modes", "backends", "signed_by", "runner", "agent_labels"},
 	defaultLane:   DefaultTrajectoryLane,
 	backendLabels: true, // trajectory backends are runtime labels inside details
 	validate: func(g *Gate, f string) error {

@@ -142,6 +142,11 @@ type Gate struct {
 	// evidence an agent produced for a run queued on the server; other
 	// evidence is baseline with the reason. "" (the default): any.
 	Runner string `yaml:"runner,omitempty" json:"runner,omitempty"`
+	// AgentLabels, with Runner "agent", counts only evidence of an agent
+	// whose approval (its runner-key leaf) recorded every one of these
+	// labels with the same value (e.g. gpu: h200); the release page's
+	// "run the missing lanes" queues its runs with these labels.
+	AgentLabels map[string]string `yaml:"agent_labels,omitempty" json:"agent_labels,omitempty"`
 
 	freshness time.Duration
 }

@@ -70,7 +70,36 @@ func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
 	if g.Runner != "" && g.Runner != ledger.RunnerKindAgent {
 		return ledger.FieldError(f+".runner", "must be %q (only evidence an approved agent signed counts), got %q", ledger.RunnerKindAgent, g.Runner)
 	}
-	return nil
+	if len(g.AgentLabels) > 0 && g.Runner != ledger.RunnerKindAgent {
+		return ledger.FieldError(f+".agent_labels", "needs runner: agent (labels are an approved agent's)")
+	}
+	return ledger.ValidateLabels(f+".agent_labels", g.AgentLabels)
+}
+
+// labelsLacking returns the "k=v" of want that have lacks (a missing key
+// or another value), sorted.
+func labelsLacking(have, want map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			out = append(out, k+"="+v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// labelText is labels as sorted "k=v" joined by ", ", or "none".
+func labelText(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	out := make([]string, 0, len(l))
+	for k, v := range l {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // signerMismatch returns why e does not count for a gate that requires
@@ -90,9 +119,11 @@ func checkSignedBy(_ *kindSpec, g *Gate, f string, _ map[string]bool) error {
 // agent that finished the run. The server checked then that the evidence
 // is the run's, for its lanes and backend, from the agent holding its
 // lease; evidence an agent's key signed outside a run does not count.
+// With agent_labels, the signing key's approval must have recorded every
+// label the gate names, with the same value.
 func (ev *evaluator) signerMismatch(id string, e *ledger.Evidence, g *Gate) string {
 	if len(g.SignedBy) == 0 && g.Runner == "" {
-		return ""
+		return "" // agent_labels needs runner: agent (checkSignedBy)
 	}
 	want := strings.Join(g.SignedBy, ", ")
 	s := e.Signer
@@ -133,6 +164,9 @@ func (ev *evaluator) signerMismatch(id string, e *ledger.Evidence, g *Gate) stri
 			return fmt.Sprintf("signed by agent %s but produced by no run: no run-outcome entry lists it (runner: agent counts only evidence an agent recorded for a run it held)", s.Runner)
 		case ro.agent != s.Runner:
 			return fmt.Sprintf("listed by run %s, which agent %s finished, but signed by %s (runner: agent)", ro.run, ro.agent, s.Runner)
+		}
+		if lack := labelsLacking(st.Labels, g.AgentLabels); len(lack) > 0 {
+			return fmt.Sprintf("produced by agent %s, whose approval recorded labels %s, without %s (agent_labels)", s.Runner, labelText(st.Labels), strings.Join(lack, ", "))
 		}
 	}
 	return ""

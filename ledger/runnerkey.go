@@ -75,9 +75,36 @@ type RunnerKey struct {
 	// digest ("sha256:" + 64 hex, runs.SpecDigestOf) of the registration
 	// approved: what the agent declared (build, lanes, hardware) when the
 	// admin approved it.
-	SpecDigest string    `json:"spec_digest,omitempty"`
-	By         string    `json:"by"`
-	At         time.Time `json:"at"`
+	SpecDigest string `json:"spec_digest,omitempty"`
+	// Labels, on the approval of an agent key only, are the agent's
+	// labels when it was approved (an approved agent's labels cannot
+	// change): what a gate's agent_labels is checked against.
+	Labels map[string]string `json:"labels,omitempty"`
+	By     string            `json:"by"`
+	At     time.Time         `json:"at"`
+}
+
+var (
+	labelKeyRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,62}$`)
+	labelValRe = regexp.MustCompile(`^[A-Za-z0-9._:/-]{0,128}$`)
+)
+
+// ValidateLabels checks agent, run or gate labels: at most 32, keys 1-63
+// of [a-z0-9._/-] starting alphanumeric, values at most 128 of
+// [A-Za-z0-9._:/-]. field names the member in CodeInvalid errors.
+func ValidateLabels(field string, l map[string]string) error {
+	if len(l) > 32 {
+		return FieldError(field, "at most 32 labels, got %d", len(l))
+	}
+	for k, v := range l {
+		if !labelKeyRe.MatchString(k) {
+			return FieldError(field, "label key %q: must be 1-63 of [a-z0-9._/-] starting alphanumeric", clip(k))
+		}
+		if !labelValRe.MatchString(v) {
+			return FieldError(field, "label %s's value must be at most 128 of [A-Za-z0-9._:/-]", k)
+		}
+	}
+	return nil
 }
 
 // Validate checks every field of k, including that an added key's KeyID is
@@ -107,8 +134,14 @@ func (k *RunnerKey) Validate() error {
 		if k.SpecDigest != "" && (k.Kind != RunnerKindAgent || !specDigestRe.MatchString(k.SpecDigest)) {
 			return FieldError("spec_digest", "only an agent key's approval carries one: sha256: and 64 lowercase hex")
 		}
+		if len(k.Labels) > 0 && k.Kind != RunnerKindAgent {
+			return FieldError("labels", "only an agent key's approval carries labels")
+		}
+		if err := ValidateLabels("labels", k.Labels); err != nil {
+			return err
+		}
 	case RunnerRevoke:
-		if k.PublicKey != "" || k.SpecDigest != "" {
+		if k.PublicKey != "" || k.SpecDigest != "" || len(k.Labels) > 0 {
 			return FieldError("public_key", "a revocation names the key by key_id only")
 		}
 		if strings.TrimSpace(k.Reason) == "" || len(k.Reason) > 1024 {
@@ -334,7 +367,10 @@ type RunnerState struct {
 	// SpecDigest is the spec digest the approval of an agent key
 	// recorded (RunnerKey.SpecDigest), "" for a runner key.
 	SpecDigest string `json:"spec_digest,omitempty"`
-	Revoked    bool   `json:"revoked"`
+	// Labels are the labels the approval of an agent key recorded
+	// (RunnerKey.Labels), nil for a runner key.
+	Labels  map[string]string `json:"labels,omitempty"`
+	Revoked bool              `json:"revoked"`
 	// RevokedIndex, RevokedBy, RevokedAt and Reason describe the
 	// revocation when Revoked.
 	RevokedIndex uint64    `json:"revoked_index,omitempty"`
@@ -421,7 +457,7 @@ func (r *RunnerRegistry) apply(e Entry) error {
 	}
 	switch k.Action {
 	case RunnerAdd:
-		r.Runners = append(r.Runners, RunnerState{Name: k.Name, Kind: k.Kind, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At, SpecDigest: k.SpecDigest})
+		r.Runners = append(r.Runners, RunnerState{Name: k.Name, Kind: k.Kind, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At, SpecDigest: k.SpecDigest, Labels: k.Labels})
 	case RunnerRevoke:
 		for i := range r.Runners {
 			s := &r.Runners[i]

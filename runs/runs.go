@@ -118,29 +118,12 @@ type Spec struct {
 }
 
 var (
-	labelKeyRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]{0,62}$`)
-	labelValRe = regexp.MustCompile(`^[A-Za-z0-9._:/-]{0,128}$`)
-	laneRe     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,95}(/v[1-9][0-9]{0,5})?$`)
-	commitRe   = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+	laneRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,95}(/v[1-9][0-9]{0,5})?$`)
+	commitRe = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 )
 
-// ValidateLabels checks agent or run labels: at most 32, keys 1-63 of
-// [a-z0-9._/-] starting alphanumeric, values at most 128 of
-// [A-Za-z0-9._:/-]. field names the member in errors.
-func ValidateLabels(field string, l map[string]string) error {
-	if len(l) > 32 {
-		return ledger.FieldError(field, "at most 32 labels, got %d", len(l))
-	}
-	for k, v := range l {
-		if !labelKeyRe.MatchString(k) {
-			return ledger.FieldError(field, "label key %q: must be 1-63 of [a-z0-9._/-] starting alphanumeric", clip(k))
-		}
-		if !labelValRe.MatchString(v) {
-			return ledger.FieldError(field, "label %s's value must be at most 128 of [A-Za-z0-9._:/-]", k)
-		}
-	}
-	return nil
-}
+// ValidateLabels checks agent or run labels (ledger.ValidateLabels).
+func ValidateLabels(field string, l map[string]string) error { return ledger.ValidateLabels(field, l) }
 
 // ParseLabels parses "k=v" flags into labels.
 func ParseLabels(flags []string) (map[string]string, error) {

@@ -59,17 +59,17 @@ func AddRunner(ctx context.Context, st RunnerLog, name string, keyFile []byte, b
 // addRunnerKey is AddRunner for a key of kind ("" a runner,
 // ledger.RunnerKindAgent an agent).
 func addRunnerKey(ctx context.Context, st RunnerLog, name string, keyFile []byte, by, kind string) (ledger.RunnerState, *ledger.AppendResult, error) {
-	return addKeyLeaf(ctx, st, name, keyFile, by, kind, "")
+	return addKeyLeaf(ctx, st, name, keyFile, by, kind, "", nil)
 }
 
-// addKeyLeaf is addRunnerKey whose leaf carries specDigest (an agent
-// approval's, or "").
-func addKeyLeaf(ctx context.Context, st RunnerLog, name string, keyFile []byte, by, kind, specDigest string) (ledger.RunnerState, *ledger.AppendResult, error) {
+// addKeyLeaf is addRunnerKey whose leaf carries specDigest and labels (an
+// agent approval's, or "" and nil).
+func addKeyLeaf(ctx context.Context, st RunnerLog, name string, keyFile []byte, by, kind, specDigest string, labels map[string]string) (ledger.RunnerState, *ledger.AppendResult, error) {
 	pub, err := verify.ParseRunnerPublicKey(keyFile)
 	if err != nil {
 		return ledger.RunnerState{}, nil, ledger.FieldError("public_key", "%v", err)
 	}
-	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Kind: kind, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), SpecDigest: specDigest, By: by, At: time.Now().UTC()}
+	k := ledger.RunnerKey{Action: ledger.RunnerAdd, Kind: kind, Name: name, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), SpecDigest: specDigest, Labels: labels, By: by, At: time.Now().UTC()}
 	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
 	if err != nil {
 		return ledger.RunnerState{}, nil, err

@@ -427,7 +427,7 @@ func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string
 			"agent %q's registration is now spec %s (repository %s, commit %s, lanes %s, backend %s, labels %s), not %s: it changed since it was checked, nothing was approved; check it again (`ledger agent list`)",
 			name, a.SpecDigest, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels), clipText(req.SpecDigest))}
 	}
-	st2, res, err := addKeyLeaf(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent, a.SpecDigest)
+	st2, res, err := addKeyLeaf(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent, a.SpecDigest, a.Labels)
 	a.Approved = err == nil
 	return st2, res, a, err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -122,11 +123,11 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 		for _, backends := range laneNeeds(g, res) {
 			row := planRow{Gate: g.ID, Lane: g.Lane}
 			for _, b := range backends {
-				spec := runs.Spec{Lanes: []string{g.Lane}, Backend: ledger.Backend(b), Repository: repo, Commit: commit}
+				spec := runs.Spec{Lanes: []string{g.Lane}, Backend: ledger.Backend(b), Labels: maps.Clone(g.AgentLabels), Repository: repo, Commit: commit}
 				if err := spec.Validate(); err != nil {
 					return nil, err
 				}
-				key := strings.Join([]string{g.Lane, b, repo, commit}, "|")
+				key := strings.Join([]string{g.Lane, b, repo, commit, runs.SortedLabels(spec.Labels)}, "|")
 				if id := activeRun(act, spec); id != "" {
 					row.State, row.Backend, row.Run, row.Why = planActive, spec.Backend, id, "run "+id+" is already queued or running for it"
 					break
@@ -145,6 +146,9 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 			if row.State == "" {
 				row.State = planNoAgent
 				row.Why = "no online approved agent for backend " + strings.Join(backends, " or ") + " with lane " + g.Lane + " at " + shortID(commit)
+				if len(g.AgentLabels) > 0 {
+					row.Why += ", with labels " + runs.SortedLabels(g.AgentLabels)
+				}
 				if len(g.SignedBy) > 0 {
 					row.Why += " among the gate's signed_by (" + strings.Join(g.SignedBy, ", ") + ")"
 				}
@@ -180,12 +184,24 @@ func laneNeeds(g *gates.Gate, res gates.GateResult) [][]string {
 // on its backend at its repository and commit, or "".
 func activeRun(act []runs.Run, spec runs.Spec) string {
 	for _, r := range act {
-		if r.Backend == spec.Backend && r.Repository == spec.Repository && r.Commit == spec.Commit &&
+		if r.Backend == spec.Backend && r.Repository == spec.Repository && r.Commit == spec.Commit && hasLabels(r.Labels, spec.Labels) &&
 			(slices.Contains(r.Lanes, spec.Lanes[0]) || slices.Contains(r.Lanes, ledger.LaneName(spec.Lanes[0]))) {
 			return r.ID
 		}
 	}
 	return ""
+}
+
+// hasLabels reports whether have holds every label of want with the same
+// value: a run requiring have is taken only by agents a run requiring want
+// would accept.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // servingAgents names the online approved agents that would take a run of

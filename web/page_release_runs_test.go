@@ -414,3 +414,33 @@ func TestReleaseRunFormWithoutRunStore(t *testing.T) {
 	body, _, _ = e.page(t, "/releases/3.0.0", nil)
 	pgContains(t, "failed run store", body, "the run plan cannot be computed", `id="gate-qmv-cuda"`)
 }
+
+// TestReleaseRunFormAgentLabels: release 3.0.0 defined again with two
+// agent_labels gates. A gate with agent_labels is offered only
+// to online approved agents with those labels, and its run is queued
+// requiring them; a gate whose labels no agent has cannot be queued, and
+// the reason names the labels.
+func TestReleaseRunFormAgentLabels(t *testing.T) {
+	e := newRunFormEnv(t)
+	pgRelease(t, e.st, fmt.Sprintf(`version: 3.0.0
+approval_role: release-manager
+components:
+  - {name: core, repository: %s, reviewed: %s, head: %s}
+gates:
+  - {id: qmv-h200, kind: lane, lane: qmv-bias-sum/v1, component: core, backends: [cuda], runner: agent, agent_labels: {gpu: h200}}
+  - {id: alloc-a100, kind: lane, lane: alloc-footprint/v1, component: core, backends: [cuda], runner: agent, agent_labels: {gpu: a100}}
+`, runFormRepo, e.commit, e.commit))
+	body, cookie, csrf := e.page(t, "/releases/3.0.0", nil)
+	want := map[string][]string{"qmv-h200": {"queue"}, "alloc-a100": {"no-agent"}}
+	if got := planStates(body); !mapsEqual(got, want) {
+		t.Fatalf("plan: %v, want %v", got, want)
+	}
+	pgContains(t, "plan", body, "online agent(s) cuda-a serve it", "with labels gpu=a100")
+	if st, b, _ := e.press(t, cookie, url.Values{"csrf": {csrf}, "token": {e.tokens["manager"]}}, ""); st != http.StatusSeeOther && st != http.StatusOK {
+		t.Fatalf("press: %d %s", st, b)
+	}
+	act := e.active(t)
+	if len(act) != 1 || act[0].Lanes[0] != "qmv-bias-sum/v1" || act[0].Labels["gpu"] != "h200" || len(act[0].Labels) != 1 {
+		t.Fatalf("queued: %+v; want one qmv run requiring gpu=h200", act)
+	}
+}

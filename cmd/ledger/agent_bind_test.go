@@ -40,11 +40,18 @@ func (e *agentEnv) logSize() uint64 {
 // returns a function that runs `ledger release check` and its output.
 func (e *agentEnv) agentGateRelease(version, repo string) func(want int) string {
 	e.t.Helper()
+	return e.agentGateReleaseWith(version, repo, "")
+}
+
+// agentGateReleaseWith is agentGateRelease with extra added to the gate's
+// flow mapping (", agent_labels: {gpu: h200}").
+func (e *agentEnv) agentGateReleaseWith(version, repo, extra string) func(want int) string {
+	e.t.Helper()
 	rel := `version: ` + version + `
 components:
   - {name: core, repository: ` + repo + `, reviewed: ` + testCommit + `, head: ` + testCommit + `}
 gates:
-  - {id: footprint, kind: lane, lane: ` + quickLane + `, component: core, backends: [cpu], runner: agent}
+  - {id: footprint, kind: lane, lane: ` + quickLane + `, component: core, backends: [cpu], runner: agent` + extra + `}
 `
 	relFile := filepath.Join(e.t.TempDir(), "release.yaml")
 	if err := os.WriteFile(relFile, []byte(rel), 0o644); err != nil {
@@ -400,5 +407,44 @@ func TestAgentEvidenceBoundToItsAttempt(t *testing.T) {
 		if !found {
 			t.Fatalf("no recorded evidence names run %s attempt 1", id)
 		}
+	}
+}
+
+// TestAgentLabelsGate: a gate with agent_labels counts only evidence of an
+// agent whose approval recorded those labels. A run finished by an
+// approved agent labelled gpu=a100 leaves the gate open, naming the label
+// it lacks; the same lane run by an agent labelled gpu=h200 passes it.
+// The approval leaf carries the agent's labels (runner list --json).
+func TestAgentLabelsGate(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	check := e.agentGateReleaseWith("7.1.0", testRepo, ", agent_labels: {gpu: h200}")
+	a100, apriv := e.keyedAgentWith("a100", map[string]string{"gpu": "a100"})
+	r := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	l, err := a100.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l == nil || l.Run.ID != r.ID {
+		t.Fatalf("poll a100: %+v %v", l, err)
+	}
+	if fin, err := a100.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, apriv, l)}}); err != nil || fin.State != runs.Done {
+		t.Fatalf("finish a100: %+v %v", fin, err)
+	}
+	if o := check(1); !strings.Contains(o, "NOT READY") || !strings.Contains(o, "without gpu=h200 (agent_labels)") {
+		t.Fatalf("check after the a100 agent's run: %s", o)
+	}
+	h200, hpriv := e.keyedAgentWith("h200", map[string]string{"gpu": "h200", "zone": "b"})
+	r = e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Labels: map[string]string{"gpu": "h200"}})
+	l, err = h200.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l == nil || l.Run.ID != r.ID {
+		t.Fatalf("poll h200: %+v %v", l, err)
+	}
+	if fin, err := h200.Finish(ctx, r.ID, runs.FinishRequest{Attempt: 1, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{quickEnvelope(t, hpriv, l)}}); err != nil || fin.State != runs.Done {
+		t.Fatalf("finish h200: %+v %v", fin, err)
+	}
+	if o := check(0); !strings.Contains(o, "READY") {
+		t.Fatalf("check after the h200 agent's run: %s", o)
+	}
+	o, se, code := runBin(t, "", "--server", e.url, "--token", e.admin, "runner", "list", "--json")
+	if code != 0 || !strings.Contains(o, `"gpu":"h200"`) && !strings.Contains(o, `"gpu": "h200"`) {
+		t.Fatalf("runner list --json: exit %d %s%s; want the h200 approval's labels", code, o, se)
 	}
 }

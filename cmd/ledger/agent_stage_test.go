@@ -29,13 +29,19 @@ import (
 // with its private key, for signing envelopes.
 func (e *agentEnv) keyedAgent(name string) (*client.Agent, ed25519.PrivateKey) {
 	e.t.Helper()
+	return e.keyedAgentWith(name, nil)
+}
+
+// keyedAgentWith is keyedAgent registering with labels.
+func (e *agentEnv) keyedAgentWith(name string, labels map[string]string) (*client.Agent, ed25519.PrivateKey) {
+	e.t.Helper()
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	c, err := client.New(e.url, client.Options{Token: e.recTok})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	a := client.NewAgent(c, name, priv)
-	if _, err := a.Register(context.Background(), runs.RegisterRequest{Name: name, PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+	if _, err := a.Register(context.Background(), runs.RegisterRequest{Name: name, PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU, Labels: labels,
 		Spec: runs.AgentSpec{Lanes: []string{quickLane, slowLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
 		e.t.Fatalf("register %s: %v", name, err)
 	}
