@@ -35,6 +35,12 @@ func regRequest(name string, priv ed25519.PrivateKey) runs.RegisterRequest {
 // status and body.
 func (e *runFormEnv) register(t *testing.T, priv ed25519.PrivateKey, req runs.RegisterRequest) (int, []byte) {
 	t.Helper()
+	return e.registerAs(t, e.tokens["record"], priv, req)
+}
+
+// registerAs is register with the token secret tok.
+func (e *runFormEnv) registerAs(t *testing.T, tok string, priv ed25519.PrivateKey, req runs.RegisterRequest) (int, []byte) {
+	t.Helper()
 	body, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +48,7 @@ func (e *runFormEnv) register(t *testing.T, priv ed25519.PrivateKey, req runs.Re
 	hr, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/api/v1/agent/register", bytes.NewReader(body))
 	date, sig := runs.SignRequest(priv, http.MethodPost, "/agent/register", req.Name, time.Now(), body)
 	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Authorization", "Bearer "+e.tokens["record"])
+	hr.Header.Set("Authorization", "Bearer "+tok)
 	hr.Header.Set(runs.HeaderAgent, req.Name)
 	hr.Header.Set(runs.HeaderAgentDate, date)
 	hr.Header.Set(runs.HeaderAgentSig, sig)
@@ -317,3 +323,55 @@ func registeredApproved(t *testing.T, b []byte) bool {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r >= 0x7f && r < 0xa0 }
+
+// TestAgentRegistrationBounds: a record token scoped to one repository or
+// backend cannot register an agent for another (403 naming spec.repository
+// or backend, nothing registered), and at most MaxWaitingAgents
+// registrations wait for approval: the next new name is refused (409)
+// while one already waiting may register again, and a removal frees a
+// slot.
+func TestAgentRegistrationBounds(t *testing.T) {
+	e := newRunFormEnv(t)
+	ctx := context.Background()
+	scoped, _, err := e.st.CreateScopedToken(ctx, ledger.TokenSpec{Name: "ci-other", Scope: ledger.ScopeRecord, Repositories: []string{"github.com/other/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuOnly, _, err := e.st.CreateScopedToken(ctx, ledger.TokenSpec{Name: "ci-cuda", Scope: ledger.ScopeRecord, Backends: []ledger.Backend{ledger.BackendCUDA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ tok, field string }{{scoped, "spec.repository"}, {cpuOnly, "backend"}} {
+		priv := newKey(t)
+		code, body := e.registerAs(t, c.tok, priv, regRequest("scoped-"+strings.ReplaceAll(c.field, ".", "-"), priv))
+		if ae := apiError(t, body); code != http.StatusForbidden || ae.Field != c.field {
+			t.Fatalf("registration out of the token's scope: %d %s; want 403 naming %s", code, body, c.field)
+		}
+	}
+	before, err := e.rs.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first ed25519.PrivateKey
+	for i := len(before); i < MaxWaitingAgents+1; i++ { // cuda-a is approved; metal-x waits
+		priv := newKey(t)
+		if i == len(before) {
+			first = priv
+		}
+		if code, body := e.register(t, priv, regRequest(fmt.Sprintf("flood%d", i), priv)); code != http.StatusOK {
+			t.Fatalf("registration %d: %d %s", i, code, body)
+		}
+	}
+	priv := newKey(t)
+	code, body := e.register(t, priv, regRequest("one-too-many", priv))
+	if code != http.StatusConflict || !strings.Contains(string(body), "waiting for approval") {
+		t.Fatalf("registration past the cap: %d %s; want 409", code, body)
+	}
+	if code, body := e.register(t, first, regRequest(fmt.Sprintf("flood%d", len(before)), first)); code != http.StatusOK {
+		t.Fatalf("a waiting agent registering again: %d %s", code, body)
+	}
+	e.api(t, http.MethodPost, "/api/v1/agents/metal-x/remove", "admin", map[string]any{}, http.StatusOK)
+	if code, body := e.register(t, priv, regRequest("one-too-many", priv)); code != http.StatusOK {
+		t.Fatalf("registration after a removal: %d %s", code, body)
+	}
+}

@@ -595,6 +595,18 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if tok, _ := TokenFrom(r.Context()); tok.Restricted() {
+		// The agent records through this token: a build or backend the
+		// token may not record for would never be served.
+		if len(tok.Repositories) > 0 && !slices.Contains(tok.Repositories, req.Spec.Repository) {
+			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: "spec.repository", Message: "out of the scope of token " + quote(tok.Name) + " (" + tok.ScopeText() + "): nothing was registered"})
+			return
+		}
+		if len(tok.Backends) > 0 && !slices.Contains(tok.Backends, req.Backend) {
+			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: "backend", Message: "out of the scope of token " + quote(tok.Name) + " (" + tok.ScopeText() + "): nothing was registered"})
+			return
+		}
+	}
 	if req.Labels == nil {
 		req.Labels = map[string]string{}
 	}
@@ -639,6 +651,11 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 		return a, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin frees it first (`%s`)", a.Name, live.KeyID, how)
 	}
 	approved := ok && live.Kind == ledger.RunnerKindAgent
+	if !approved {
+		if err := waitingRoom(ctx, rs, reg, a.Name); err != nil {
+			return a, err
+		}
+	}
 	if approved {
 		// The approval was for the hardware it declared then.
 		prev, err := rs.GetAgent(ctx, a.Name)
@@ -656,6 +673,34 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 	got, err := rs.GetAgent(ctx, a.Name)
 	got.Approved, got.SpecDigest = approved, runs.SpecDigestOf(got)
 	return got, err
+}
+
+// MaxWaitingAgents is how many registrations may wait for approval at
+// once: a new name past it is refused until an admin approves or removes
+// some, so record tokens cannot grow the agents table without bound.
+const MaxWaitingAgents = 256
+
+// waitingRoom returns a CodeConflict error when name is not registered yet
+// and MaxWaitingAgents registrations already wait for approval (no live
+// agent key in reg).
+func waitingRoom(ctx context.Context, rs *runs.Store, reg ledger.RunnerRegistry, name string) error {
+	all, err := rs.Agents(ctx)
+	if err != nil {
+		return err
+	}
+	waiting := 0
+	for _, x := range all {
+		if x.Name == name {
+			return nil // registering again
+		}
+		if live, ok := reg.Live(x.Name); !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != x.KeyID {
+			waiting++
+		}
+	}
+	if waiting >= MaxWaitingAgents {
+		return ledger.Errorf(ledger.CodeConflict, "%d registrations are waiting for approval (at most %d): an admin approves or removes some (`ledger agent list`, `ledger agent remove NAME`) before a new agent registers; nothing was registered", waiting, MaxWaitingAgents)
+	}
+	return nil
 }
 
 // agentBody reads and authenticates an agent request (approved key).
