@@ -149,38 +149,47 @@ func (r *RunRef) Validate() error {
 }
 
 // RefuseRunClaim returns a CodeInvalid error naming prefix+"run" when the
-// evidence JSON body has a top-level run member (matched ignoring ASCII
-// case, escapes decoded): a record names a run only when its agent
-// records it through that run (the server checks it there), so anywhere
-// else it is a claim nobody checked. Bodies that are not JSON objects pass
-// (their decode reports them). It reads body only when it holds "run" in
-// some letter case or an escape.
+// evidence JSON body has a top-level run member (HasMember): a record names
+// a run only when its agent records it through that run (the server checks
+// it there), so anywhere else it is a claim nobody checked.
 func RefuseRunClaim(body []byte, prefix string) error {
-	if bytes.IndexByte(body, '\\') < 0 && !containsRunName(body) {
-		return nil
-	}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
-		return nil
-	}
-	for k := range top {
-		if strings.EqualFold(k, RunField) {
-			return FieldError(prefix+RunField, "is set only by an agent recording a run whose lease it holds (POST /api/v1/agent/runs/{id}/finish): remove it; nothing was recorded")
-		}
+	if HasMember(body, RunField) {
+		return FieldError(prefix+RunField, "is set only by an agent recording a run whose lease it holds (POST /api/v1/agent/runs/{id}/finish): remove it; nothing was recorded")
 	}
 	return nil
 }
 
-// containsRunName reports whether body holds "run" (with its quotes) in
-// any ASCII letter case.
-func containsRunName(body []byte) bool {
+// HasMember reports whether the JSON object body has a top-level member
+// named name, matched ignoring ASCII letter case (as encoding/json matches
+// a struct field) and with escapes decoded. A body that is not a JSON
+// object has none. It decodes body only when body holds an escape or name
+// in quotes in some letter case, so most bodies are read at memchr speed.
+func HasMember(body []byte, name string) bool {
+	if bytes.IndexByte(body, '\\') < 0 && !containsQuotedFold(body, name) {
+		return false
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false
+	}
+	for k := range top {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsQuotedFold reports whether body holds name between two double
+// quotes, ignoring ASCII letter case.
+func containsQuotedFold(body []byte, name string) bool {
 	for i := 0; ; {
 		j := bytes.IndexByte(body[i:], '"')
 		if j < 0 {
 			return false
 		}
 		i += j + 1
-		if len(body)-i >= 4 && body[i+3] == '"' && (body[i]|0x20) == 'r' && (body[i+1]|0x20) == 'u' && (body[i+2]|0x20) == 'n' {
+		if end := i + len(name); end < len(body) && body[end] == '"' && bytes.EqualFold(body[i:end], []byte(name)) {
 			return true
 		}
 	}

@@ -279,30 +279,11 @@ func refuseLocal(ctx context.Context, l *localLedger, raws []json.RawMessage, si
 		if err := ledger.RefuseRunClaim(body, prefix); err != nil {
 			return err
 		}
-		if hasMember(body, ledger.RecordedByField) {
+		if ledger.HasMember(body, ledger.RecordedByField) {
 			return ledger.FieldError(prefix+ledger.RecordedByField, "is set only by the server (the token or runner key that recorded the record); remove it")
 		}
 	}
 	return nil
-}
-
-// hasMember reports whether the JSON object body has a top-level member
-// named name in any letter case (escapes in names decoded, as every
-// reader of the record decodes them).
-func hasMember(body []byte, name string) bool {
-	if bytes.IndexByte(body, '\\') < 0 && !bytes.Contains(bytes.ToLower(body), []byte(name)) {
-		return false
-	}
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
-		return false
-	}
-	for k := range top {
-		if strings.EqualFold(k, name) {
-			return true
-		}
-	}
-	return false
 }
 
 // recordFormat records an input of another format: through a server, the
