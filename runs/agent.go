@@ -67,14 +67,13 @@ func (s *AgentSpec) Validate() error {
 	if len(s.Device.Attrs) > 64 {
 		return ledger.FieldError("spec.device.attrs", "at most 64 attrs, got %d", len(s.Device.Attrs))
 	}
-	if err := ledger.CheckText("spec.repository", s.Repository, ledger.MaxIdentifier, true, false); err != nil {
+	if err := ValidateRepository("spec.repository", s.Repository); err != nil {
+		if le, ok := err.(*ledger.Error); ok {
+			c := *le
+			c.Message += "; pass the agent --repository"
+			return &c
+		}
 		return err
-	}
-	if n := ledger.NormalizeRepository(s.Repository); n != s.Repository {
-		return ledger.FieldError("spec.repository", "must be a normalized repository name (host/owner/name, as evidence names it): %q, not %q", clip(n), clip(s.Repository))
-	}
-	if !repoNameRe.MatchString(s.Repository) {
-		return ledger.FieldError("spec.repository", "must be a repository name host/owner/name: segments of ASCII letters, digits and . _ ~ -, none of them . or .., the host with a dot (a local path, a URL query or a look-alike character is not one), got %q; pass the agent --repository", clip(s.Repository))
 	}
 	if !ledger.ValidObjectID(s.Commit) {
 		return ledger.FieldError("spec.commit", "required: the commit id (40 or 64 lowercase hex) of the build this agent runs, got %q", clip(s.Commit))
@@ -100,6 +99,27 @@ func (s *AgentSpec) Validate() error {
 		if err := ledger.CheckText("spec.device.attrs."+clip(k), v, ledger.MaxIdentifier, false, false); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ValidateRepository checks that repo is a repository name an agent can
+// declare and a run can name: required, at most ledger.MaxIdentifier
+// bytes of text (ledger.CheckText), already normalized
+// (ledger.NormalizeRepository), and host (with a dot) / owner / name...
+// in ASCII segments, none "." or ".." (repoNameRe). A local path, a URL
+// (query, scheme, .git suffix) or a look-alike character is refused.
+// Errors are CodeInvalid naming field; the value is echoed clipped to 64
+// bytes.
+func ValidateRepository(field, repo string) error {
+	if err := ledger.CheckText(field, repo, ledger.MaxIdentifier, true, false); err != nil {
+		return err
+	}
+	if n := ledger.NormalizeRepository(repo); n != repo {
+		return ledger.FieldError(field, "must be a normalized repository name (host/owner/name, as evidence names it): %q, not %q", clip(n), clip(repo))
+	}
+	if !repoNameRe.MatchString(repo) {
+		return ledger.FieldError(field, "must be a repository name host/owner/name: segments of ASCII letters, digits and . _ ~ -, none of them . or .., the host with a dot (a local path, a URL query or a look-alike character is not one), got %q", clip(repo))
 	}
 	return nil
 }

@@ -156,7 +156,9 @@ func ParseLabels(flags []string) (map[string]string, error) {
 }
 
 // Validate checks and normalizes s (lanes deduplicated in order, default
-// attempts). Errors are CodeInvalid naming the field.
+// attempts); a repository, when set, must be a repository name an agent
+// can declare (ValidateRepository). Errors are CodeInvalid naming the
+// field.
 func (s *Spec) Validate() error {
 	if len(s.Lanes) == 0 || len(s.Lanes) > 64 {
 		return ledger.FieldError("lanes", "1 to 64 lanes required, got %d", len(s.Lanes))
@@ -180,8 +182,10 @@ func (s *Spec) Validate() error {
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
-	if len(s.Repository) > 512 {
-		return ledger.FieldError("repository", "at most 512 characters")
+	if s.Repository != "" {
+		if err := ValidateRepository("repository", s.Repository); err != nil {
+			return err
+		}
 	}
 	if s.Commit != "" && !commitRe.MatchString(s.Commit) {
 		return ledger.FieldError("commit", "must be a 40- or 64-hex lowercase commit id")

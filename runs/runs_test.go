@@ -207,8 +207,22 @@ func TestSpecValidate(t *testing.T) {
 		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Labels: map[string]string{"Bad Key": "x"}}, "labels"},
 		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Commit: "abc"}, "commit"},
 		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, MaxAttempts: 11}, "max_attempts"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/o/r"}, ""},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU}, ""},
+		// A repository no agent can declare (runs.ValidateRepository).
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "/etc/passwd"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/a/b?x=1"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/x/y.git"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "mlx"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/o/r\u200b"}, "repository"},
 	} {
 		err := tc.spec.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%+v: %v, want valid", tc.spec, err)
+			}
+			continue
+		}
 		var le *ledger.Error
 		if !errors.As(err, &le) || le.Field != tc.field {
 			t.Errorf("%+v: error %v, want one naming %s", tc.spec, err, tc.field)
