@@ -272,10 +272,10 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // Close closes the database handle.
 func (s *Store) Close() error { return s.db.Close() }
 
-// ErrLeaseNotHeld is the CodeConflict error of an extend or finish that
-// names a lease the caller does not hold (another attempt's, an expired
-// one, or one of a final run).
-var ErrLeaseNotHeld = ledger.Errorf(ledger.CodeConflict, "lease not held: the run's lease belongs to another attempt or has expired; nothing was recorded")
+// ErrLeaseNotHeld is the CodeConflict error of an extend, staging or
+// finish that names a lease the caller does not hold (another agent's,
+// another attempt's, an expired one, or one of a final run).
+var ErrLeaseNotHeld = ledger.Errorf(ledger.CodeConflict, "lease not held: the run's lease belongs to another agent or attempt, or has expired; nothing was recorded")
 
 func newID(prefix string) string {
 	var b [16]byte

@@ -376,8 +376,8 @@ func TestForgedFinishRefused(t *testing.T) {
 		{Attempt: 1, Lease: lease.Lease, Status: "completed"},
 		{Attempt: 1, Lease: lease.Lease, Status: "error", Message: "forged"},
 	} {
-		if _, err := other.Finish(ctx, r.ID, req); !isCode(err, ledger.CodeConflict) {
-			t.Fatalf("a finish by another agent with the holder's lease: %v, want 409 lease not held", err)
+		if _, err := other.Finish(ctx, r.ID, req); !isCode(err, ledger.CodeConflict) || !strings.Contains(err.Error(), "belongs to another agent or attempt") {
+			t.Fatalf("a finish by another agent with the holder's lease: %v, want 409 lease not held, naming another agent", err)
 		}
 	}
 	// The holder with a made-up lease or another attempt: refused.
