@@ -517,8 +517,9 @@ func (s *Store) Finish(ctx context.Context, id, lease, state string, attempts []
 
 // Abandon ends the attempt held by lease as attempt (an infrastructure
 // failure the agent reported: it could not run it). The run is queued
-// again as the next attempt, or expired when its attempts are used up, or
-// canceled when it was canceling. ErrLeaseNotHeld when the lease changed.
+// again as the next attempt (its progress cleared), or expired when its
+// attempts are used up, or canceled when it was canceling.
+// ErrLeaseNotHeld when the lease changed.
 func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.RunAttempt) (Run, error) {
 	r, err := s.Get(ctx, id)
 	if err != nil {
@@ -535,8 +536,8 @@ func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.Ru
 	case r.Attempt >= r.MaxAttempts:
 		next, agent = Expired, r.Agent
 	}
-	res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?
-		WHERE id = ? AND lease_id = ? AND state = ?`, next, mustJSON(att), agent, ms(s.now()), clipN(attempt.Reason, 1024), id, lease, r.State)
+	res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?, progress = ?
+		WHERE id = ? AND lease_id = ? AND state = ?`, next, mustJSON(att), agent, ms(s.now()), clipN(attempt.Reason, 1024), mustJSON(Progress{}), id, lease, r.State)
 	if err != nil {
 		return r, err
 	}
@@ -597,7 +598,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (r Run, final bool, err e
 // ExpireLeases ends every lease past its end: the attempt is recorded as
 // an infrastructure failure ("lease expired": the agent stopped extending
 // it), never a failed lane. The run goes back to the queue as the next
-// attempt, unless it was canceling (then it is canceled) or its attempts
+// attempt (its progress cleared), unless it was canceling (then it is canceled) or its attempts
 // are used up (then it is expired). It returns the runs that became final
 // (the caller appends their outcomes) and how many were requeued.
 func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, err error) {
@@ -616,8 +617,8 @@ func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, er
 		case r.Attempt >= r.MaxAttempts:
 			next, agent = Expired, r.Agent
 		}
-		res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?
-			WHERE id = ? AND lease_id = ? AND state = ? AND lease_until <= ?`, next, mustJSON(att), agent, ms(now), r.ID, r.LeaseID, r.State, ms(now))
+		res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, progress = ?
+			WHERE id = ? AND lease_id = ? AND state = ? AND lease_until <= ?`, next, mustJSON(att), agent, ms(now), mustJSON(Progress{}), r.ID, r.LeaseID, r.State, ms(now))
 		if err != nil {
 			return final, requeued, err
 		}
