@@ -137,12 +137,12 @@ func TestReleaseCheckExitCodes(t *testing.T) {
 	remote(0, "", "release", "approve", "3.1.0")
 }
 
-// TestApplyNonYAMLQuotesNoContent: release apply and policy apply of a
+// TestReleasePolicyApplyNonYAMLQuotesNoContent: release apply and policy apply of a
 // file that is not a release or policy (a credentials file given by
 // mistake) exit non-zero naming the line and what was expected, and no
 // part of the file's content, not even its first characters, is in
 // stderr.
-func TestApplyNonYAMLQuotesNoContent(t *testing.T) {
+func TestReleasePolicyApplyNonYAMLQuotesNoContent(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "ledger.db")
 	const secret = "SECRETLEAKTOKEN=ghp_abcd1234efgh"
