@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evidence-ledger/ledger/internal/yamltext"
 	"github.com/evidence-ledger/ledger/ledger"
 	"gopkg.in/yaml.v3"
 )
@@ -193,28 +194,31 @@ func ParseRelease(data []byte) (*Release, error) {
 }
 
 // yamlError turns a yaml.v3 error (which already names lines) into a
-// CodeInvalid *ledger.Error.
+// CodeInvalid *ledger.Error that quotes no value of the file
+// (yamltext.Messages): a type error says what was expected and what kind
+// of value was found; an unknown key is named.
 func yamlError(err error) error {
 	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, len(te.Errors))
-		for i, m := range te.Errors {
-			// "line 3: field colour not found in type gates.Release" ->
-			// "line 3: unknown key "colour" (in the release)"
-			if a, b, ok := strings.Cut(m, ": field "); ok {
-				if name, typ, ok := strings.Cut(b, " not found in type "); ok {
-					where := map[string]string{"gates.Release": "the release", "gates.Component": "a component", "gates.Gate": "a gate", "gates.Dimension": "a matrix dimension"}[typ]
-					if where == "" {
-						where = typ
-					}
-					m = fmt.Sprintf("%s: unknown key %q in %s", a, name, where)
-				}
-			}
-			msgs[i] = m
-		}
-		return ledger.FieldError("", "%s", strings.Join(msgs, "; "))
+	if !errors.As(err, &te) {
+		return ledger.FieldError("", "%s", strings.Join(yamltext.Messages(err, nil), "; "))
 	}
-	return ledger.FieldError("", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	where := map[string]string{"gates.Release": "the release", "gates.Component": "a component", "gates.Gate": "a gate", "gates.Dimension": "a matrix dimension"}
+	msgs := yamltext.Messages(err, map[string]string{"gates.Release": "the release (a mapping)", "gates.Component": "a component (a mapping)",
+		"gates.Gate": "a gate (a mapping)", "gates.Dimension": "a matrix dimension (a mapping)"})
+	for i, m := range msgs {
+		// "line 3: field colour not found in type gates.Release" ->
+		// "line 3: unknown key "colour" (in the release)"
+		if a, b, ok := strings.Cut(m, ": field "); ok {
+			if name, typ, ok := strings.Cut(b, " not found in type "); ok {
+				w := where[typ]
+				if w == "" {
+					w = typ
+				}
+				msgs[i] = fmt.Sprintf("%s: unknown key %q in %s", a, name, w)
+			}
+		}
+	}
+	return ledger.FieldError("", "%s", strings.Join(msgs, "; "))
 }
 
 // walkLines records the line of every mapping value and sequence item by

@@ -34,7 +34,10 @@ const MaxHealth = 512
 // spec.device.model, spec.device.driver, spec.device.attrs values and
 // spec.host identifiers of at most MaxIdentifier bytes;
 // spec.runner.version, spec.runner.commit and attrs keys at most
-// MaxShortText; counts not negative. Health is free text that is cleaned (CleanHealth), not
+// MaxShortText, these text fields also free of invisible characters
+// (format characters Cf, separators Zl and Zp, spaces other than U+0020),
+// so that what an admin approves shows as it is stored; counts not
+// negative. Health is free text that is cleaned (CleanHealth), not
 // refused. Errors are CodeInvalid naming the first bad field; nothing is
 // echoed beyond 64 bytes.
 func (r *RegisterRequest) Validate() error {
@@ -67,14 +70,13 @@ func (s *AgentSpec) Validate() error {
 	if len(s.Device.Attrs) > 64 {
 		return ledger.FieldError("spec.device.attrs", "at most 64 attrs, got %d", len(s.Device.Attrs))
 	}
-	if err := ledger.CheckText("spec.repository", s.Repository, ledger.MaxIdentifier, true, false); err != nil {
+	if err := ValidateRepository("spec.repository", s.Repository); err != nil {
+		if le, ok := err.(*ledger.Error); ok {
+			c := *le
+			c.Message += "; pass the agent --repository"
+			return &c
+		}
 		return err
-	}
-	if n := ledger.NormalizeRepository(s.Repository); n != s.Repository {
-		return ledger.FieldError("spec.repository", "must be a normalized repository name (host/owner/name, as evidence names it): %q, not %q", clip(n), clip(s.Repository))
-	}
-	if !repoNameRe.MatchString(s.Repository) {
-		return ledger.FieldError("spec.repository", "must be a repository name host/owner/name: segments of ASCII letters, digits and . _ ~ -, none of them . or .., the host with a dot (a local path, a URL query or a look-alike character is not one), got %q; pass the agent --repository", clip(s.Repository))
 	}
 	if !ledger.ValidObjectID(s.Commit) {
 		return ledger.FieldError("spec.commit", "required: the commit id (40 or 64 lowercase hex) of the build this agent runs, got %q", clip(s.Commit))
@@ -89,17 +91,62 @@ func (s *AgentSpec) Validate() error {
 		{"spec.runner.commit", s.Runner.Commit, ledger.MaxShortText},
 		{"spec.host", s.Host, ledger.MaxIdentifier},
 	} {
-		if err := ledger.CheckText(f.field, f.v, f.max, false, false); err != nil {
+		if err := checkShown(f.field, f.v, f.max, false); err != nil {
 			return err
 		}
 	}
 	for k, v := range s.Device.Attrs {
-		if err := ledger.CheckText("spec.device.attrs", k, ledger.MaxShortText, true, false); err != nil {
+		if err := checkShown("spec.device.attrs", k, ledger.MaxShortText, true); err != nil {
 			return err
 		}
-		if err := ledger.CheckText("spec.device.attrs."+clip(k), v, ledger.MaxIdentifier, false, false); err != nil {
+		if err := checkShown("spec.device.attrs."+clip(k), v, ledger.MaxIdentifier, false); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkShown is ledger.CheckText (single line) for a registration's text
+// that an admin reads before approving it, which must also show as it is
+// stored: an invisible character (invisible) is refused, CodeInvalid
+// naming field and the character's code point, never the text.
+func checkShown(field, s string, max int, required bool) error {
+	if err := ledger.CheckText(field, s, max, required, false); err != nil {
+		return err
+	}
+	if i := strings.IndexFunc(s, invisible); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return ledger.FieldError(field, "must not contain invisible characters (found U+%04X): format characters (zero-width, bidirectional), line and paragraph separators and spaces other than U+0020 make the text display otherwise than it is stored", r)
+	}
+	return nil
+}
+
+// invisible reports whether r shows as nothing or as a plain space: a
+// format character (Unicode category Cf: zero-width, bidirectional and
+// other formatting characters), a line or paragraph separator (Zl, Zp)
+// or a space separator other than U+0020 (Zs: no-break, em, ideographic
+// spaces).
+func invisible(r rune) bool {
+	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) || r != ' ' && unicode.Is(unicode.Zs, r)
+}
+
+// ValidateRepository checks that repo is a repository name an agent can
+// declare and a run can name: required, at most ledger.MaxIdentifier
+// bytes of text (ledger.CheckText), already normalized
+// (ledger.NormalizeRepository), and host (with a dot) / owner / name...
+// in ASCII segments, none "." or ".." (repoNameRe). A local path, a URL
+// (query, scheme, .git suffix) or a look-alike character is refused.
+// Errors are CodeInvalid naming field; the value is echoed clipped to 64
+// bytes.
+func ValidateRepository(field, repo string) error {
+	if err := ledger.CheckText(field, repo, ledger.MaxIdentifier, true, false); err != nil {
+		return err
+	}
+	if n := ledger.NormalizeRepository(repo); n != repo {
+		return ledger.FieldError(field, "must be a normalized repository name (host/owner/name, as evidence names it): %q, not %q", clip(n), clip(repo))
+	}
+	if !repoNameRe.MatchString(repo) {
+		return ledger.FieldError(field, "must be a repository name host/owner/name: segments of ASCII letters, digits and . _ ~ -, none of them . or .., the host with a dot (a local path, a URL query or a look-alike character is not one), got %q", clip(repo))
 	}
 	return nil
 }
@@ -178,8 +225,9 @@ func HardwareChange(prev, next Agent) string {
 	return ""
 }
 
-// CleanHealth returns a health verdict as it is stored: control and
-// bidirectional formatting characters (newlines included) replaced by
+// CleanHealth returns a health verdict as it is stored: control,
+// bidirectional formatting and other invisible characters (hidden;
+// newlines included) replaced by
 // spaces, invalid UTF-8 by
 // U+FFFD, cut to at most MaxHealth bytes at a rune boundary.
 func CleanHealth(s string) string {
@@ -191,15 +239,17 @@ func CleanHealth(s string) string {
 	}, strings.ToValidUTF8(s, "\uFFFD")), MaxHealth)
 }
 
-// hidden reports whether r is a control character (Cc) or a bidirectional
-// formatting character (Bidi_Control, e.g. U+202E), which make text
-// display otherwise than it is stored.
+// hidden reports whether r is a control character (Cc), a bidirectional
+// formatting character (Bidi_Control, e.g. U+202E) or another invisible
+// character (invisible: U+200B, U+00A0, U+2028), which make text display
+// otherwise than it is stored.
 func hidden(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || invisible(r)
 }
 
-// Visible returns s with every control and bidirectional formatting
-// character written as a Go escape (\x1b, \u0085, \u202e) and invalid
+// Visible returns s with every control, bidirectional formatting and
+// other invisible character (hidden) written as a Go escape (\x1b,
+// \u0085, \u202e, \u200b, \u00a0) and invalid
 // UTF-8 as U+FFFD, so that a terminal or a page shows the text and obeys
 // none of it. Other text is unchanged.
 func Visible(s string) string {

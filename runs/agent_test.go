@@ -76,6 +76,9 @@ func TestVisibleAndCleanHealth(t *testing.T) {
 		"ünïcode – fine": "ünïcode – fine",
 		"gnp\u202e.exe":  `gnp\u202e.exe`,
 		"iso\u2066x":     `iso\u2066x`,
+		"zw\u200b":       `zw\u200b`,
+		"nb\u00a0sp":     `nb\u00a0sp`,
+		"ls\u2028x":      `ls\u2028x`,
 	} {
 		if got := runs.Visible(in); got != want {
 			t.Errorf("Visible(%q) = %q, want %q", in, got, want)
@@ -165,6 +168,42 @@ func TestRegistrationDeclaresABuild(t *testing.T) {
 			t.Errorf("%q@%q: %v, want valid", c.repo, c.commit, err)
 		case c.field != "" && (!errors.As(err, &le) || le.Field != c.field):
 			t.Errorf("%q@%q: %v, want an error naming %s", c.repo, c.commit, err, c.field)
+		}
+	}
+}
+
+// TestRegistrationRefusesInvisibleText: a registration's text fields that
+// an admin reads before approving (device model and driver, host, runner
+// version and commit, device attrs) refuse format characters (Cf:
+// zero-width, bidirectional, soft hyphen), line and paragraph separators
+// and spaces other than U+0020, naming the field and the code point; a
+// plain space and other non-ASCII letters are fine.
+func TestRegistrationRefusesInvisibleText(t *testing.T) {
+	for _, c := range []struct {
+		field string
+		edit  func(*runs.AgentSpec)
+	}{
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "NVIDIA H200\u200b" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "NVIDIA\u00adH200" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\ufeff" }},
+		{"spec.device.driver", func(s *runs.AgentSpec) { s.Device.Driver = "550\u3000" }},
+		{"spec.host", func(s *runs.AgentSpec) { s.Host = "gpu-host\u00a0prod" }},
+		{"spec.host", func(s *runs.AgentSpec) { s.Host = "gpu\u2029host" }},
+		{"spec.runner.version", func(s *runs.AgentSpec) { s.Runner.Version = "v1.0\u2028x" }},
+		{"spec.runner.commit", func(s *runs.AgentSpec) { s.Runner.Commit = "abc\u2060" }},
+		{"spec.device.attrs", func(s *runs.AgentSpec) { s.Device.Attrs = map[string]string{"mem\u200d": "141"} }},
+		{"spec.device.attrs.mem", func(s *runs.AgentSpec) { s.Device.Attrs = map[string]string{"mem": "141\u2009GB"} }},
+		{"", func(s *runs.AgentSpec) { s.Device.Model, s.Host = "NVIDIA H200 (Grâce)", "gpu-host prod" }},
+	} {
+		r := runs.RegisterRequest{Name: "gpu1", Backend: ledger.BackendCUDA, Spec: runs.AgentSpec{Lanes: []string{"l/v1"}, Repository: "github.com/o/r", Commit: strings.Repeat("a", 40)}}
+		c.edit(&r.Spec)
+		err := r.Validate()
+		var le *ledger.Error
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%+v: %v, want valid", r.Spec, err)
+		case c.field != "" && (!errors.As(err, &le) || le.Field != c.field || le.Code != ledger.CodeInvalid || !strings.Contains(le.Message, "invisible")):
+			t.Errorf("%s %+v: %v, want an invalid error naming it", c.field, r.Spec, err)
 		}
 	}
 }

@@ -139,7 +139,9 @@ func ParseLabels(flags []string) (map[string]string, error) {
 }
 
 // Validate checks and normalizes s (lanes deduplicated in order, default
-// attempts). Errors are CodeInvalid naming the field.
+// attempts); a repository, when set, must be a repository name an agent
+// can declare (ValidateRepository). Errors are CodeInvalid naming the
+// field.
 func (s *Spec) Validate() error {
 	if len(s.Lanes) == 0 || len(s.Lanes) > 64 {
 		return ledger.FieldError("lanes", "1 to 64 lanes required, got %d", len(s.Lanes))
@@ -163,8 +165,10 @@ func (s *Spec) Validate() error {
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
-	if len(s.Repository) > 512 {
-		return ledger.FieldError("repository", "at most 512 characters")
+	if s.Repository != "" {
+		if err := ValidateRepository("repository", s.Repository); err != nil {
+			return err
+		}
 	}
 	if s.Commit != "" && !commitRe.MatchString(s.Commit) {
 		return ledger.FieldError("commit", "must be a 40- or 64-hex lowercase commit id")
@@ -251,10 +255,10 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // Close closes the database handle.
 func (s *Store) Close() error { return s.db.Close() }
 
-// ErrLeaseNotHeld is the CodeConflict error of an extend or finish that
-// names a lease the caller does not hold (another attempt's, an expired
-// one, or one of a final run).
-var ErrLeaseNotHeld = ledger.Errorf(ledger.CodeConflict, "lease not held: the run's lease belongs to another attempt or has expired; nothing was recorded")
+// ErrLeaseNotHeld is the CodeConflict error of an extend, staging or
+// finish that names a lease the caller does not hold (another agent's,
+// another attempt's, an expired one, or one of a final run).
+var ErrLeaseNotHeld = ledger.Errorf(ledger.CodeConflict, "lease not held: the run's lease belongs to another agent or attempt, or has expired; nothing was recorded")
 
 func newID(prefix string) string {
 	var b [16]byte
@@ -496,8 +500,9 @@ func (s *Store) Finish(ctx context.Context, id, lease, state string, attempts []
 
 // Abandon ends the attempt held by lease as attempt (an infrastructure
 // failure the agent reported: it could not run it). The run is queued
-// again as the next attempt, or expired when its attempts are used up, or
-// canceled when it was canceling. ErrLeaseNotHeld when the lease changed.
+// again as the next attempt (its progress cleared), or expired when its
+// attempts are used up, or canceled when it was canceling.
+// ErrLeaseNotHeld when the lease changed.
 func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.RunAttempt) (Run, error) {
 	r, err := s.Get(ctx, id)
 	if err != nil {
@@ -514,8 +519,8 @@ func (s *Store) Abandon(ctx context.Context, id, lease string, attempt ledger.Ru
 	case r.Attempt >= r.MaxAttempts:
 		next, agent = Expired, r.Agent
 	}
-	res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?
-		WHERE id = ? AND lease_id = ? AND state = ?`, next, mustJSON(att), agent, ms(s.now()), clipN(attempt.Reason, 1024), id, lease, r.State)
+	res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, message = ?, progress = ?
+		WHERE id = ? AND lease_id = ? AND state = ?`, next, mustJSON(att), agent, ms(s.now()), clipN(attempt.Reason, 1024), mustJSON(Progress{}), id, lease, r.State)
 	if err != nil {
 		return r, err
 	}
@@ -576,7 +581,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (r Run, final bool, err e
 // ExpireLeases ends every lease past its end: the attempt is recorded as
 // an infrastructure failure ("lease expired": the agent stopped extending
 // it), never a failed lane. The run goes back to the queue as the next
-// attempt, unless it was canceling (then it is canceled) or its attempts
+// attempt (its progress cleared), unless it was canceling (then it is canceled) or its attempts
 // are used up (then it is expired). It returns the runs that became final
 // (the caller appends their outcomes) and how many were requeued.
 func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, err error) {
@@ -595,8 +600,8 @@ func (s *Store) ExpireLeases(ctx context.Context) (final []Run, requeued int, er
 		case r.Attempt >= r.MaxAttempts:
 			next, agent = Expired, r.Agent
 		}
-		res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?
-			WHERE id = ? AND lease_id = ? AND state = ? AND lease_until <= ?`, next, mustJSON(att), agent, ms(now), r.ID, r.LeaseID, r.State, ms(now))
+		res, err := s.exec(ctx, `UPDATE runs SET state = ?, attempts = ?, agent = ?, lease_id = '', lease_until = 0, updated_at = ?, progress = ?
+			WHERE id = ? AND lease_id = ? AND state = ? AND lease_until <= ?`, next, mustJSON(att), agent, ms(now), mustJSON(Progress{}), r.ID, r.LeaseID, r.State, ms(now))
 		if err != nil {
 			return final, requeued, err
 		}

@@ -141,6 +141,10 @@ func TestExpiredLeaseRequeuesAsNextAttemptThenExpires(t *testing.T) {
 	if err != nil || len(final) != 0 || requeued != 1 {
 		t.Fatalf("expire: %v %d %v", final, requeued, err)
 	}
+	// Queued again: the expired attempt's 1/3 is not the run's progress.
+	if g, _ := rs.Get(ctx, r.ID); g.State != runs.Queued || g.Progress != (runs.Progress{}) {
+		t.Fatalf("the requeued run shows %s with progress %+v, want queued with none", g.State, g.Progress)
+	}
 	// The expired holder can neither extend nor finish.
 	if _, err := rs.Extend(ctx, r.ID, "a1", 1, a1.LeaseID, nil, time.Minute); !errors.Is(err, runs.ErrLeaseNotHeld) {
 		t.Fatalf("extend of an expired lease: %v", err)
@@ -207,11 +211,45 @@ func TestSpecValidate(t *testing.T) {
 		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Labels: map[string]string{"Bad Key": "x"}}, "labels"},
 		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Commit: "abc"}, "commit"},
 		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, MaxAttempts: 11}, "max_attempts"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/o/r"}, ""},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU}, ""},
+		// A repository no agent can declare (runs.ValidateRepository).
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "/etc/passwd"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/a/b?x=1"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/x/y.git"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "mlx"}, "repository"},
+		{runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, Repository: "github.com/o/r\u200b"}, "repository"},
 	} {
 		err := tc.spec.Validate()
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%+v: %v, want valid", tc.spec, err)
+			}
+			continue
+		}
 		var le *ledger.Error
 		if !errors.As(err, &le) || le.Field != tc.field {
 			t.Errorf("%+v: error %v, want one naming %s", tc.spec, err, tc.field)
 		}
+	}
+}
+
+// TestAbandonedRunQueuedWithoutProgress: a run whose agent abandons the
+// attempt (an infrastructure failure) is queued again without the
+// abandoned attempt's progress.
+func TestAbandonedRunQueuedWithoutProgress(t *testing.T) {
+	rs, _ := open(t)
+	ctx := context.Background()
+	r := queue(t, rs, runs.Spec{Lanes: []string{"l"}, Backend: ledger.BackendCPU, MaxAttempts: 2})
+	a1, _ := rs.Claim(ctx, "a1", serves(ledger.BackendCPU, nil), 10*time.Second)
+	if _, err := rs.Extend(ctx, r.ID, "a1", 1, a1.LeaseID, &runs.Progress{Lane: "l", Done: 2847, Total: 5508}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g, err := rs.Abandon(ctx, r.ID, a1.LeaseID, ledger.RunAttempt{Attempt: 1, Agent: "a1", Outcome: "infrastructure", Reason: "device lost", At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.State != runs.Queued || g.Progress != (runs.Progress{}) {
+		t.Fatalf("the abandoned run is %s with progress %+v, want queued with none", g.State, g.Progress)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -253,6 +254,56 @@ func VerifyRunnerEnvelope(ctx context.Context, envelope []byte, payloadType stri
 		return nil, ledger.Signer{}, ledger.FieldError("", "envelope: %v", err)
 	}
 	return payload, ledger.Signer{Runner: r.Name, KeyID: r.KeyID, KeyEntry: r.Entry, Envelope: canon}, nil
+}
+
+// SignatureOfKind returns the index of the first signature of the DSSE
+// envelope (payload type payloadType) that belongs to a registered key of
+// kind (ledger.RunnerKindAgent, or "" a runner key), and that key's
+// registration: a signature whose keyid names such a key (live or
+// revoked), or one that verifies over the DSSE PAE under a live key of
+// kind, whatever keyid it carries. An envelope holds a signature of
+// several keys over one payload; VerifyRunnerEnvelope's Signer names the
+// first that verifies, and a caller that must refuse some kind of signer
+// checks every signature with this. An envelope that does not decode
+// reports none (ok false): VerifyRunnerEnvelope refuses it. Safe for
+// concurrent use.
+func SignatureOfKind(envelope []byte, payloadType string, reg ledger.RunnerRegistry, kind string) (i int, st ledger.RunnerState, ok bool) {
+	env, payload, err := ledger.DecodeEnvelopeOf(envelope, payloadType)
+	if err != nil {
+		return 0, ledger.RunnerState{}, false
+	}
+	type key struct {
+		st  ledger.RunnerState
+		pub ed25519.PublicKey
+	}
+	var live []key
+	for _, s := range reg.Runners {
+		if s.Kind != kind || s.Revoked {
+			continue
+		}
+		if pub, err := ParseRunnerPublicKey([]byte(s.PublicKey)); err == nil {
+			live = append(live, key{s, pub})
+		}
+	}
+	pae := dsse.PAE(env.PayloadType, payload)
+	for i, sig := range env.Signatures {
+		if r, ok := reg.ByKeyID(sig.KeyID); ok && r.Kind == kind {
+			return i, r, true
+		}
+		b, err := base64.StdEncoding.DecodeString(sig.Sig)
+		if err != nil {
+			// DSSE allows either alphabet (ledger.DecodeEnvelopeOf).
+			if b, err = base64.URLEncoding.DecodeString(sig.Sig); err != nil {
+				continue
+			}
+		}
+		for _, k := range live {
+			if ed25519.Verify(k.pub, pae, b) {
+				return i, k.st, true
+			}
+		}
+	}
+	return 0, ledger.RunnerState{}, false
 }
 
 // SignRunnerEnvelope wraps payload in a DSSE envelope of payloadType

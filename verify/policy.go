@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/evidence-ledger/ledger/internal/yamltext"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"gopkg.in/yaml.v3"
@@ -128,7 +129,9 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, newErr(ErrMalformed, "policy is empty")
 		}
-		return nil, wrapErr(ErrMalformed, err, "policy yaml")
+		// The yaml error would quote the start of a scalar it could not
+		// decode: only its wording without values is kept.
+		return nil, newErr(ErrMalformed, "policy yaml: %s", strings.Join(yamltext.Messages(err, map[string]string{"verify.Policy": "a trust policy (a mapping)", "verify.PolicyRule": "a rule (a mapping)"}), "; "))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

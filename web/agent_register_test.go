@@ -263,6 +263,9 @@ func TestAgentRegistrationTextChecks(t *testing.T) {
 		{"spec.device.attrs.k", func(r *runs.RegisterRequest) { r.Spec.Device.Attrs = map[string]string{"k": "\u0085"} }},
 		{"spec.lanes[0]", func(r *runs.RegisterRequest) { r.Spec.Lanes = []string{"qmv\x1b"} }},
 		{"labels", func(r *runs.RegisterRequest) { r.Labels = map[string]string{"gpu": "h\x1b"} }},
+		{"spec.device.model", func(r *runs.RegisterRequest) { r.Spec.Device.Model = "NVIDIA H200\u200b" }},
+		{"spec.host", func(r *runs.RegisterRequest) { r.Spec.Host = "gpu-host\u00a0prod" }},
+		{"spec.runner.version", func(r *runs.RegisterRequest) { r.Spec.Runner.Version = "v1.0\u2028x" }},
 	} {
 		req := regRequest("text1", priv)
 		c.edit(&req)
@@ -290,6 +293,7 @@ func TestAgentRegistrationTextChecks(t *testing.T) {
 	hostile := regRequest("old1", priv)
 	hostile.Spec.Device.Model = "H200\x1b[2J"
 	hostile.Spec.Device.Driver = "drv\x07"
+	hostile.Spec.Host = "gpu-host\u00a0prod"
 	hostile.Health = "ok\x1b]0;title\x07"
 	hostile.Labels = map[string]string{"gpu": "h\x1b"}
 	if err := e.rs.Register(context.Background(), runs.Agent{Name: "old1", KeyID: "SHA256:old\x1b", PublicKey: hostile.PublicKey, Backend: hostile.Backend,
@@ -297,7 +301,7 @@ func TestAgentRegistrationTextChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, b := e.call(t, http.MethodGet, "/api/v1/agents", "read", nil)
-	if code != http.StatusOK || bytes.Contains(b, []byte(`\u001b`)) || bytes.Contains(b, []byte(`\u0007`)) || !bytes.Contains(b, []byte(`H200\\x1b[2J`)) {
+	if code != http.StatusOK || bytes.Contains(b, []byte(`\u001b`)) || bytes.Contains(b, []byte(`\u0007`)) || !bytes.Contains(b, []byte(`H200\\x1b[2J`)) || !bytes.Contains(b, []byte(`gpu-host\\u00a0prod`)) {
 		t.Fatalf("GET /api/v1/agents with a hostile row: %d %s, want its control characters escaped as text", code, b)
 	}
 	code, pb := e.call(t, http.MethodGet, "/agents", "read", nil)

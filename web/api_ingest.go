@@ -62,7 +62,8 @@ func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 // registry of log (ledger.LoadRunnerKeys at the latest size) and the
 // ledger's one DSSE verifier (verify.VerifyRunnerEnvelope): the same
 // registry and checks as an envelope of native evidence, and an approved
-// agent's key refused as there (refuseAgentSigner).
+// agent's signature refused as there (refuseAgentSigner,
+// refuseAgentSignature).
 func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
 	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {
 		reg, err := ledger.LoadRunnerKeys(ctx, log, 0)
@@ -74,6 +75,9 @@ func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
 			return nil, ledger.Signer{}, err
 		}
 		if err := refuseAgentSigner(reg, signer, ""); err != nil {
+			return nil, ledger.Signer{}, err
+		}
+		if err := refuseAgentSignature(reg, env, payloadType, ""); err != nil {
 			return nil, ledger.Signer{}, err
 		}
 		return payload, signer, nil

@@ -204,8 +204,9 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 // it), and so is plain evidence naming a run (ledger.RefuseRunClaim).
 // With the DSSE content type every element must be an envelope.
 // Unless ofRun (the envelopes of a run the caller's agent holds, which
-// its callers check against the run), an envelope signed by an approved
-// agent's key is refused (refuseAgentSigner), and so is any envelope
+// its callers check against the run), an envelope any of whose
+// signatures is an approved agent key's is refused (refuseAgentSigner,
+// refuseAgentSignature), and so is any envelope
 // naming a run. prefix(i) gives the field
 // prefix of element i.
 //
@@ -235,6 +236,11 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			}
 			if !ofRun && json.Unmarshal(body, &signed) == nil && signed.Signer != nil {
 				if err := refuseAgentSigner(*reg, *signed.Signer, prefix(i)); err != nil {
+					return nil, err
+				}
+			}
+			if !ofRun {
+				if err := refuseAgentSignature(*reg, raw, ledger.PayloadTypeEvidence, prefix(i)); err != nil {
 					return nil, err
 				}
 			}
@@ -288,6 +294,19 @@ func refuseAgentSigner(reg ledger.RunnerRegistry, s ledger.Signer, prefix string
 	if st, ok := reg.ByEntry(s.KeyEntry); ok && st.Kind == ledger.RunnerKindAgent {
 		return &ledger.Error{Code: ledger.CodeForbidden, Field: prefix + ledger.SignerField,
 			Message: fmt.Sprintf("signed by agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", s.Runner)}
+	}
+	return nil
+}
+
+// refuseAgentSignature is refuseAgentSigner for every signature of a
+// DSSE envelope of payloadType, not only the one its Signer names: an
+// envelope with a signature of an agent's key (its keyid names one, or it
+// verifies under one: verify.SignatureOfKind) beside a runner's is
+// refused, CodeForbidden naming prefix + "signatures[i]".
+func refuseAgentSignature(reg ledger.RunnerRegistry, envelope []byte, payloadType, prefix string) error {
+	if i, st, ok := verify.SignatureOfKind(envelope, payloadType, reg, ledger.RunnerKindAgent); ok {
+		return &ledger.Error{Code: ledger.CodeForbidden, Field: fmt.Sprintf("%ssignatures[%d]", prefix, i),
+			Message: fmt.Sprintf("a signature of agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", st.Name)}
 	}
 	return nil
 }

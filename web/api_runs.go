@@ -422,10 +422,13 @@ func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string
 			"agent %q is registered with key %s, not %s: nothing was approved; if that is not the agent's key, remove the registration (`ledger agent remove %s`)", name, a.KeyID, clipText(req.KeyID), name)}
 	}
 	if req.SpecDigest != "" && !runs.MatchSpecDigest(req.SpecDigest, a.SpecDigest) {
+		// The current digest is not in the message: an admin who copied
+		// it from here would approve what they did not check. It is read,
+		// beside the registration it digests, from `ledger agent list`.
 		v := a.Visible()
 		return ledger.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "spec_digest", Message: fmt.Sprintf(
-			"agent %q's registration is now spec %s (repository %s, commit %s, lanes %s, backend %s, labels %s), not %s: it changed since it was checked, nothing was approved; check it again (`ledger agent list`)",
-			name, a.SpecDigest, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels), clipText(req.SpecDigest))}
+			"%s is not agent %q's current spec digest (its registration now declares repository %s, commit %s, lanes %s, backend %s, labels %s): nothing was approved; compare the registration and its spec digest in `ledger agent list` before approving",
+			clipText(req.SpecDigest), name, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels))}
 	}
 	st2, res, err := addKeyLeaf(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent, a.SpecDigest, a.Labels)
 	a.Approved = err == nil

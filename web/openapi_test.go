@@ -2,10 +2,13 @@ package web
 
 import (
 	"net/http"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/evidence-ledger/ledger/runs"
 	"github.com/go-chi/chi/v5"
 	"gopkg.in/yaml.v3"
 )
@@ -107,5 +110,47 @@ func TestAPIQueryNamesMatchOpenAPI(t *testing.T) {
 		if !documented[n] {
 			t.Errorf("checkQuery lets %q through, but openapi.yaml documents it at no route", n)
 		}
+	}
+}
+
+// TestOpenAPIApproveBodyMatchesRequest: the approve route's request body
+// in web/openapi.yaml, which refuses other members, lists exactly the
+// JSON members of runs.ApproveRequest.
+func TestOpenAPIApproveBodyMatchesRequest(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]yaml.Node `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	var op struct {
+		RequestBody struct {
+			Content map[string]struct {
+				Schema struct {
+					AdditionalProperties *bool          `yaml:"additionalProperties"`
+					Properties           map[string]any `yaml:"properties"`
+				} `yaml:"schema"`
+			} `yaml:"content"`
+		} `yaml:"requestBody"`
+	}
+	node := doc.Paths["/agents/{name}/approve"]["post"]
+	if err := node.Decode(&op); err != nil {
+		t.Fatalf("openapi.yaml /agents/{name}/approve: %v", err)
+	}
+	schema := op.RequestBody.Content["application/json"].Schema
+	var got []string
+	for k := range schema.Properties {
+		got = append(got, k)
+	}
+	want := map[string]bool{}
+	jsonNames(want, reflect.TypeOf(runs.ApproveRequest{}))
+	var wantList []string
+	for k := range want {
+		wantList = append(wantList, k)
+	}
+	slices.Sort(got)
+	slices.Sort(wantList)
+	if !slices.Equal(got, wantList) || schema.AdditionalProperties == nil || *schema.AdditionalProperties {
+		t.Fatalf("openapi.yaml /agents/{name}/approve body members %v (additionalProperties %v), runs.ApproveRequest has %v", got, schema.AdditionalProperties, wantList)
 	}
 }

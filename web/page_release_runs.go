@@ -33,6 +33,7 @@ const (
 	planQueue    = "queue"      // would be queued now
 	planActive   = "active"     // a queued or running run already covers it
 	planNoAgent  = "no-agent"   // no online approved agent serves it
+	planInvalid  = "invalid"    // the gate's subject is not one a run can name
 	planNotLane  = "not-needed" // satisfied, waived or failed: nothing to run
 	maxPlanScans = 1000         // active runs read for the duplicate check
 )
@@ -88,7 +89,9 @@ func (p runPlan) Queueable() int {
 // earlier row) is planActive; one that no online approved agent serves
 // (agentServes: backend, build commit and repository, lanes in its own
 // configuration; for a gate with signed_by, only the agents it names) is
-// planNoAgent. Errors are the runs store's; CodeInternal when more than
+// planNoAgent; one whose subject a run cannot name (a release
+// repository that is not a repository name: runs.Spec.Validate) is
+// planInvalid, with the reason. Errors are the runs store's; CodeInternal when more than
 // maxPlanScans runs are active (the duplicate check would be partial).
 func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Readiness) ([]planRow, error) {
 	agents, err := s.agentsWithApproval(ctx)
@@ -125,7 +128,13 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 			for _, b := range backends {
 				spec := runs.Spec{Lanes: []string{g.Lane}, Backend: ledger.Backend(b), Labels: maps.Clone(g.AgentLabels), Repository: repo, Commit: commit}
 				if err := spec.Validate(); err != nil {
-					return nil, err
+					var le *ledger.Error
+					if !errors.As(err, &le) || le.Code != ledger.CodeInvalid {
+						return nil, err
+					}
+					row.State, row.Backend = planInvalid, spec.Backend
+					row.Why = "a run cannot name it: " + le.Field + " " + le.Message
+					break
 				}
 				key := strings.Join([]string{g.Lane, b, repo, commit, runs.SortedLabels(spec.Labels)}, "|")
 				if id := activeRun(act, spec); id != "" {

@@ -444,3 +444,34 @@ gates:
 		t.Fatalf("queued: %+v; want one qmv run requiring gpu=h200", act)
 	}
 }
+
+// TestReleaseRunFormRepositoryNoRunCanName: a release whose component's
+// repository is valid in a release definition but is not a repository
+// name a run can name (runs.ValidateRepository: "mlx") still renders its
+// page; the open lane gate's plan row says it cannot be queued and why.
+func TestReleaseRunFormRepositoryNoRunCanName(t *testing.T) {
+	e := newRunFormEnv(t)
+	pgRelease(t, e.st, fmt.Sprintf(`version: 3.1.0
+components:
+  - {name: core, repository: mlx, reviewed: %s, head: %s}
+gates:
+  - {id: qmv-cuda, kind: lane, lane: qmv-bias-sum/v1, component: core, backends: [cuda]}
+`, e.commit, e.commit))
+	res, err := http.Get(e.srv.URL + "/releases/3.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	body := string(b)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("release page: %d", res.StatusCode)
+	}
+	if got, want := planStates(body), map[string][]string{"qmv-cuda": {"invalid"}}; !mapsEqual(got, want) {
+		t.Fatalf("plan: %v, want %v", got, want)
+	}
+	pgContains(t, "plan", body, "cannot be queued", "a run cannot name it: repository must be a repository name")
+	if strings.Contains(body, "the run plan cannot be computed") {
+		t.Error("the plan failed whole instead of naming the row it cannot queue")
+	}
+}

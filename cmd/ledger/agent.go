@@ -298,7 +298,7 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	if err != nil {
 		return err
 	}
-	priv, err := loadSignKey(c.Key)
+	priv, err := loadSignKey("--key", c.Key)
 	if err != nil {
 		return errExit(2, "%v", err)
 	}

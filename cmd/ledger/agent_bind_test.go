@@ -186,8 +186,13 @@ func TestAgentApproveBindsSpec(t *testing.T) {
 	}
 	before := e.logSize()
 	_, se, code = runBin(t, "", append(adm, "approve", "gpu1", "--key-id", kid, "--spec", listed)...)
-	if code != 2 || !strings.Contains(se, "nothing was approved") || !strings.Contains(se, victimRepo) {
+	if code != 2 || !strings.Contains(se, "nothing was approved") || !strings.Contains(se, victimRepo) || !strings.Contains(se, "is not agent \"gpu1\"'s current spec digest") || !strings.Contains(se, "ledger agent list") {
 		t.Fatalf("approve --spec of the listed registration after it changed: exit %d %s; want 2 naming %s", code, se, victimRepo)
+	}
+	// The current digest is read from agent list, not copied from the
+	// refusal.
+	if strings.Contains(se, strings.TrimPrefix(swapped.SpecDigest, "sha256:")[:16]) {
+		t.Fatalf("the refusal prints the registration's current spec digest: %s", se)
 	}
 	// A prefix of the registration's own digest does not do either: the
 	// agent chooses both registrations, so a cut digest is open to a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -375,8 +376,8 @@ func TestForgedFinishRefused(t *testing.T) {
 		{Attempt: 1, Lease: lease.Lease, Status: "completed"},
 		{Attempt: 1, Lease: lease.Lease, Status: "error", Message: "forged"},
 	} {
-		if _, err := other.Finish(ctx, r.ID, req); !isCode(err, ledger.CodeConflict) {
-			t.Fatalf("a finish by another agent with the holder's lease: %v, want 409 lease not held", err)
+		if _, err := other.Finish(ctx, r.ID, req); !isCode(err, ledger.CodeConflict) || !strings.Contains(err.Error(), "belongs to another agent or attempt") {
+			t.Fatalf("a finish by another agent with the holder's lease: %v, want 409 lease not held, naming another agent", err)
 		}
 	}
 	// The holder with a made-up lease or another attempt: refused.
@@ -475,11 +476,17 @@ func TestAgentUsageErrors(t *testing.T) {
 	if _, se, code := runBin(t, "", "runner", "keygen", key); code != 0 {
 		t.Fatalf("keygen: %s", se)
 	}
+	bad := filepath.Join(t.TempDir(), "bad.key")
+	if err := os.WriteFile(bad, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--name", "a"}, "--key is required"},
+		{[]string{"--key", bad, "--name", "a"}, "--key: " + bad},
+		{[]string{"--key", bad + ".missing", "--name", "a"}, "--key: read the key"},
 		{[]string{"--key", key, "--name", "Bad Name"}, "--name"},
 		{[]string{"--key", key, "--name", "a", "--heartbeat", "-1s"}, "--heartbeat -1s: must be 0 (a third of the lease) or at least 100ms"},
 		{[]string{"--key", key, "--name", "a", "--heartbeat", "1ns"}, "--heartbeat 1ns: must be 0"},

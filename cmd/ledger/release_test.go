@@ -136,3 +136,31 @@ func TestReleaseCheckExitCodes(t *testing.T) {
 	}
 	remote(0, "", "release", "approve", "3.1.0")
 }
+
+// TestReleasePolicyApplyNonYAMLQuotesNoContent: release apply and policy apply of a
+// file that is not a release or policy (a credentials file given by
+// mistake) exit non-zero naming the line and what was expected, and no
+// part of the file's content, not even its first characters, is in
+// stderr.
+func TestReleasePolicyApplyNonYAMLQuotesNoContent(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	const secret = "SECRETLEAKTOKEN=ghp_abcd1234efgh"
+	for _, body := range []string{secret + "\n", "version: " + secret + "\ncomponents: " + secret + "\n", "rules: " + secret + "\n", "- " + secret + "\n"} {
+		file := filepath.Join(dir, "creds.env")
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range [][]string{{"release", "apply", file}, {"policy", "apply", file, "--name", "core"}} {
+			_, se, code := runBin(t, "", append([]string{"--db", db}, cmd...)...)
+			if code == 0 || !strings.Contains(se, "line ") {
+				t.Fatalf("%s of %q: exit %d, stderr %q; want a refusal naming the line", cmd[0], body, code, se)
+			}
+			for n := 4; n <= len(secret); n++ {
+				if strings.Contains(se, secret[:n]) || strings.Contains(se, "ghp_") {
+					t.Fatalf("%s of %q: stderr %q quotes the file's content", cmd[0], body, se)
+				}
+			}
+		}
+	}
+}

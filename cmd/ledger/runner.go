@@ -116,7 +116,7 @@ func appendSigned(ctx context.Context, l theLedger, bodies [][]byte, keyFile, id
 		}
 		return l.Append(ctx, recs, idemKey)
 	}
-	priv, err := loadSignKey(keyFile)
+	priv, err := loadSignKey("--sign-key", keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -129,14 +129,18 @@ func appendSigned(ctx context.Context, l theLedger, bodies [][]byte, keyFile, id
 	return l.AppendEnvelopes(ctx, envs, idemKey)
 }
 
-func loadSignKey(file string) (ed25519.PrivateKey, error) {
+// loadSignKey reads the Ed25519 private key in file
+// (verify.ParseRunnerPrivateKey), given with the command-line flag flag
+// ("--sign-key", "--key"), which the CodeInvalid error names; the error
+// never quotes the file's content.
+func loadSignKey(flag, file string) (ed25519.PrivateKey, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, ledger.FieldError("sign-key", "read the runner key: %v", err)
+		return nil, ledger.FieldError(flag, "read the key: %v", err)
 	}
 	priv, err := verify.ParseRunnerPrivateKey(data)
 	if err != nil {
-		return nil, ledger.FieldError("sign-key", "%s: %v", file, err)
+		return nil, ledger.FieldError(flag, "%s: %v", file, err)
 	}
 	return priv, nil
 }

@@ -123,3 +123,20 @@ func TestRemoteRunUnknownLaneRefused(t *testing.T) {
 		t.Fatalf("runs after the refusal: %d %v; want none queued", len(rs), err)
 	}
 }
+
+// TestRemoteRunRepositoryRefused: run --remote --repository with a value
+// no agent can declare (a path, a URL query, a .git suffix) gets the
+// server's 400 naming repository, exit 2, and queues nothing.
+func TestRemoteRunRepositoryRefused(t *testing.T) {
+	e := newAgentEnv(t)
+	for _, repo := range []string{"/etc/passwd", "github.com/a/b?x=1", "github.com/x/y.git"} {
+		_, se, code := runBin(t, "", "--server", e.url, "--token", e.runTok, "run", "--remote", "--backend", "cpu", "--lane", quickLane, "--repository", repo)
+		if code != 2 || !strings.Contains(se, "repository") || !strings.Contains(se, "must be") {
+			t.Fatalf("run --remote --repository %s: exit %d, stderr %s; want 2 naming repository", repo, code, se)
+		}
+	}
+	rs, err := e.runCl.Runs(context.Background(), "", 0)
+	if err != nil || len(rs) != 0 {
+		t.Fatalf("runs after the refusals: %d %v; want none queued", len(rs), err)
+	}
+}
