@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -660,14 +661,8 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 		}
 	}
 	if approved {
-		// The approval was for the hardware it declared then.
-		prev, err := rs.GetAgent(ctx, a.Name)
-		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		if err := approvedHardware(ctx, rs, live, a); err != nil {
 			return a, err
-		}
-		if field := runs.HardwareChange(prev, a); err == nil && field != "" {
-			return a, &ledger.Error{Code: ledger.CodeConflict, Field: field, Message: fmt.Sprintf(
-				"agent %q is approved for the hardware it registered with, and this registration changes %s: nothing was changed; an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", a.Name, field, a.Name)}
 		}
 	}
 	if err := rs.Register(ctx, a); err != nil {
@@ -676,6 +671,53 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 	got, err := rs.GetAgent(ctx, a.Name)
 	got.Approved, got.SpecDigest = approved, runs.SpecDigestOf(got)
 	return got, err
+}
+
+// approvedHardware returns a CodeConflict error, naming the field, when
+// registration a of an approved agent (live, its approval in the log)
+// declares other hardware than the approval was for: other labels than the
+// approval recorded, or a change (runs.HardwareChange) from its stored
+// registration. With no stored registration (a store copied or restored
+// without its agents table, or a row deleted) the stored one cannot be
+// compared with, and a is taken only when it is exactly the registration
+// approved: its spec digest is the one the approval recorded.
+func approvedHardware(ctx context.Context, rs *runs.Store, live ledger.RunnerState, a runs.Agent) error {
+	again := fmt.Sprintf("an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", a.Name)
+	if !maps.Equal(live.Labels, a.Labels) && (len(live.Labels) > 0 || len(a.Labels) > 0) {
+		return &ledger.Error{Code: ledger.CodeConflict, Field: "labels", Message: fmt.Sprintf(
+			"agent %q was approved (entry %s) with labels %s, and this registration declares %s: nothing was changed; %s", a.Name, live.Entry, labelsText(live.Labels), labelsText(a.Labels), again)}
+	}
+	prev, err := rs.GetAgent(ctx, a.Name)
+	if errors.Is(err, ledger.ErrNotFound) {
+		if d := runs.SpecDigestOf(a); d != live.SpecDigest {
+			return &ledger.Error{Code: ledger.CodeConflict, Field: "spec", Message: fmt.Sprintf(
+				"agent %q is approved (entry %s), but this store holds no registration of it to compare with (copied or restored without its agents?), and this registration is not the one approved (spec digest %s, approved %s): nothing was registered; the agent registers exactly as approved, or %s", a.Name, live.Entry, d, orNone(live.SpecDigest), again)}
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if field := runs.HardwareChange(prev, a); field != "" {
+		return &ledger.Error{Code: ledger.CodeConflict, Field: field, Message: fmt.Sprintf(
+			"agent %q is approved for the hardware it registered with, and this registration changes %s: nothing was changed; %s", a.Name, field, again)}
+	}
+	return nil
+}
+
+// labelsText is labels l as runs.SortedLabels, or "none".
+func labelsText(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return runs.SortedLabels(l)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // MaxWaitingAgents is how many registrations may wait for approval at

@@ -23,9 +23,9 @@ type copyTable struct {
 	name, cols, kinds, order string
 }
 
-// copyTables are every table of the schema (version 8) that holds a fact
-// or a projection; SQLite's content-id tables are derived from leaves at
-// the destination.
+// copyTables are every table of the schema (version 9) that holds a fact,
+// a projection or run state (the runs queue and the agents' registrations,
+// which an approval is checked against); copyDerived are the rest.
 var copyTables = []copyTable{
 	{"leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash, backend, status, repository, commit_id", "itttibbTTTT", "idx"},
 	{"tree_nodes", "ord, hash", "ib", "ord"},
@@ -34,7 +34,14 @@ var copyTables = []copyTable{
 	{"heads_index", "idx, repository, ref, commit_id, verdict, decision", "ittttt", "idx"},
 	{"tokens", "id, name, scope, secret_hash, created_at, revoked_at, roles, repositories, lanes, backends, expires_at, leaf_idx, revoked_idx", "tttbiIttttIII", "id"},
 	{"idempotency", "key, request_hash, entry_ids, size, created_at", "kbtii", "created_at, key"},
+	{"runs", "id, created_at, updated_at, created_by, state, backend, lanes, labels, repository, commit_id, attempt, max_attempts, agent, lease_id, lease_until, progress, attempts, evidence, outcome_entry, message", "tiitttttttiittittttt", "id"},
+	{"agents", "name, key_id, public_key, backend, labels, spec, health, registered_at, last_seen, current_run", "tttttttiit", "name"},
 }
+
+// copyDerived are the tables of the schema `ledger copy` does not move:
+// SQLite's content-id index, rebuilt from the leaves at the destination,
+// and goose's own version table, written by the migration.
+var copyDerived = []string{"entry_ids", "recent_ids", "goose_db_version"}
 
 // copyEnd is one side of a copy: a database handle and its dialect.
 type copyEnd struct {
@@ -279,7 +286,7 @@ failed or the roots differ, 2 error.`,
 			if a.JSON {
 				a.printJSON(map[string]any{"rows": counts, "seconds": took.Seconds(), "source_audit": srcRep, "destination_audit": dstRep})
 			} else {
-				fmt.Fprintf(a.stdout, "copied %d leaves, %d checkpoints, %d tokens from %s to %s in %s\n", counts["leaves"], counts["checkpoints"], counts["tokens"], src.name, dst.name, took.Round(time.Millisecond))
+				fmt.Fprintf(a.stdout, "copied %d leaves, %d checkpoints, %d tokens, %d runs, %d agents from %s to %s in %s\n", counts["leaves"], counts["checkpoints"], counts["tokens"], counts["runs"], counts["agents"], src.name, dst.name, took.Round(time.Millisecond))
 				fmt.Fprintf(a.stdout, "source audit: ok=%v, %d leaves, root %s\n", srcRep.OK, srcRep.Leaves, srcRep.Root)
 				fmt.Fprintf(a.stdout, "destination audit: ok=%v, %d leaves, root %s\n", dstRep.OK, dstRep.Leaves, dstRep.Root)
 			}

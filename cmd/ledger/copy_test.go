@@ -1,18 +1,73 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/evidence-ledger/ledger/ledger/sqlite"
 
 	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
 )
 
+// TestCopyTablesKinds checks that copyTables names every column of every
+// table of a migrated SQLite schema, with a kind for each, and that every
+// other table is in copyDerived: a table a migration adds fails it until
+// `ledger copy` moves it or says why not.
 func TestCopyTablesKinds(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := sqlite.Migrate(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := map[string]bool{}
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		schema[n] = true
+	}
+	rows.Close()
 	for _, tb := range copyTables {
 		if n, k := len(strings.Split(tb.cols, ",")), len(tb.kinds); n != k {
 			t.Errorf("%s: %d columns, %d kinds", tb.name, n, k)
 		}
+		if !schema[tb.name] {
+			t.Errorf("copyTables names %s, which the schema lacks", tb.name)
+		}
+		var cols []string
+		crows, err := db.Query("SELECT name FROM pragma_table_info(?) ORDER BY cid", tb.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for crows.Next() {
+			var c string
+			crows.Scan(&c)
+			cols = append(cols, c)
+		}
+		crows.Close()
+		listed := strings.Split(strings.ReplaceAll(tb.cols, " ", ""), ",")
+		slices.Sort(listed)
+		slices.Sort(cols)
+		if !slices.Equal(listed, cols) {
+			t.Errorf("%s: copyTables lists columns %v, the schema has %v", tb.name, listed, cols)
+		}
+		delete(schema, tb.name)
+	}
+	for _, n := range copyDerived {
+		delete(schema, n)
+	}
+	for n := range schema {
+		t.Errorf("table %s is neither copied (copyTables) nor derived (copyDerived)", n)
 	}
 }
 
