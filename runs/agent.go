@@ -116,18 +116,27 @@ func checkShown(field, s string, max int, required bool) error {
 	}
 	if i := strings.IndexFunc(s, invisible); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(s[i:])
-		return ledger.FieldError(field, "must not contain invisible characters (found U+%04X): format characters (zero-width, bidirectional), line and paragraph separators and spaces other than U+0020 make the text display otherwise than it is stored", r)
+		return ledger.FieldError(field, "must not contain invisible characters (found U+%04X): format characters (zero-width, bidirectional), line and paragraph separators, spaces other than U+0020, fillers, variation selectors, private-use and unassigned code points make the text display otherwise than it is stored", r)
 	}
 	return nil
 }
 
-// invisible reports whether r shows as nothing or as a plain space: a
-// format character (Unicode category Cf: zero-width, bidirectional and
-// other formatting characters), a line or paragraph separator (Zl, Zp)
-// or a space separator other than U+0020 (Zs: no-break, em, ideographic
-// spaces).
+// invisible reports whether r may show as nothing, as a plain space or as
+// a font's choice: any character but U+0020 that is not graphic (format
+// characters, Cf: zero-width and bidirectional ones; line and paragraph
+// separators; private use; unassigned), a space separator other than
+// U+0020 (Zs: no-break, em, ideographic spaces), a default-ignorable one
+// (Unicode's Other_Default_Ignorable_Code_Point and Variation_Selector:
+// Hangul fillers U+115F, U+3164, U+FFA0, the combining grapheme joiner
+// U+034F, Khmer vowels U+17B4, variation selectors U+FE0F, U+E0100), or
+// the Braille blank U+2800. Source: Unicode's DerivedCoreProperties.txt
+// (Default_Ignorable_Code_Point), as Go's unicode tables carry it.
 func invisible(r rune) bool {
-	return unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) || r != ' ' && unicode.Is(unicode.Zs, r)
+	if r == ' ' {
+		return false
+	}
+	return !unicode.IsGraphic(r) || r == '\u2800' ||
+		unicode.In(r, unicode.Zs, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }
 
 // ValidateRepository checks that repo is a repository name an agent can

@@ -79,6 +79,8 @@ func TestVisibleAndCleanHealth(t *testing.T) {
 		"zw\u200b":       `zw\u200b`,
 		"nb\u00a0sp":     `nb\u00a0sp`,
 		"ls\u2028x":      `ls\u2028x`,
+		"hf\u3164x":      `hf\u3164x`,
+		"pu\ue000x":      `pu\ue000x`,
 	} {
 		if got := runs.Visible(in); got != want {
 			t.Errorf("Visible(%q) = %q, want %q", in, got, want)
@@ -175,9 +177,11 @@ func TestRegistrationDeclaresABuild(t *testing.T) {
 // TestRegistrationRefusesInvisibleText: a registration's text fields that
 // an admin reads before approving (device model and driver, host, runner
 // version and commit, device attrs) refuse format characters (Cf:
-// zero-width, bidirectional, soft hyphen), line and paragraph separators
-// and spaces other than U+0020, naming the field and the code point; a
-// plain space and other non-ASCII letters are fine.
+// zero-width, bidirectional, soft hyphen), line and paragraph separators,
+// spaces other than U+0020, Hangul fillers, the Braille blank, variation
+// selectors and other default-ignorable, private-use and unassigned code
+// points, naming the field and the code point; a plain space and other
+// non-ASCII letters and symbols are fine.
 func TestRegistrationRefusesInvisibleText(t *testing.T) {
 	for _, c := range []struct {
 		field string
@@ -193,7 +197,22 @@ func TestRegistrationRefusesInvisibleText(t *testing.T) {
 		{"spec.runner.commit", func(s *runs.AgentSpec) { s.Runner.Commit = "abc\u2060" }},
 		{"spec.device.attrs", func(s *runs.AgentSpec) { s.Device.Attrs = map[string]string{"mem\u200d": "141"} }},
 		{"spec.device.attrs.mem", func(s *runs.AgentSpec) { s.Device.Attrs = map[string]string{"mem": "141\u2009GB"} }},
-		{"", func(s *runs.AgentSpec) { s.Device.Model, s.Host = "NVIDIA H200 (Grâce)", "gpu-host prod" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\u115f" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\u1160" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\u3164" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\uffa0" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\u2800" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\ufe0f" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\U000e0100" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H\u034f200" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\u17b4" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\ue000" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\U000f0000" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\U000e0001" }},
+		{"spec.device.model", func(s *runs.AgentSpec) { s.Device.Model = "H200\U0010fffe" }},
+		{"", func(s *runs.AgentSpec) {
+			s.Device.Model, s.Host = "NVIDIA H200 (Grâce) – 141 GB ✓ 日本", "gpu-host prod"
+		}},
 	} {
 		r := runs.RegisterRequest{Name: "gpu1", Backend: ledger.BackendCUDA, Spec: runs.AgentSpec{Lanes: []string{"l/v1"}, Repository: "github.com/o/r", Commit: strings.Repeat("a", 40)}}
 		c.edit(&r.Spec)
