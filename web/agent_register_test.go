@@ -352,6 +352,24 @@ func TestAgentRegistrationBounds(t *testing.T) {
 			t.Fatalf("registration out of the token's scope: %d %s; want 403 naming %s", code, body, c.field)
 		}
 	}
+	// A plain runner's key is never approved as an agent's, and a key is
+	// one name's: neither waits (nor counts toward the cap).
+	runnerKey := newKey(t)
+	pub := verify.AuthorizedKey(runnerKey.Public().(ed25519.PublicKey))
+	e.api(t, http.MethodPost, "/api/v1/runners", "admin", map[string]string{"name": "ci-runner", "public_key": pub}, http.StatusCreated)
+	if code, body := e.register(t, runnerKey, regRequest("ci-runner", runnerKey)); code != http.StatusConflict || !strings.Contains(string(body), "plain runner") {
+		t.Fatalf("registering a plain runner's key as an agent: %d %s; want 409", code, body)
+	}
+	twice := newKey(t)
+	if code, body := e.register(t, twice, regRequest("once", twice)); code != http.StatusOK {
+		t.Fatalf("registration: %d %s", code, body)
+	}
+	for _, name := range []string{"twice", "third"} {
+		if code, body := e.register(t, twice, regRequest(name, twice)); code != http.StatusConflict || !strings.Contains(string(body), "one name's") {
+			t.Fatalf("a key registered as %q again as %q: %d %s; want 409", "once", name, code, body)
+		}
+	}
+	e.api(t, http.MethodPost, "/api/v1/agents/once/remove", "admin", map[string]any{}, http.StatusOK)
 	before, err := e.rs.Agents(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -654,11 +654,12 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 		}
 		return a, ledger.Errorf(ledger.CodeConflict, "name %q has another live key (%s): pick another agent name, or an admin frees it first (`%s`)", a.Name, live.KeyID, how)
 	}
-	approved := ok && live.Kind == ledger.RunnerKindAgent
-	if !approved {
-		if err := waitingRoom(ctx, rs, reg, a.Name); err != nil {
-			return a, err
-		}
+	if ok && live.Kind != ledger.RunnerKindAgent {
+		return a, ledger.Errorf(ledger.CodeConflict, "key %s is the key of runner %q (a plain runner, entry %s), which is never approved as an agent: an agent registers with a key of its own (`ledger runner keygen`) under another name", a.KeyID, a.Name, live.Entry)
+	}
+	approved := ok
+	if err := waitingRoom(ctx, rs, reg, a, approved); err != nil {
+		return a, err
 	}
 	if approved {
 		if err := approvedHardware(ctx, rs, live, a); err != nil {
@@ -725,24 +726,29 @@ func orNone(s string) string {
 // some, so record tokens cannot grow the agents table without bound.
 const MaxWaitingAgents = 256
 
-// waitingRoom returns a CodeConflict error when name is not registered yet
-// and MaxWaitingAgents registrations already wait for approval (no live
-// agent key in reg).
-func waitingRoom(ctx context.Context, rs *runs.Store, reg ledger.RunnerRegistry, name string) error {
+// waitingRoom returns a CodeConflict error when a's key is registered
+// under another name (a key is one name's, approved or not), or when a is
+// not approved, its name is not registered yet and MaxWaitingAgents
+// registrations already wait for approval (no live agent key in reg).
+func waitingRoom(ctx context.Context, rs *runs.Store, reg ledger.RunnerRegistry, a runs.Agent, approved bool) error {
 	all, err := rs.Agents(ctx)
 	if err != nil {
 		return err
 	}
-	waiting := 0
+	waiting, again := 0, approved
 	for _, x := range all {
-		if x.Name == name {
-			return nil // registering again
+		if x.Name == a.Name {
+			again = true
+			continue
+		}
+		if x.KeyID == a.KeyID {
+			return ledger.Errorf(ledger.CodeConflict, "key %s is already registered as agent %q, and a key is one name's: register as %q, or with a new key (`ledger runner keygen`); nothing was registered", a.KeyID, x.Name, x.Name)
 		}
 		if live, ok := reg.Live(x.Name); !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != x.KeyID {
 			waiting++
 		}
 	}
-	if waiting >= MaxWaitingAgents {
+	if !again && waiting >= MaxWaitingAgents {
 		return ledger.Errorf(ledger.CodeConflict, "%d registrations are waiting for approval (at most %d): an admin approves or removes some (`ledger agent list`, `ledger agent remove NAME`) before a new agent registers; nothing was registered", waiting, MaxWaitingAgents)
 	}
 	return nil

@@ -306,24 +306,41 @@ func TestAgentPollEndsHeldLease(t *testing.T) {
 	}
 }
 
-// TestAgentOnPlainRunnerName: an agent whose name and key are a plain
-// runner's is not approved by that, and its polls are refused naming
-// the plain runner and the way out, not a useless approve command.
+// TestAgentOnPlainRunnerName: a plain runner's key registering as an
+// agent under the runner's name is refused (409 naming the plain runner:
+// it would wait for an approval that never comes). An agent that
+// registered before its name and key were added as a plain runner is not
+// approved by that, and its polls are refused naming the plain runner and
+// the way out, not a useless approve command.
 func TestAgentOnPlainRunnerName(t *testing.T) {
 	e := newAgentEnv(t)
 	ctx := context.Background()
+	c, _ := client.New(e.url, client.Options{Token: e.recTok})
+	register := func(name string) (*client.Agent, ed25519.PublicKey, error) {
+		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+		ag := client.NewAgent(c, name, priv)
+		_, err := ag.Register(ctx, runs.RegisterRequest{Name: name, PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+			Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"})
+		return ag, pub, err
+	}
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	if _, _, err := e.admCl.AddRunner(ctx, "ci1", []byte(verify.AuthorizedKey(pub))); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := client.New(e.url, client.Options{Token: e.recTok})
-	ag := client.NewAgent(c, "ci1", priv)
-	if _, err := ag.Register(ctx, runs.RegisterRequest{Name: "ci1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
-		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
+	_, err := client.NewAgent(c, "ci1", priv).Register(ctx, runs.RegisterRequest{Name: "ci1", PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU,
+		Spec: runs.AgentSpec{Lanes: []string{quickLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"})
+	if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeConflict || !strings.Contains(le.Message, "plain runner") {
+		t.Fatalf("registration with a plain runner's name and key: %v; want 409 naming the plain runner", err)
+	}
+	ag, pub2, err := register("ci2")
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := ag.Poll(ctx, time.Second, "ok")
-	if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeForbidden || !strings.Contains(le.Message, "plain runner") || !strings.Contains(le.Message, "ledger runner revoke ci1") {
+	if _, _, err := e.admCl.AddRunner(ctx, "ci2", []byte(verify.AuthorizedKey(pub2))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ag.Poll(ctx, time.Second, "ok")
+	if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeForbidden || !strings.Contains(le.Message, "plain runner") || !strings.Contains(le.Message, "ledger runner revoke ci2") {
 		t.Fatalf("poll by an agent on a plain runner's name: %v; want 403 naming the plain runner", err)
 	}
 }
