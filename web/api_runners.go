@@ -227,6 +227,15 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 				}
 				reg = &r
 			}
+			if !ofRun {
+				// The signed payload as it is, before decoding: a member
+				// named run in any letter case, null included.
+				if _, payload, err := ledger.DecodeEnvelope(raw); err == nil {
+					if err := ledger.RefuseRunClaim(payload, prefix(i)); err != nil {
+						return nil, err
+					}
+				}
+			}
 			body, err := verify.VerifyEvidenceEnvelope(r.Context(), raw, *reg)
 			if err != nil {
 				return nil, withPrefix(err, prefix(i))
@@ -241,11 +250,6 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 			}
 			if !ofRun {
 				if err := refuseAgentSignature(*reg, raw, ledger.PayloadTypeEvidence, prefix(i)); err != nil {
-					return nil, err
-				}
-			}
-			if !ofRun {
-				if err := ledger.RefuseRunClaim(body, prefix(i)); err != nil {
 					return nil, err
 				}
 			}

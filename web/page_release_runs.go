@@ -148,6 +148,9 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 				if names := servingAgents(agents, spec, g); len(names) > 0 {
 					row.State, row.Backend, row.Spec, row.Agents = planQueue, spec.Backend, spec, names
 					row.Why = "online agent(s) " + strings.Join(names, ", ") + " serve it"
+					if len(spec.Labels) > 0 {
+						row.Why += "; the run is queued with labels " + runs.SortedLabels(spec.Labels) + " (agent_labels)"
+					}
 					covered[key] = g.ID
 					break
 				}

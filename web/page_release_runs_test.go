@@ -435,7 +435,7 @@ gates:
 	if got := planStates(body); !mapsEqual(got, want) {
 		t.Fatalf("plan: %v, want %v", got, want)
 	}
-	pgContains(t, "plan", body, "online agent(s) cuda-a serve it", "with labels gpu=a100")
+	pgContains(t, "plan", body, "online agent(s) cuda-a serve it; the run is queued with labels gpu=h200", "with labels gpu=a100")
 	if st, b, _ := e.press(t, cookie, url.Values{"csrf": {csrf}, "token": {e.tokens["manager"]}}, ""); st != http.StatusSeeOther && st != http.StatusOK {
 		t.Fatalf("press: %d %s", st, b)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/verify"
 )
 
 // TestRunClaimRefusedOutsideARun: evidence naming a run (evidence.run) is
@@ -34,6 +35,20 @@ func TestRunClaimRefusedOutsideARun(t *testing.T) {
 	escaped := bytes.Replace(plain("run"), []byte(`"run":`), []byte(`"r\u0075n":`), 1)
 	ev := testEvidence(1)
 	ev["run"] = ref
+	// Signed as they are (SignEvidence would refuse them first).
+	signRaw := func(key string, val any) []byte {
+		ev := testEvidence(1)
+		ev[key] = val
+		b, _ := json.Marshal(ev)
+		env, err := verify.SignRunnerEnvelope(context.Background(), e.mac, ledger.PayloadTypeEvidence, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	nullEv := testEvidence(1)
+	nullEv["run"] = nil
+	plainNull, _ := json.Marshal(nullEv)
 	for _, c := range []struct {
 		name, ct, field string
 		body            []byte
@@ -43,6 +58,9 @@ func TestRunClaimRefusedOutsideARun(t *testing.T) {
 		{"escaped", "application/json", "run", escaped},
 		{"in an array", "application/json", "[0].run", []byte("[" + string(plain("run")) + "]")},
 		{"signed by a plain runner", ledger.ContentTypeDSSE, "run", sign(t, e.mac, ev)},
+		{"signed, upper case", ledger.ContentTypeDSSE, "run", signRaw("Run", ref)},
+		{"signed, null", ledger.ContentTypeDSSE, "run", signRaw("run", nil)},
+		{"plain, null", "application/json", "run", plainNull},
 	} {
 		before := e.size(t)
 		code, body := e.postAs(t, rec, "/api/v1/evidence", c.ct, c.body)

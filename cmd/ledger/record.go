@@ -242,8 +242,11 @@ func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem s
 // server refuses on POST /api/v1/evidence (web's signedRecords and
 // stampEvidence), with the same fields: details carrying the server's
 // tree-check marker (gates.RefuseServerMarkers, "details.computed_by"), a
-// record naming a run (ledger.RefuseRunClaim), a plain record carrying signer, and a record carrying recorded_by (set only
-// by the server; a local record has none). A DSSE envelope is verified
+// record naming a run (ledger.RefuseRunClaim; in an envelope, its signed
+// payload as it is), an envelope signed by an approved agent's key (an
+// agent records only through its runs), a plain record carrying signer,
+// and a record carrying recorded_by (set only by the server; a local
+// record has none). A DSSE envelope is verified
 // against the local runner registry and its payload checked the same way.
 // Fields are prefixed "[i]." in an array, as the server's are; single is a
 // body that was one object. No error quotes the records.
@@ -265,9 +268,18 @@ func refuseLocal(ctx context.Context, l *localLedger, raws []json.RawMessage, si
 				}
 				reg = &loaded
 			}
+			if _, signed, err := ledger.DecodeEnvelope(raw); err == nil {
+				if err := ledger.RefuseRunClaim(signed, prefix); err != nil {
+					return err
+				}
+			}
 			payload, err := verify.VerifyEvidenceEnvelope(ctx, raw, *reg)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", i, err)
+			}
+			if j, st, ok := verify.SignatureOfKind(raw, ledger.PayloadTypeEvidence, *reg, ledger.RunnerKindAgent); ok {
+				return &ledger.Error{Code: ledger.CodeForbidden, Field: fmt.Sprintf("%ssignatures[%d]", prefix, j),
+					Message: fmt.Sprintf("a signature of agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", st.Name)}
 			}
 			body = payload
 		case signer:

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
+	"github.com/evidence-ledger/ledger/verify"
+)
+
+// TestRunEvidenceShapeErrorsNamed: a finish or staging whose envelope
+// carries a malformed record (an attempt of 0, a run id of the wrong
+// shape, a finish before the start) is refused 400 naming the member
+// under its element (evidence[i]. for a finish, envelope. for a staging),
+// and nothing is recorded.
+func TestRunEvidenceShapeErrorsNamed(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	holder, hpriv := e.keyedAgent("holder")
+	r := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU})
+	l, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l == nil || l.Run.ID != r.ID {
+		t.Fatalf("poll: %+v %v", l, err)
+	}
+	good := quickEnvelope(t, hpriv, l)
+	_, payload, err := ledger.DecodeEnvelope(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resign := func(change func(map[string]any)) json.RawMessage {
+		var m map[string]any
+		if err := json.Unmarshal(payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		change(m)
+		b, _ := json.Marshal(m)
+		env, err := verify.SignRunnerEnvelope(ctx, hpriv, ledger.PayloadTypeEvidence, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	for _, c := range []struct {
+		name, field string
+		change      func(map[string]any)
+	}{
+		{"attempt 0", "run.attempt", func(m map[string]any) { m["run"] = map[string]any{"id": r.ID, "attempt": 0} }},
+		{"bad run id", "run.id", func(m map[string]any) { m["run"] = map[string]any{"id": "run_x", "attempt": 1} }},
+		{"finished before started", "finished_at", func(m map[string]any) { m["finished_at"] = "2001-01-01T00:00:00Z" }},
+	} {
+		env := resign(c.change)
+		_, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{env}})
+		le, ok := asLedgerError(err)
+		if !ok || le.Code != ledger.CodeInvalid || !strings.HasPrefix(le.Field, "evidence[0].") || !strings.HasSuffix(le.Field, c.field) {
+			t.Errorf("finish, %s: %v (field %q); want 400 naming evidence[0]...%s", c.name, err, fieldOf(le), c.field)
+		}
+		_, err = holder.Stage(ctx, r.ID, runs.StageRequest{Attempt: l.Attempt, Lease: l.Lease, Envelope: env})
+		le, ok = asLedgerError(err)
+		if !ok || le.Code != ledger.CodeInvalid || !strings.HasPrefix(le.Field, "envelope.") || !strings.HasSuffix(le.Field, c.field) {
+			t.Errorf("staging, %s: %v (field %q); want 400 naming envelope...%s", c.name, err, fieldOf(le), c.field)
+		}
+	}
+	if got := e.run(r.ID); got.State != runs.Leased || len(e.evidenceOf(quickLane)) != 0 {
+		t.Fatalf("after the refused finishes: state %s, %d records", got.State, len(e.evidenceOf(quickLane)))
+	}
+}
+
+func fieldOf(le *ledger.Error) string {
+	if le == nil {
+		return ""
+	}
+	return le.Field
+}
+
+// TestLocalRecordRefusesAgentEnvelopes: `ledger record --db` refuses an
+// envelope signed by an approved agent's key, as POST /api/v1/evidence
+// does (an agent records only through its runs), and one whose signed
+// payload names a run, and appends nothing.
+func TestLocalRecordRefusesAgentEnvelopes(t *testing.T) {
+	e := newAgentEnv(t)
+	_, hpriv := e.keyedAgent("holder")
+	lease := &runs.LeaseAnswer{Run: runs.Run{ID: "run_" + strings.Repeat("ab", 16)}, Attempt: 1}
+	noRun, withRun := quickEnvelope(t, hpriv, nil), quickEnvelope(t, hpriv, lease)
+	_ = e.srv.Process.Signal(syscall.SIGTERM)
+	_ = e.srv.Wait()
+	before := logSize(t, e.db)
+	for _, c := range []struct {
+		name, want string
+		env        json.RawMessage
+	}{
+		{"no run", "signatures[0]", noRun},
+		{"naming a run", "run", withRun},
+	} {
+		_, se, code := runBin(t, string(c.env), "--db", e.db, "record", "-")
+		if code == 0 || !strings.Contains(se, c.want) || !strings.Contains(se, "agent") {
+			t.Errorf("local record of an agent's envelope, %s: exit %d %s; want refused naming %s", c.name, code, se, c.want)
+		}
+	}
+	if after := logSize(t, e.db); after != before {
+		t.Fatalf("log grew from %d to %d", before, after)
+	}
+}
