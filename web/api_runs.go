@@ -677,14 +677,17 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 // approvedHardware returns a CodeConflict error, naming the field, when
 // registration a of an approved agent (live, its approval in the log)
 // declares other hardware than the approval was for: other labels than the
-// approval recorded, or a change (runs.HardwareChange) from its stored
+// approval recorded (when it recorded any), or a change (runs.HardwareChange) from its stored
 // registration. With no stored registration (a store copied or restored
 // without its agents table, or a row deleted) the stored one cannot be
 // compared with, and a is taken only when it is exactly the registration
 // approved: its spec digest is the one the approval recorded.
 func approvedHardware(ctx context.Context, rs *runs.Store, live ledger.RunnerState, a runs.Agent) error {
 	again := fmt.Sprintf("an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", a.Name)
-	if !maps.Equal(live.Labels, a.Labels) && (len(live.Labels) > 0 || len(a.Labels) > 0) {
+	// An approval made before approvals recorded labels records none;
+	// its agent's labels are held to the stored row alone (and count for
+	// no agent_labels gate).
+	if len(live.Labels) > 0 && !maps.Equal(live.Labels, a.Labels) {
 		return &ledger.Error{Code: ledger.CodeConflict, Field: "labels", Message: fmt.Sprintf(
 			"agent %q was approved (entry %s) with labels %s, and this registration declares %s: nothing was changed; %s", a.Name, live.Entry, labelsText(live.Labels), labelsText(a.Labels), again)}
 	}
