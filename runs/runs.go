@@ -399,8 +399,12 @@ func Serves(r Run, backend ledger.Backend, labels map[string]string, commit stri
 // Claim gives the oldest queued run that agent may take (filter reports
 // that, Serves plus the token's scope) a lease of ttl: the run's attempt
 // is incremented, its state becomes leased. It returns nil when no queued
-// run matches. Two claims of one run cannot both win: the update is a
-// compare-and-set on (state, attempt).
+// run matches, or when agent holds a lease already (an agent runs one run
+// at a time). Two claims of one run cannot both win: the update is a
+// compare-and-set on (state, attempt). The held-lease check is in the same
+// statement, which on SQLite (one writer) makes two claims of one agent
+// unable to both win; on PostgreSQL (read committed) the caller serializes
+// one agent's claims.
 func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, ttl time.Duration) (*Run, error) {
 	queued, err := s.queryRuns(ctx, `SELECT `+runCols+` FROM runs WHERE state = 'queued' ORDER BY created_at, id LIMIT 200`)
 	if err != nil {
@@ -413,7 +417,9 @@ func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, 
 		now := s.now()
 		lease := newID("lease_")
 		res, err := s.exec(ctx, `UPDATE runs SET state = 'leased', attempt = attempt + 1, agent = ?, lease_id = ?, lease_until = ?, updated_at = ?, progress = ?
-			WHERE id = ? AND state = 'queued' AND attempt = ?`, agent, lease, ms(now.Add(ttl)), ms(now), mustJSON(Progress{}), r.ID, r.Attempt)
+			WHERE id = ? AND state = 'queued' AND attempt = ?
+			AND NOT EXISTS (SELECT 1 FROM runs h WHERE h.agent = ? AND h.state IN ('leased', 'running', 'canceling') AND h.lease_until > ?)`,
+			agent, lease, ms(now.Add(ttl)), ms(now), mustJSON(Progress{}), r.ID, r.Attempt, agent, ms(now))
 		if err != nil {
 			return nil, err
 		}

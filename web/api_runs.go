@@ -32,6 +32,7 @@ type runState struct {
 	pollWait time.Duration
 	mu       sync.Mutex // outcome appends and the state changes beside them
 	planMu   sync.Mutex // the release run form's plan-and-queue (no duplicate on a double press)
+	claimMu  sync.Mutex // claims, so one agent's concurrent polls take one lease (runs.Store.Claim)
 	wakeMu   sync.Mutex
 	wake     chan struct{} // closed and replaced when a run becomes queued
 	changed  notifier      // woken when any run changes (GET /runs/{id}?wait= waits on it)
@@ -818,7 +819,9 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 	for {
 		_ = rs.store.Seen(r.Context(), a.Name, req.Health, "")
 		woken := rs.woken()
+		rs.claimMu.Lock()
 		run, err := rs.store.Claim(r.Context(), a.Name, agentServes(a, t), rs.ttl)
+		rs.claimMu.Unlock()
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,5 +104,49 @@ func TestLocalRecordRefusesAgentEnvelopes(t *testing.T) {
 	}
 	if after := logSize(t, e.db); after != before {
 		t.Fatalf("log grew from %d to %d", before, after)
+	}
+}
+
+// TestConcurrentPollsTakeOneLease: eight polls at once from one agent,
+// with three runs queued, leave it holding one lease (an agent runs one
+// run at a time), never two.
+func TestConcurrentPollsTakeOneLease(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	holder, _ := e.keyedAgent("holder")
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU}).ID)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	leases := 0
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := holder.Poll(ctx, time.Second, "ok")
+			if err != nil {
+				t.Error(err)
+			}
+			if l != nil {
+				mu.Lock()
+				leases++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	held := 0
+	for _, id := range ids {
+		if r := e.run(id); r.State == runs.Leased || r.State == runs.Running {
+			held++
+		}
+	}
+	// A poll ends what the agent held before it, so polls that came later
+	// may have ended an earlier poll's lease: more may have answered, one
+	// is held at the end.
+	if leases < 1 || held != 1 {
+		t.Fatalf("8 concurrent polls: %d leases answered, %d runs leased at the end; want one leased", leases, held)
 	}
 }
