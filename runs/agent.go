@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,6 +21,11 @@ const MaxAgentLanes = 256
 // MaxHealth is the most bytes of a health verdict kept (longer ones are
 // cut at a rune boundary).
 const MaxHealth = 512
+
+// MaxMessage is the most bytes kept of a finish message (the reason an
+// attempt could not run, kept in the run-outcome leaf), cut at a rune
+// boundary.
+const MaxMessage = 256
 
 // Validate checks every field of a registration except the public key
 // (the caller parses it) with the text checks evidence gets
@@ -234,18 +240,21 @@ func HardwareChange(prev, next Agent) string {
 	return ""
 }
 
-// CleanHealth returns a health verdict as it is stored: control,
-// bidirectional formatting and other invisible characters (hidden;
-// newlines included) replaced by
-// spaces, invalid UTF-8 by
-// U+FFFD, cut to at most MaxHealth bytes at a rune boundary.
-func CleanHealth(s string) string {
+// CleanHealth returns a health verdict as it is stored: CleanText with
+// at most MaxHealth bytes.
+func CleanHealth(s string) string { return CleanText(s, MaxHealth) }
+
+// CleanText returns agent-sent free text (a health verdict, a finish
+// message) as it is stored: control, bidirectional formatting and other
+// invisible characters (hidden; newlines included) replaced by spaces,
+// invalid UTF-8 by U+FFFD, cut to at most max bytes at a rune boundary.
+func CleanText(s string, max int) string {
 	return cut(strings.Map(func(r rune) rune {
 		if hidden(r) {
 			return ' '
 		}
 		return r
-	}, strings.ToValidUTF8(s, "\uFFFD")), MaxHealth)
+	}, strings.ToValidUTF8(s, "\uFFFD")), max)
 }
 
 // hidden reports whether r is a control character (Cc), a bidirectional
@@ -275,6 +284,29 @@ func Visible(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// Visible returns a copy of r whose agent-sent text (progress lane,
+// attempt reasons, message) and names (agent, lanes, labels, created by)
+// are Visible, for a terminal or a page: a row stored before the text was
+// cleaned shows its control characters as escapes.
+func (r Run) Visible() Run {
+	v := Visible
+	r.Agent, r.Message, r.CreatedBy, r.Progress.Lane = v(r.Agent), v(r.Message), v(r.CreatedBy), v(r.Progress.Lane)
+	r.Lanes = slices.Clone(r.Lanes)
+	for i := range r.Lanes {
+		r.Lanes[i] = v(r.Lanes[i])
+	}
+	labels := make(map[string]string, len(r.Labels))
+	for k, val := range r.Labels {
+		labels[v(k)] = v(val)
+	}
+	r.Labels = labels
+	r.Attempts = slices.Clone(r.Attempts)
+	for i := range r.Attempts {
+		r.Attempts[i].Agent, r.Attempts[i].Reason = v(r.Attempts[i].Agent), v(r.Attempts[i].Reason)
+	}
+	return r
 }
 
 // Visible returns a copy of a whose text fields (name, key id, backend,

@@ -70,6 +70,25 @@ type Progress struct {
 	LanesDone int    `json:"lanes_done"`
 }
 
+// Validate checks progress p of a run of lanes: its lane is empty or one
+// of lanes (as named, or by name without the version), and done,
+// total and lanes_done are not negative, done at most total and lanes_done
+// at most len(lanes). Errors are CodeInvalid naming "progress." and the
+// member; a lane is echoed clipped to 64 bytes and escaped.
+func (p Progress) Validate(lanes []string) error {
+	switch {
+	case p.Lane != "" && !slices.ContainsFunc(lanes, func(l string) bool { return l == p.Lane || ledger.LaneName(l) == ledger.LaneName(p.Lane) }):
+		return ledger.FieldError("progress.lane", "%q is not a lane of the run (%s)", Visible(clip(p.Lane)), strings.Join(lanes, ", "))
+	case p.Done < 0 || p.Total < 0 || p.LanesDone < 0:
+		return ledger.FieldError("progress", "done, total and lanes_done must not be negative")
+	case p.Done > p.Total:
+		return ledger.FieldError("progress.done", "%d is more than total %d", p.Done, p.Total)
+	case p.LanesDone > len(lanes):
+		return ledger.FieldError("progress.lanes_done", "%d is more than the run's %d lanes", p.LanesDone, len(lanes))
+	}
+	return nil
+}
+
 // Run is one run's state. LeaseID is the current attempt's lease
 // (only the agent holding it sees it; it is not in list answers).
 // LeaseUntil is when the lease ends unless extended. Attempts lists every
@@ -453,7 +472,8 @@ func (s *Store) held(ctx context.Context, id, agent string, attempt int, lease s
 // Extend extends the lease (agent, attempt, lease) of run id by ttl from
 // now and stores progress when not nil (a leased run becomes running). It
 // returns the run, whose State is Canceling when a cancel was asked for;
-// ErrLeaseNotHeld when the caller does not hold the lease.
+// ErrLeaseNotHeld when the caller does not hold the lease; p.Validate's
+// CodeInvalid error (nothing changed) when p is not progress of its lanes.
 func (s *Store) Extend(ctx context.Context, id, agent string, attempt int, lease string, p *Progress, ttl time.Duration) (Run, error) {
 	r, err := s.held(ctx, id, agent, attempt, lease)
 	if err != nil {
@@ -463,6 +483,9 @@ func (s *Store) Extend(ctx context.Context, id, agent string, attempt int, lease
 	state := r.State
 	prog := r.Progress
 	if p != nil {
+		if err := p.Validate(r.Lanes); err != nil {
+			return r, err
+		}
 		prog = *p
 		if state == Leased {
 			state = Running

@@ -933,7 +933,7 @@ func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.Fi
 		return run, 0, err
 	}
 	now := s.cfg.Now().UTC()
-	attempt := ledger.RunAttempt{Attempt: req.Attempt, Agent: a.Name, At: now, Reason: clipText(req.Message)}
+	attempt := ledger.RunAttempt{Attempt: req.Attempt, Agent: a.Name, At: now, Reason: runs.CleanText(req.Message, runs.MaxMessage)}
 	switch req.Status {
 	case "error":
 		return s.finishInfrastructure(ctx, run, attempt)

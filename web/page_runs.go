@@ -27,6 +27,7 @@ func (s *Server) pageRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, run := range all {
+		run = run.Visible()
 		if runs.Final(run.State) {
 			data.Finished = append(data.Finished, run)
 		} else {

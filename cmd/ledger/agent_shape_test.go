@@ -150,3 +150,54 @@ func TestConcurrentPollsTakeOneLease(t *testing.T) {
 		t.Fatalf("8 concurrent polls: %d leases answered, %d runs leased at the end; want one leased", leases, held)
 	}
 }
+
+// TestAgentTextCleanedAndProgressChecked: a heartbeat's progress must be
+// progress of the run (its lane one of the run's, counts not negative,
+// done at most total): otherwise 400 naming the member and nothing
+// stored. A finish message with control and bidirectional characters is
+// kept in the run-outcome leaf with them replaced by spaces, and `ledger
+// runs show` prints no raw control character.
+func TestAgentTextCleanedAndProgressChecked(t *testing.T) {
+	e := newAgentEnv(t)
+	ctx := context.Background()
+	holder, _ := e.keyedAgent("holder")
+	r := e.queue(runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, MaxAttempts: 1})
+	l, err := holder.Poll(ctx, 2*time.Second, "ok")
+	if err != nil || l == nil {
+		t.Fatalf("poll: %+v %v", l, err)
+	}
+	for _, c := range []struct {
+		field string
+		p     runs.Progress
+	}{
+		{"progress.lane", runs.Progress{Lane: "x\x1b]0;PWNED\a\u202e", Done: 1, Total: 2}},
+		{"progress.lane", runs.Progress{Lane: slowLane, Done: 1, Total: 2}},
+		{"progress", runs.Progress{Lane: quickLane, Done: -1, Total: 2}},
+		{"progress.done", runs.Progress{Lane: quickLane, Done: 3, Total: 2}},
+		{"progress.lanes_done", runs.Progress{Lane: quickLane, LanesDone: 2}},
+	} {
+		_, err := holder.Heartbeat(ctx, r.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: &c.p})
+		if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeInvalid || le.Field != c.field {
+			t.Errorf("heartbeat with progress %+v: %v; want 400 naming %s", c.p, err, c.field)
+		}
+	}
+	good := runs.Progress{Lane: ledger.LaneName(quickLane), Done: 1, Total: 2}
+	if _, err := holder.Heartbeat(ctx, r.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: &good}); err != nil {
+		t.Fatalf("heartbeat with good progress: %v", err)
+	}
+	if got := e.run(r.ID); got.Progress != good {
+		t.Fatalf("progress stored: %+v, want %+v", got.Progress, good)
+	}
+	msg := "boom\x1b]0;PWNED\a\u202eXYZ\nline2"
+	if _, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "error", Message: msg}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.run(r.ID)
+	if len(got.Attempts) != 1 || got.Attempts[0].Reason != "boom ]0;PWNED  XYZ line2" {
+		t.Fatalf("attempt reason stored: %+v", got.Attempts)
+	}
+	out, se, code := runBin(t, "", "--server", e.url, "--token", e.admin, "runs", "show", r.ID)
+	if code != 0 || strings.ContainsAny(out, "\x1b\a\u202e") || !strings.Contains(out, "PWNED") {
+		t.Fatalf("runs show: %d %q %s", code, out, se)
+	}
+}

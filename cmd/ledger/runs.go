@@ -107,13 +107,14 @@ func (a *app) followRun(ctx context.Context, cl *client.Client, run runs.Run, gi
 		}
 		failing, waits, version, run = time.Time{}, v != "", v, next
 		if run.Progress.Lane != "" {
-			prog.update(run.Progress.Lane, run.Progress.Done, run.Progress.Total)
+			prog.update(runs.Visible(run.Progress.Lane), run.Progress.Done, run.Progress.Total)
 		}
 	}
 	return run, nil
 }
 
 func printRun(w io.Writer, r runs.Run) {
+	r = r.Visible()
 	fmt.Fprintf(w, "run %s: %s (backend %s, lanes %s", r.ID, r.State, r.Backend, strings.Join(r.Lanes, ","))
 	if len(r.Labels) > 0 {
 		fmt.Fprintf(w, ", labels %s", runs.SortedLabels(r.Labels))
@@ -167,6 +168,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tBACKEND\tLANES\tATTEMPT\tAGENT\tPROGRESS\tCREATED")
 			for _, r := range rs {
+				r = r.Visible()
 				p := ""
 				if r.Progress.Lane != "" {
 					p = fmt.Sprintf("%s %d/%d", r.Progress.Lane, r.Progress.Done, r.Progress.Total)
