@@ -240,6 +240,26 @@ func HardwareChange(prev, next Agent) string {
 	return ""
 }
 
+// DeviceChange returns the member of device ev (a record an agent made)
+// that names other hardware than device reg (its registration) declared,
+// "" when none: model, cores, or a hardware attr (memory_bytes,
+// compute_capability, smi_memory_mib) the record carries with another
+// value. Driver and other attrs may differ.
+func DeviceChange(reg, ev ledger.Device) string {
+	switch {
+	case ev.Model != reg.Model:
+		return "model"
+	case ev.Cores != reg.Cores:
+		return "cores"
+	}
+	for _, k := range hardwareAttrs {
+		if v, ok := ev.Attrs[k]; ok && v != reg.Attrs[k] {
+			return "attrs." + k
+		}
+	}
+	return ""
+}
+
 // CleanHealth returns a health verdict as it is stored: CleanText with
 // at most MaxHealth bytes.
 func CleanHealth(s string) string { return CleanText(s, MaxHealth) }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -282,6 +283,11 @@ func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, env
 		case e.Subject.Commit != a.Spec.Commit:
 			return nil, ledger.FieldError(f+".subject.commit", "agent %s declared a build of commit %s", a.Name, a.Spec.Commit)
 		}
+		// The hardware a record names is the hardware approved: an agent
+		// records lanes of its own device.
+		if m := runs.DeviceChange(a.Spec.Device, e.Device); m != "" {
+			return nil, ledger.FieldError(f+".device."+m, "agent %s registered (and was approved with) other hardware: %s", a.Name, deviceText(a.Spec.Device, m))
+		}
 		if err := checkAttemptOf(f, e, a, run, floor, now); err != nil {
 			return nil, err
 		}
@@ -355,4 +361,17 @@ func runWait(r *http.Request) (time.Duration, string, error) {
 		return 0, "", ledger.FieldError("since", "must be the version of a previous answer (hex)")
 	}
 	return min(d, maxRunWait), since, nil
+}
+
+// deviceText names member m (from runs.DeviceChange) of registered device
+// d as it was registered, escaped.
+func deviceText(d ledger.Device, m string) string {
+	switch m {
+	case "model":
+		return "model " + strconv.Quote(runs.Visible(d.Model))
+	case "cores":
+		return "cores " + strconv.Itoa(d.Cores)
+	}
+	k := strings.TrimPrefix(m, "attrs.")
+	return k + " " + strconv.Quote(runs.Visible(d.Attrs[k]))
 }

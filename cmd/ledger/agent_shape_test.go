@@ -16,7 +16,8 @@ import (
 
 // TestRunEvidenceShapeErrorsNamed: a finish or staging whose envelope
 // carries a malformed record (an attempt of 0, a run id of the wrong
-// shape, a finish before the start) is refused 400 naming the member
+// shape, a finish before the start) or names other hardware than the
+// agent was approved with (device model, memory) is refused 400 naming the member
 // under its element (evidence[i]. for a finish, envelope. for a staging),
 // and nothing is recorded.
 func TestRunEvidenceShapeErrorsNamed(t *testing.T) {
@@ -53,6 +54,11 @@ func TestRunEvidenceShapeErrorsNamed(t *testing.T) {
 		{"attempt 0", "run.attempt", func(m map[string]any) { m["run"] = map[string]any{"id": r.ID, "attempt": 0} }},
 		{"bad run id", "run.id", func(m map[string]any) { m["run"] = map[string]any{"id": "run_x", "attempt": 1} }},
 		{"finished before started", "finished_at", func(m map[string]any) { m["finished_at"] = "2001-01-01T00:00:00Z" }},
+		{"another device", "device.model", func(m map[string]any) { m["device"].(map[string]any)["model"] = "AMD Instinct MI300X" }},
+		{"other memory", "device.attrs.memory_bytes", func(m map[string]any) {
+			d := m["device"].(map[string]any)
+			d["attrs"] = map[string]any{"memory_bytes": "1"}
+		}},
 	} {
 		env := resign(c.change)
 		_, err := holder.Finish(ctx, r.ID, runs.FinishRequest{Attempt: l.Attempt, Lease: l.Lease, Status: "completed", Evidence: []json.RawMessage{env}})

@@ -42,13 +42,25 @@ func (e *agentEnv) keyedAgentWith(name string, labels map[string]string) (*clien
 	}
 	a := client.NewAgent(c, name, priv)
 	if _, err := a.Register(context.Background(), runs.RegisterRequest{Name: name, PublicKey: verify.AuthorizedKey(pub), Backend: ledger.BackendCPU, Labels: labels,
-		Spec: runs.AgentSpec{Lanes: []string{quickLane, slowLane}, Repository: testRepo, Commit: testCommit}, Health: "ok"}); err != nil {
+		Spec: runs.AgentSpec{Lanes: []string{quickLane, slowLane}, Repository: testRepo, Commit: testCommit, Device: cpuDevice(e.t)}, Health: "ok"}); err != nil {
 		e.t.Fatalf("register %s: %v", name, err)
 	}
 	if _, _, _, err := e.admCl.ApproveAgent(context.Background(), name, runs.ApproveRequest{}); err != nil {
 		e.t.Fatal(err)
 	}
 	return a, priv
+}
+
+// cpuDevice is the CPU backend's device here, as `ledger agent` registers
+// it and its records name it.
+func cpuDevice(t *testing.T) ledger.Device {
+	t.Helper()
+	b, err := runner.OpenBackend("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return b.Device()
 }
 
 // quickEnvelope runs quickLane here and returns its evidence, naming the
