@@ -748,7 +748,9 @@ func waitingRoom(ctx context.Context, rs *runs.Store, reg ledger.RunnerRegistry,
 		if x.KeyID == a.KeyID {
 			return ledger.Errorf(ledger.CodeConflict, "key %s is already registered as agent %q, and a key is one name's: register as %q, or with a new key (`ledger runner keygen`); nothing was registered", a.KeyID, x.Name, x.Name)
 		}
-		if live, ok := reg.Live(x.Name); !ok || live.Kind != ledger.RunnerKindAgent || live.KeyID != x.KeyID {
+		// A row whose name is a plain runner's now can never be approved
+		// (its polls are refused): it does not hold a waiting place.
+		if live, ok := reg.Live(x.Name); !ok || live.Kind == ledger.RunnerKindAgent && live.KeyID != x.KeyID {
 			waiting++
 		}
 	}
