@@ -70,14 +70,27 @@ type Progress struct {
 	LanesDone int    `json:"lanes_done"`
 }
 
-// Validate checks progress p of a run of lanes: its lane is empty or one
-// of lanes (as named, or by name without the version), and done,
+// progressOf reports whether progress lane p is run lane l: l itself, l's
+// name without its version, or, for an l named without a version, a lane
+// name/vN of that name (ledger.ValidLane).
+func progressOf(l, p string) bool {
+	switch {
+	case p == l || p == ledger.LaneName(l):
+		return true
+	case ledger.LaneName(l) == l:
+		return ledger.ValidLane(p) && ledger.LaneName(p) == l
+	}
+	return false
+}
+
+// Validate checks progress p of a run of lanes: its lane is empty or a
+// lane of the run (progressOf), and done,
 // total and lanes_done are not negative, done at most total and lanes_done
 // at most len(lanes). Errors are CodeInvalid naming "progress." and the
 // member; a lane is echoed clipped to 64 bytes and escaped.
 func (p Progress) Validate(lanes []string) error {
 	switch {
-	case p.Lane != "" && !slices.ContainsFunc(lanes, func(l string) bool { return l == p.Lane || ledger.LaneName(l) == ledger.LaneName(p.Lane) }):
+	case p.Lane != "" && !slices.ContainsFunc(lanes, func(l string) bool { return progressOf(l, p.Lane) }):
 		return ledger.FieldError("progress.lane", "%q is not a lane of the run (%s)", Visible(clip(p.Lane)), strings.Join(lanes, ", "))
 	case p.Done < 0 || p.Total < 0 || p.LanesDone < 0:
 		return ledger.FieldError("progress", "done, total and lanes_done must not be negative")
@@ -491,8 +504,11 @@ func (s *Store) Extend(ctx context.Context, id, agent string, attempt int, lease
 			state = Running
 		}
 	}
+	// The lease is checked again in the update: a lease that ran out
+	// since the read above is not extended (a claim may have counted on
+	// its end).
 	res, err := s.exec(ctx, `UPDATE runs SET lease_until = ?, updated_at = ?, progress = ?, state = ?
-		WHERE id = ? AND lease_id = ? AND state = ?`, ms(now.Add(ttl)), ms(now), mustJSON(prog), state, id, lease, r.State)
+		WHERE id = ? AND lease_id = ? AND state = ? AND lease_until > ?`, ms(now.Add(ttl)), ms(now), mustJSON(prog), state, id, lease, r.State, ms(now))
 	if err != nil {
 		return r, err
 	}

@@ -253,3 +253,30 @@ func TestAbandonedRunQueuedWithoutProgress(t *testing.T) {
 		t.Fatalf("the abandoned run is %s with progress %+v, want queued with none", g.State, g.Progress)
 	}
 }
+
+// TestProgressLane: progress names a lane of the run as the run names it,
+// by name without the version, or, for a run lane named without one, as
+// name/vN; anything else (another lane, text after the version, a version
+// the run lane does not have) is refused naming progress.lane.
+func TestProgressLane(t *testing.T) {
+	for _, c := range []struct {
+		run, lane string
+		ok        bool
+	}{
+		{"alloc-footprint/v1", "alloc-footprint/v1", true},
+		{"alloc-footprint/v1", "alloc-footprint", true},
+		{"alloc-footprint", "alloc-footprint/v1", true},
+		{"alloc-footprint", "alloc-footprint/v2", true},
+		{"alloc-footprint/v1", "alloc-footprint/v2", false},
+		{"alloc-footprint/v1", "alloc-footprint/v1\x1b]0;x\a", false},
+		{"alloc-footprint", "alloc-footprint/v1\u202e", false},
+		{"alloc-footprint", "alloc-footprint/vx", false},
+		{"alloc-footprint/v1", "qmv-bias-sum/v1", false},
+	} {
+		err := runs.Progress{Lane: c.lane}.Validate([]string{c.run})
+		var le *ledger.Error
+		if c.ok != (err == nil) || err != nil && (!errors.As(err, &le) || le.Field != "progress.lane") {
+			t.Errorf("progress lane %q of run lane %q: %v, want ok=%v", c.lane, c.run, err, c.ok)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -185,14 +186,18 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 		LeafSize:    len(e.Raw),
 		RawLeaf:     "/api/v1/log/entries/" + url.PathEscape(e.ID),
 	}
+	// Recorded text is shown with its bidirectional and invisible
+	// characters as escapes (runs.Visible), so the page shows what the
+	// record holds, not what those characters make it look like.
 	if len(e.Raw) <= pageLeafBytes {
-		data.Leaf = string(e.Raw)
+		data.Leaf = runs.Visible(string(e.Raw))
 	}
 	data.Cases, data.ControlSummary, data.DetailsJSON = parseDetails(ev.Details)
 	data.DetailsSize = len(data.DetailsJSON)
 	if len(data.DetailsJSON) > pageDetailsBytes {
 		data.DetailsJSON, data.DetailsTruncated = strings.ToValidUTF8(data.DetailsJSON[:pageDetailsBytes], ""), true
 	}
+	data.DetailsJSON = runs.Visible(data.DetailsJSON)
 	if len(data.Cases) > pageCaseRows {
 		data.CasesHidden = len(data.Cases) - pageCaseRows
 		data.Cases = data.Cases[:pageCaseRows]
@@ -298,7 +303,7 @@ func scalar(v any) string {
 	case nil:
 		return ""
 	case string:
-		return x
+		return runs.Visible(x)
 	case json.Number:
 		return x.String()
 	case bool:
@@ -308,5 +313,5 @@ func scalar(v any) string {
 		return "false"
 	}
 	b, _ := json.Marshal(v)
-	return string(b)
+	return runs.Visible(string(b))
 }

@@ -406,3 +406,28 @@ func TestPageRedirects(t *testing.T) {
 		t.Errorf("GET /evidence/<original>: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
+
+// TestEvidencePageEscapesHiddenText: bidirectional and zero-width
+// characters a record's details carry (in keys and values, in the case
+// table and the control summary) are shown as escapes on the evidence
+// page, never raw.
+func TestEvidencePageEscapesHiddenText(t *testing.T) {
+	st := pgStore(t)
+	ev := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0)
+	var d map[string]any
+	if err := json.Unmarshal(ev.Details, &d); err != nil {
+		t.Fatal(err)
+	}
+	d["note"] = "PASSED \u202edeliaf\u202c ok"
+	d["k\u2066"] = map[string]any{"z\u200b": 1}
+	d["control"] = map[string]any{"summary": "caught \u202ekcolb"}
+	cases := d["cases"].([]any)
+	cases[0].(map[string]any)["note"] = "n\u2067ote"
+	ev.Details, _ = json.Marshal(d)
+	id := pgAppend(t, st, ledger.KindEvidence, ev)[0].ID
+	_, body := pgGet(t, pgServer(t, st), "/evidence/"+id)
+	if strings.ContainsAny(body, "\u202e\u202c\u2066\u2067\u200b") {
+		t.Fatal("the evidence page shows a bidirectional or zero-width character raw")
+	}
+	pgContains(t, "evidence", body, `PASSED \u202edeliaf\u202c ok`, `caught \u202ekcolb`)
+}

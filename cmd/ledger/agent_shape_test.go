@@ -178,6 +178,9 @@ func TestAgentTextCleanedAndProgressChecked(t *testing.T) {
 	}{
 		{"progress.lane", runs.Progress{Lane: "x\x1b]0;PWNED\a\u202e", Done: 1, Total: 2}},
 		{"progress.lane", runs.Progress{Lane: slowLane, Done: 1, Total: 2}},
+		{"progress.lane", runs.Progress{Lane: quickLane + "\x1b]0;PWNED\a\u202eEVIL", Done: 1, Total: 2}},
+		{"progress.lane", runs.Progress{Lane: ledger.LaneName(quickLane) + "/v999", Done: 1, Total: 2}},
+		{"progress.lane", runs.Progress{Lane: quickLane + strings.Repeat("x", 1000), Done: 1, Total: 2}},
 		{"progress", runs.Progress{Lane: quickLane, Done: -1, Total: 2}},
 		{"progress.done", runs.Progress{Lane: quickLane, Done: 3, Total: 2}},
 		{"progress.lanes_done", runs.Progress{Lane: quickLane, LanesDone: 2}},
