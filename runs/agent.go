@@ -244,7 +244,8 @@ func HardwareChange(prev, next Agent) string {
 // that names other hardware than device reg (its registration) declared,
 // "" when none: model, cores, or a hardware attr (memory_bytes,
 // compute_capability, smi_memory_mib) the record carries with another
-// value. Driver and other attrs may differ.
+// value or spelled otherwise (another letter case, spaces). Driver and
+// other attrs may differ, and a record may leave attrs out.
 func DeviceChange(reg, ev ledger.Device) string {
 	switch {
 	case ev.Model != reg.Model:
@@ -252,9 +253,10 @@ func DeviceChange(reg, ev ledger.Device) string {
 	case ev.Cores != reg.Cores:
 		return "cores"
 	}
-	for _, k := range hardwareAttrs {
-		if v, ok := ev.Attrs[k]; ok && v != reg.Attrs[k] {
-			return "attrs." + k
+	for k, v := range ev.Attrs {
+		// A key spelled otherwise (case, spaces) is the same attr to a reader.
+		if h := strings.ToLower(strings.TrimSpace(k)); slices.Contains(hardwareAttrs, h) && (k != h || v != reg.Attrs[h]) {
+			return "attrs." + h
 		}
 	}
 	return ""

@@ -55,6 +55,10 @@ func TestRunEvidenceShapeErrorsNamed(t *testing.T) {
 		{"bad run id", "run.id", func(m map[string]any) { m["run"] = map[string]any{"id": "run_x", "attempt": 1} }},
 		{"finished before started", "finished_at", func(m map[string]any) { m["finished_at"] = "2001-01-01T00:00:00Z" }},
 		{"another device", "device.model", func(m map[string]any) { m["device"].(map[string]any)["model"] = "AMD Instinct MI300X" }},
+		{"memory spelled otherwise", "device.attrs.memory_bytes", func(m map[string]any) {
+			d := m["device"].(map[string]any)
+			d["attrs"] = map[string]any{"Memory_Bytes ": "1"}
+		}},
 		{"other memory", "device.attrs.memory_bytes", func(m map[string]any) {
 			d := m["device"].(map[string]any)
 			d["attrs"] = map[string]any{"memory_bytes": "1"}
