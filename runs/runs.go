@@ -70,6 +70,10 @@ type Progress struct {
 	LanesDone int    `json:"lanes_done"`
 }
 
+// MaxProgressTotal is the most cases progress may count in one lane
+// (lanes have at most tens of thousands).
+const MaxProgressTotal = 1 << 30
+
 // progressOf reports whether progress lane p is run lane l: l itself, l's
 // name without its version, or, for an l named without a version, a lane
 // name/vN of that name (ledger.ValidLane).
@@ -86,14 +90,17 @@ func progressOf(l, p string) bool {
 // Validate checks progress p of a run of lanes: its lane is empty or a
 // lane of the run (progressOf), and done,
 // total and lanes_done are not negative, done at most total and lanes_done
-// at most len(lanes). Errors are CodeInvalid naming "progress." and the
-// member; a lane is echoed clipped to 64 bytes and escaped.
+// at most len(lanes), total at most MaxProgressTotal. Errors are
+// CodeInvalid naming "progress." and the member; a lane is echoed cut to
+// 64 bytes at a rune boundary and escaped.
 func (p Progress) Validate(lanes []string) error {
 	switch {
 	case p.Lane != "" && !slices.ContainsFunc(lanes, func(l string) bool { return progressOf(l, p.Lane) }):
-		return ledger.FieldError("progress.lane", "%q is not a lane of the run (%s)", Visible(clip(p.Lane)), strings.Join(lanes, ", "))
+		return ledger.FieldError("progress.lane", "%q is not a lane of the run (%s)", Visible(cut(p.Lane, 64)), strings.Join(lanes, ", "))
 	case p.Done < 0 || p.Total < 0 || p.LanesDone < 0:
 		return ledger.FieldError("progress", "done, total and lanes_done must not be negative")
+	case p.Total > MaxProgressTotal:
+		return ledger.FieldError("progress.total", "%d is more than %d", p.Total, MaxProgressTotal)
 	case p.Done > p.Total:
 		return ledger.FieldError("progress.done", "%d is more than total %d", p.Done, p.Total)
 	case p.LanesDone > len(lanes):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
@@ -176,6 +177,10 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, err)
 		return
 	}
+	// Recorded text is shown with its bidirectional and invisible
+	// characters as escapes (runs.Visible), so the page shows what the
+	// record holds, not what those characters make it look like.
+	e.Evidence = visibleEvidence(e.Evidence)
 	ev := e.Evidence
 	data := evidencePage{
 		pageBase:    pageBase{Title: "Evidence " + shortID(e.ID), JSON: "/api/v1/evidence/" + url.PathEscape(e.ID)},
@@ -186,9 +191,6 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 		LeafSize:    len(e.Raw),
 		RawLeaf:     "/api/v1/log/entries/" + url.PathEscape(e.ID),
 	}
-	// Recorded text is shown with its bidirectional and invisible
-	// characters as escapes (runs.Visible), so the page shows what the
-	// record holds, not what those characters make it look like.
 	if len(e.Raw) <= pageLeafBytes {
 		data.Leaf = runs.Visible(string(e.Raw))
 	}
@@ -249,6 +251,35 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// visibleEvidence returns a copy of e for display whose text (lane,
+// subject, device and its attrs, runner build, failing cases) is
+// runs.Visible; details are escaped where they are parsed.
+func visibleEvidence(e ledger.Evidence) ledger.Evidence {
+	v := runs.Visible
+	e.Lane = v(e.Lane)
+	e.Subject.Repository, e.Subject.Commit, e.Subject.Tree = v(e.Subject.Repository), v(e.Subject.Commit), v(e.Subject.Tree)
+	e.Subject.Artifacts = visibleMap(e.Subject.Artifacts)
+	e.Device.Model, e.Device.Driver, e.Device.Attrs = v(e.Device.Model), v(e.Device.Driver), visibleMap(e.Device.Attrs)
+	e.Runner.Version, e.Runner.Commit = v(e.Runner.Version), v(e.Runner.Commit)
+	e.FailingCases = slices.Clone(e.FailingCases)
+	for i := range e.FailingCases {
+		e.FailingCases[i] = v(e.FailingCases[i])
+	}
+	return e
+}
+
+// visibleMap is m with its keys and values runs.Visible (nil for nil).
+func visibleMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, val := range m {
+		out[runs.Visible(k)] = runs.Visible(val)
+	}
+	return out
 }
 
 // parseDetails reads what the dashboard shows from an evidence's details

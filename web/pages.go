@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/runs"
 )
 
 //go:embed templates/*.html
@@ -130,6 +131,9 @@ func (s *Server) handleStatic(w http.ResponseWriter, r *http.Request) {
 // templateFuncs are the helpers every template may call. None of them
 // returns template.HTML: all text stays escaped by html/template.
 var templateFuncs = template.FuncMap{
+	// visible writes bidirectional, invisible and control characters as
+	// escapes (runs.Visible).
+	"visible": runs.Visible,
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s

@@ -407,13 +407,13 @@ func TestPageRedirects(t *testing.T) {
 	}
 }
 
-// TestEvidencePageEscapesHiddenText: bidirectional and zero-width
-// characters a record's details carry (in keys and values, in the case
-// table and the control summary) are shown as escapes on the evidence
-// page, never raw.
+// TestEvidencePageEscapesHiddenText: bidirectional and invisible
+// characters a record carries (details keys and values, the case table,
+// the control summary, device, runner build, failing cases) are shown as
+// escapes on the evidence and lane pages, never raw.
 func TestEvidencePageEscapesHiddenText(t *testing.T) {
 	st := pgStore(t)
-	ev := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0)
+	ev := pgQMV(true, ledger.BackendCPU, pgDigest, pgT0)
 	var d map[string]any
 	if err := json.Unmarshal(ev.Details, &d); err != nil {
 		t.Fatal(err)
@@ -424,10 +424,21 @@ func TestEvidencePageEscapesHiddenText(t *testing.T) {
 	cases := d["cases"].([]any)
 	cases[0].(map[string]any)["note"] = "n\u2067ote"
 	ev.Details, _ = json.Marshal(d)
+	ev.Device.Model, ev.Device.Driver = "H\u200b200", "550\u2060"
+	ev.Device.Attrs = map[string]string{"mem\ufeff": "141\u00adGB"}
+	ev.Runner.Version = "v1\u200d"
+	ev.FailingCases[0] = "f16/b4\u200b/g64"
 	id := pgAppend(t, st, ledger.KindEvidence, ev)[0].ID
-	_, body := pgGet(t, pgServer(t, st), "/evidence/"+id)
-	if strings.ContainsAny(body, "\u202e\u202c\u2066\u2067\u200b") {
-		t.Fatal("the evidence page shows a bidirectional or zero-width character raw")
+	srv := pgServer(t, st)
+	hidden := "\u202e\u202c\u2066\u2067\u200b\u2060\ufeff\u00ad\u200d"
+	_, body := pgGet(t, srv, "/evidence/"+id)
+	if i := strings.IndexAny(body, hidden); i >= 0 {
+		t.Fatalf("the evidence page shows a bidirectional or invisible character raw: ...%s...", body[max(0, i-40):i])
 	}
-	pgContains(t, "evidence", body, `PASSED \u202edeliaf\u202c ok`, `caught \u202ekcolb`)
+	pgContains(t, "evidence", body, `PASSED \u202edeliaf\u202c ok`, `caught \u202ekcolb`, `H\u200b200`, `f16/b4\u200b/g64`)
+	_, body = pgGet(t, srv, "/lanes/"+ev.Lane)
+	if strings.ContainsAny(body, hidden) {
+		t.Fatal("the lane page shows an invisible character raw")
+	}
+	pgContains(t, "lane", body, `H\u200b200`)
 }

@@ -188,6 +188,7 @@ func TestAgentTextCleanedAndProgressChecked(t *testing.T) {
 		{"progress", runs.Progress{Lane: quickLane, Done: -1, Total: 2}},
 		{"progress.done", runs.Progress{Lane: quickLane, Done: 3, Total: 2}},
 		{"progress.lanes_done", runs.Progress{Lane: quickLane, LanesDone: 2}},
+		{"progress.total", runs.Progress{Lane: quickLane, Done: 1 << 62, Total: 1<<63 - 1}},
 	} {
 		_, err := holder.Heartbeat(ctx, r.ID, runs.HeartbeatRequest{Attempt: l.Attempt, Lease: l.Lease, Progress: &c.p})
 		if le, ok := asLedgerError(err); !ok || le.Code != ledger.CodeInvalid || le.Field != c.field {
