@@ -63,7 +63,7 @@ func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 // ledger's one DSSE verifier (verify.VerifyRunnerEnvelope): the same
 // registry and checks as an envelope of native evidence, and an approved
 // agent's signature refused as there (refuseAgentSigner,
-// refuseAgentSignature).
+// RefuseAgentSignature).
 func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
 	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {
 		reg, err := ledger.LoadRunnerKeys(ctx, log, 0)
@@ -77,7 +77,7 @@ func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
 		if err := refuseAgentSigner(reg, signer, ""); err != nil {
 			return nil, ledger.Signer{}, err
 		}
-		if err := refuseAgentSignature(reg, env, payloadType, ""); err != nil {
+		if err := RefuseAgentSignature(reg, env, payloadType, ""); err != nil {
 			return nil, ledger.Signer{}, err
 		}
 		return payload, signer, nil

@@ -206,7 +206,7 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 // Unless ofRun (the envelopes of a run the caller's agent holds, which
 // its callers check against the run), an envelope any of whose
 // signatures is an approved agent key's is refused (refuseAgentSigner,
-// refuseAgentSignature), and so is any envelope
+// RefuseAgentSignature), and so is any envelope
 // naming a run. prefix(i) gives the field
 // prefix of element i.
 //
@@ -249,7 +249,7 @@ func (s *Server) signedRecords(r *http.Request, raws []json.RawMessage, dsseOnly
 				}
 			}
 			if !ofRun {
-				if err := refuseAgentSignature(*reg, raw, ledger.PayloadTypeEvidence, prefix(i)); err != nil {
+				if err := RefuseAgentSignature(*reg, raw, ledger.PayloadTypeEvidence, prefix(i)); err != nil {
 					return nil, err
 				}
 			}
@@ -302,12 +302,13 @@ func refuseAgentSigner(reg ledger.RunnerRegistry, s ledger.Signer, prefix string
 	return nil
 }
 
-// refuseAgentSignature is refuseAgentSigner for every signature of a
-// DSSE envelope of payloadType, not only the one its Signer names: an
+// RefuseAgentSignature is refuseAgentSigner for every signature of a
+// DSSE envelope of payloadType, not only the one its Signer names (the
+// server's routes and `ledger record --db` call it): an
 // envelope with a signature of an agent's key (its keyid names one, or it
 // verifies under one: verify.SignatureOfKind) beside a runner's is
 // refused, CodeForbidden naming prefix + "signatures[i]".
-func refuseAgentSignature(reg ledger.RunnerRegistry, envelope []byte, payloadType, prefix string) error {
+func RefuseAgentSignature(reg ledger.RunnerRegistry, envelope []byte, payloadType, prefix string) error {
 	if i, st, ok := verify.SignatureOfKind(envelope, payloadType, reg, ledger.RunnerKindAgent); ok {
 		return &ledger.Error{Code: ledger.CodeForbidden, Field: fmt.Sprintf("%ssignatures[%d]", prefix, i),
 			Message: fmt.Sprintf("a signature of agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", st.Name)}

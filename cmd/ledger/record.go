@@ -277,9 +277,8 @@ func refuseLocal(ctx context.Context, l *localLedger, raws []json.RawMessage, si
 			if err != nil {
 				return fmt.Errorf("record %d: %w", i, err)
 			}
-			if j, st, ok := verify.SignatureOfKind(raw, ledger.PayloadTypeEvidence, *reg, ledger.RunnerKindAgent); ok {
-				return &ledger.Error{Code: ledger.CodeForbidden, Field: fmt.Sprintf("%ssignatures[%d]", prefix, j),
-					Message: fmt.Sprintf("a signature of agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", st.Name)}
+			if err := web.RefuseAgentSignature(*reg, raw, ledger.PayloadTypeEvidence, prefix); err != nil {
+				return err
 			}
 			body = payload
 		case signer:
