@@ -308,6 +308,25 @@ func Visible(s string) string {
 	return b.String()
 }
 
+// VisibleMap returns a new map (never nil) of m's keys and values made
+// Visible.
+func VisibleMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, val := range m {
+		out[Visible(k)] = Visible(val)
+	}
+	return out
+}
+
+// VisibleAll returns a new slice of l's elements made Visible.
+func VisibleAll(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = Visible(s)
+	}
+	return out
+}
+
 // Visible returns a copy of r whose agent-sent text (progress lane,
 // attempt reasons, message) and names (agent, lanes, labels, created by)
 // are Visible, for a terminal or a page: a row stored before the text was
@@ -315,15 +334,7 @@ func Visible(s string) string {
 func (r Run) Visible() Run {
 	v := Visible
 	r.Agent, r.Message, r.CreatedBy, r.Progress.Lane = v(r.Agent), v(r.Message), v(r.CreatedBy), v(r.Progress.Lane)
-	r.Lanes = slices.Clone(r.Lanes)
-	for i := range r.Lanes {
-		r.Lanes[i] = v(r.Lanes[i])
-	}
-	labels := make(map[string]string, len(r.Labels))
-	for k, val := range r.Labels {
-		labels[v(k)] = v(val)
-	}
-	r.Labels = labels
+	r.Lanes, r.Labels = VisibleAll(r.Lanes), VisibleMap(r.Labels)
 	r.Attempts = slices.Clone(r.Attempts)
 	for i := range r.Attempts {
 		r.Attempts[i].Agent, r.Attempts[i].Reason = v(r.Attempts[i].Agent), v(r.Attempts[i].Reason)
@@ -337,25 +348,13 @@ func (r Run) Visible() Run {
 func (a Agent) Visible() Agent {
 	v := Visible
 	a.Name, a.KeyID, a.Backend, a.Health, a.CurrentRun = v(a.Name), v(a.KeyID), ledger.Backend(v(string(a.Backend))), v(a.Health), v(a.CurrentRun)
-	labels := make(map[string]string, len(a.Labels))
-	for k, val := range a.Labels {
-		labels[v(k)] = v(val)
-	}
-	a.Labels = labels
+	a.Labels = VisibleMap(a.Labels)
 	sp := &a.Spec
 	sp.Repository, sp.Commit, sp.Host = v(sp.Repository), v(sp.Commit), v(sp.Host)
-	lanes := make([]string, len(sp.Lanes))
-	for i, l := range sp.Lanes {
-		lanes[i] = v(l)
-	}
-	sp.Lanes = lanes
+	sp.Lanes = VisibleAll(sp.Lanes)
 	sp.Device.Model, sp.Device.Driver = v(sp.Device.Model), v(sp.Device.Driver)
 	if sp.Device.Attrs != nil {
-		attrs := make(map[string]string, len(sp.Device.Attrs))
-		for k, val := range sp.Device.Attrs {
-			attrs[v(k)] = v(val)
-		}
-		sp.Device.Attrs = attrs
+		sp.Device.Attrs = VisibleMap(sp.Device.Attrs)
 	}
 	sp.Runner.Version, sp.Runner.Commit = v(sp.Runner.Version), v(sp.Runner.Commit)
 	return a

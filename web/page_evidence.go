@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"sort"
 	"strings"
 
@@ -260,26 +259,11 @@ func visibleEvidence(e ledger.Evidence) ledger.Evidence {
 	v := runs.Visible
 	e.Lane = v(e.Lane)
 	e.Subject.Repository, e.Subject.Commit, e.Subject.Tree = v(e.Subject.Repository), v(e.Subject.Commit), v(e.Subject.Tree)
-	e.Subject.Artifacts = visibleMap(e.Subject.Artifacts)
-	e.Device.Model, e.Device.Driver, e.Device.Attrs = v(e.Device.Model), v(e.Device.Driver), visibleMap(e.Device.Attrs)
+	e.Subject.Artifacts = runs.VisibleMap(e.Subject.Artifacts)
+	e.Device.Model, e.Device.Driver, e.Device.Attrs = v(e.Device.Model), v(e.Device.Driver), runs.VisibleMap(e.Device.Attrs)
 	e.Runner.Version, e.Runner.Commit = v(e.Runner.Version), v(e.Runner.Commit)
-	e.FailingCases = slices.Clone(e.FailingCases)
-	for i := range e.FailingCases {
-		e.FailingCases[i] = v(e.FailingCases[i])
-	}
+	e.FailingCases = runs.VisibleAll(e.FailingCases)
 	return e
-}
-
-// visibleMap is m with its keys and values runs.Visible (nil for nil).
-func visibleMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, val := range m {
-		out[runs.Visible(k)] = runs.Visible(val)
-	}
-	return out
 }
 
 // parseDetails reads what the dashboard shows from an evidence's details
