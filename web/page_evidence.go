@@ -198,7 +198,7 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 	if len(data.DetailsJSON) > pageDetailsBytes {
 		data.DetailsJSON, data.DetailsTruncated = strings.ToValidUTF8(data.DetailsJSON[:pageDetailsBytes], ""), true
 	}
-	data.DetailsJSON = runs.Visible(data.DetailsJSON)
+	data.DetailsJSON = visibleLines(data.DetailsJSON)
 	if len(data.Cases) > pageCaseRows {
 		data.CasesHidden = len(data.Cases) - pageCaseRows
 		data.Cases = data.Cases[:pageCaseRows]
@@ -266,10 +266,21 @@ func visibleEvidence(e ledger.Evidence) ledger.Evidence {
 	return e
 }
 
+// visibleLines is s with each line runs.Visible: the line breaks of
+// indented JSON stay, everything else hidden is escaped.
+func visibleLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = runs.Visible(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // parseDetails reads what the dashboard shows from an evidence's details
 // object, tolerating absent or oddly shaped fields: details.cases (an array
-// of {id, result, expected, got, note}; failing cases sorted first, order
-// otherwise kept), details.control.summary (or details.control_summary),
+// of {id, result, expected, got, note}, or of the ingest formats' {id,
+// outcome}; a case neither exact, passed nor skipped is failing, and failing
+// cases are sorted first, order otherwise kept), details.control.summary (or details.control_summary),
 // and the whole object indented for display.
 func parseDetails(raw json.RawMessage) (cases []caseRow, controlSummary, pretty string) {
 	if len(raw) == 0 {
@@ -294,7 +305,11 @@ func parseDetails(raw json.RawMessage) (cases []caseRow, controlSummary, pretty 
 				continue
 			}
 			c := caseRow{ID: scalar(o["id"]), Result: scalar(o["result"]), Expected: scalar(o["expected"]), Got: scalar(o["got"]), Note: scalar(o["note"])}
-			c.Failing = c.Result != "exact" && c.Result != "pass" && c.Result != "passed"
+			if c.Result == "" {
+				// The ingest formats' cases (ingest.Case) carry an outcome.
+				c.Result = scalar(o["outcome"])
+			}
+			c.Failing = c.Result != "exact" && c.Result != "pass" && c.Result != "passed" && c.Result != "skipped"
 			cases = append(cases, c)
 		}
 		sort.SliceStable(cases, func(i, j int) bool { return cases[i].Failing && !cases[j].Failing })

@@ -442,3 +442,16 @@ func TestEvidencePageEscapesHiddenText(t *testing.T) {
 	}
 	pgContains(t, "lane", body, `H\u200b200`)
 }
+
+// TestEvidencePageIngestedCases: the case table of a record an ingest
+// format made (cases with an outcome, not a result) shows each outcome,
+// counts failed ones as failing and passed and skipped ones not, and the
+// details stay indented JSON.
+func TestEvidencePageIngestedCases(t *testing.T) {
+	st := pgStore(t)
+	ev := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0)
+	ev.Details = json.RawMessage(`{"cases":[{"id":"t/a","outcome":"passed"},{"id":"t/b","outcome":"failed"},{"id":"t/c","outcome":"skipped"}]}`)
+	id := pgAppend(t, st, ledger.KindEvidence, ev)[0].ID
+	_, body := pgGet(t, pgServer(t, st), "/evidence/"+id)
+	pgContains(t, "evidence", body, "1 failing of 3 listed", `res-failed">failed<`, `res-passed">passed<`, `res-skipped">skipped<`, "{\n  &#34;cases&#34;: [")
+}
