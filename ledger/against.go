@@ -150,11 +150,22 @@ func AuditAgainst(ctx context.Context, log CheckpointReader, vkey string, saved 
 		return AgainstReport{}, errors.New("verifier key: none given")
 	}
 	cur, err := log.Checkpoint(ctx)
+	empty := false
+	if ErrorCode(err) == CodeNotFound {
+		// A log with no checkpoint (a new or emptied database read with
+		// the public key alone) holds size 0: every saved checkpoint of a
+		// larger size shows a rollback.
+		empty, err = true, nil
+		cur = Checkpoint{}
+		copy(cur.Root[:], rfc6962.DefaultHasher.EmptyRoot())
+	}
 	if err != nil {
 		return AgainstReport{}, fmt.Errorf("read latest checkpoint: %w", err)
 	}
 	rep := AgainstReport{OK: true, Size: cur.Size, Root: cur.Root}
-	if _, _, st, msg := openCheckpoint([]byte(cur.Note), v); st != AgainstOK {
+	if empty {
+		// Nothing signed to check.
+	} else if _, _, st, msg := openCheckpoint([]byte(cur.Note), v); st != AgainstOK {
 		rep.OK = false
 		rep.Problem = "the log's latest checkpoint (size " + strconv.FormatUint(cur.Size, 10) + "): " + msg
 	}

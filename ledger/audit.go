@@ -44,34 +44,101 @@ type AuditRow[P any] struct {
 	problem string
 }
 
-// AuditBody holds every body field a projection may be derived from, for
-// all kinds, so each body is decoded once per audit.
+// AuditBody holds the body fields a projection may be derived from. Only
+// the fields of the leaf's own kind are decoded (DecodeAuditBody), so a
+// field name one kind uses with another type elsewhere (an approval's
+// "decision" object, a head's "decision" string) never makes a genuine
+// leaf unreadable.
 type AuditBody struct {
-	Name    string `json:"name"` // policies' key (EntryKey)
-	Lane    string `json:"lane"`
-	Backend string `json:"backend"`
-	Status  string `json:"status"`
-	Control string `json:"control"`
+	Name    string // policies' key (EntryKey)
+	Lane    string
+	Backend string
+	Status  string
+	Control string
 	Subject struct {
 		Repository string            `json:"repository"`
 		Commit     string            `json:"commit"`
 		Tree       string            `json:"tree"`
 		Dirty      bool              `json:"dirty"`
 		Artifacts  map[string]string `json:"artifacts"`
+	}
+	Repository string
+	Ref        string
+	Commit     string
+	Verdict    string
+	Decision   string
+	Version    string
+}
+
+// auditEvidenceBody, auditHeadBody, auditPolicyBody and auditKeyedBody are
+// the fields DecodeAuditBody reads for each kind.
+type auditEvidenceBody struct {
+	Lane    string `json:"lane"`
+	Backend string `json:"backend"`
+	Status  string `json:"status"`
+	Control string `json:"control"`
+	Subject *struct {
+		Repository string            `json:"repository"`
+		Commit     string            `json:"commit"`
+		Tree       string            `json:"tree"`
+		Dirty      bool              `json:"dirty"`
+		Artifacts  map[string]string `json:"artifacts"`
 	} `json:"subject"`
+}
+
+type auditHeadBody struct {
 	Repository string `json:"repository"`
 	Ref        string `json:"ref"`
 	Commit     string `json:"commit"`
 	Verdict    string `json:"verdict"`
 	Decision   string `json:"decision"`
-	Version    string `json:"version"`
 }
 
-// DecodeAuditBody decodes a canonical leaf body into an AuditBody.
-func DecodeAuditBody(body []byte, b *AuditBody) error {
+type auditPolicyBody struct {
+	Name string `json:"name"`
+}
+
+type auditKeyedBody struct {
+	Version string `json:"version"`
+}
+
+// DecodeAuditBody decodes the fields of a canonical leaf body of the given
+// kind into b (evidence: lane, backend, status, control, subject; head:
+// repository, ref, commit, verdict, decision; policy: name; every other
+// kind: version). The error says which field of the kind failed to decode.
+func DecodeAuditBody(kind Kind, body []byte, b *AuditBody) error {
 	// encoding/json/v2 (its go-json-experiment mirror): about twice as
 	// fast as encoding/json here, where every leaf is decoded once.
-	return jsonv2.Unmarshal(body, b)
+	switch kind {
+	case KindEvidence:
+		var e auditEvidenceBody
+		if err := jsonv2.Unmarshal(body, &e); err != nil {
+			return err
+		}
+		b.Lane, b.Backend, b.Status, b.Control = e.Lane, e.Backend, e.Status, e.Control
+		if e.Subject != nil {
+			b.Subject = *e.Subject
+		}
+	case KindHead:
+		var h auditHeadBody
+		if err := jsonv2.Unmarshal(body, &h); err != nil {
+			return err
+		}
+		b.Repository, b.Ref, b.Commit, b.Verdict, b.Decision = h.Repository, h.Ref, h.Commit, h.Verdict, h.Decision
+	case KindPolicy:
+		var p auditPolicyBody
+		if err := jsonv2.Unmarshal(body, &p); err != nil {
+			return err
+		}
+		b.Name = p.Name
+	default:
+		var k auditKeyedBody
+		if err := jsonv2.Unmarshal(body, &k); err != nil {
+			return err
+		}
+		b.Version = k.Version
+	}
+	return nil
 }
 
 // AuditFinding is what a driver's final checks found: a problem ("" when
@@ -459,8 +526,10 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		return
 	}
 	var b AuditBody
-	if err := DecodeAuditBody(body, &b); err != nil {
-		r.problem = "body does not parse"
+	if err := DecodeAuditBody(Kind(r.Kind), body, &b); err != nil {
+		// The bytes hash to the signed leaf: this is a reading fault of
+		// this build (a body layout it does not expect), not an edit.
+		r.problem = fmt.Sprintf("%s leaf: its hash verified but its layout does not decode (%s): a reading fault of this build, not tampering", r.Kind, clip(err.Error()))
 		return
 	}
 	key := b.Version

@@ -382,7 +382,9 @@ func internal(op string, err error) error {
 }
 
 // Checkpoint implements LogReader: the latest signed checkpoint. An empty
-// log has a zero-size checkpoint with the empty root, signed on the fly.
+// log has a zero-size checkpoint with the empty root, signed on the fly;
+// a read-only log (opened with a public key) has none to give and answers
+// a CodeNotFound error instead.
 func (l *Log) Checkpoint(ctx context.Context) (Checkpoint, error) { return l.CheckpointAt(ctx, 0) }
 
 // CheckpointAt implements LogReader; size 0 means the latest.
@@ -392,7 +394,7 @@ func (l *Log) CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error)
 		cp.Origin = l.origin
 		return cp, nil
 	}
-	if size == 0 && ErrorCode(err) == CodeNotFound {
+	if size == 0 && ErrorCode(err) == CodeNotFound && !l.opts.ReadOnly {
 		var root Hash
 		copy(root[:], rfc6962.DefaultHasher.EmptyRoot())
 		signed, err := l.SignNote(CheckpointText(l.origin, 0, root))

@@ -62,7 +62,10 @@ func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
 		q.Queue(storedSizeQuery).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
 	})
 	if err != nil {
-		b.Rollback()
+		// The connection's state is unknown (lost, terminated, or failed
+		// mid-pipeline): close it rather than return it to the pool.
+		b.final = nil
+		b.release(err)
 		return nil, dbErr("sequencer lock", err)
 	}
 	b.size, b.sized = uint64(n), true
@@ -291,7 +294,9 @@ func (b *batch) Flush(ctx context.Context) error {
 
 func (b *batch) reset() {
 	for _, r := range b.bufs() {
-		r.args = r.args[:0]
+		if r != nil { // nil until BeginBatch took the lock
+			r.args = r.args[:0]
+		}
 	}
 	b.tokOps = b.tokOps[:0]
 }

@@ -89,7 +89,7 @@ func firstArtifactMismatch(ctx context.Context, q queryer) (int64, error) {
 			return int64(idx), nil // the main pass verified it; be safe
 		}
 		var b ledger.AuditBody
-		ledger.DecodeAuditBody(l.Body, &b)
+		ledger.DecodeAuditBody(l.Kind, l.Body, &b)
 		var want artSum
 		for name, d := range b.Subject.Artifacts {
 			want.addRow(idx, name, d)
