@@ -254,7 +254,7 @@ failed or the roots differ, 2 error.`,
 			pub := a.keyPath("")
 			if a.DataDir == "" && !isPostgres(from) {
 				p, _ := sqlitePath(from)
-				pub = filepath.Join(filepath.Dir(p), "ledger.pub")
+				pub = filepath.Join(sqliteDataDir(p), "ledger.pub")
 			}
 			if _, err := readVerifierKey(pub); err != nil {
 				return errExit(2, "copy: %v (the copy is audited with the log's verifier key: give --data-dir)", err)

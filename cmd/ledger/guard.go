@@ -35,6 +35,11 @@ import (
 // opened anyway and returned with the *ledger.StartError (only `ledger
 // restore --accept-rollback` asks for it).
 func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*Store, *ledger.SignedState, error) {
+	if !acceptRollback {
+		if err := refuseForeignDataDir(ctx, db, keyDir, log); err != nil {
+			return nil, nil, err
+		}
+	}
 	dbExists := false
 	if isPostgres(db) {
 		dbExists = true // its size is read below when the key is missing
@@ -101,6 +106,62 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 		return nil, nil, err
 	}
 	return st, state, nil
+}
+
+// refuseForeignDataDir refuses, before anything is created or written,
+// a database that holds no signed log (a SQLite file not there yet or
+// empty, a PostgreSQL database with no checkpoint) whose data directory
+// keyDir holds the signing key and signed-state journal of a log that has
+// signed leaves: another ledger's, or this database's own before it was
+// lost. Signing with that key over a new log would fork the log it
+// belongs to; giving the database a key of its own needs a data directory
+// of its own. Only `ledger restore --accept-rollback` passes such a
+// database on (it records the loss).
+func refuseForeignDataDir(ctx context.Context, db, keyDir string, log *slog.Logger) error {
+	ents, err := ledger.ReadSignedState(filepath.Join(keyDir, ledger.SignedStateFile))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(ents) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var signed uint64
+	for _, e := range ents {
+		signed = max(signed, e.Size)
+	}
+	if signed == 0 {
+		return nil
+	}
+	if !isPostgres(db) {
+		path, err := sqlitePath(db)
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+			if n, err := signedSizeNoKey(ctx, db, log); err != nil || n > 0 {
+				return err
+			}
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	} else if n, err := signedSizeNoKey(ctx, db, log); err != nil || n > 0 {
+		return err
+	}
+	return fmt.Errorf("refusing to open %s: it holds no log, but its data directory %s holds the signing key and signed-state journal of a log that signed %d leaves. "+
+		"If this is a second ledger, give it a data directory of its own: create %s (found by the database's name from then on), or pass --data-dir DIR (LEDGER_DATA_DIR). "+
+		"If it replaces that log's database, put the newest backup in its place, or accept the loss with `ledger restore --accept-rollback`",
+		dbName(db), keyDir, signed, ownDirHint(db))
+}
+
+// ownDirHint names the data directory a SQLite database finds by its name
+// (sqliteDataDir), or a placeholder for PostgreSQL.
+func ownDirHint(db string) string {
+	if !isPostgres(db) {
+		if p, err := sqlitePath(db); err == nil && ownDataDir(p) != "" {
+			return "the directory " + ownDataDir(p)
+		}
+	}
+	return "a directory of its own"
 }
 
 // signedSizeNoKey returns the size of the latest stored checkpoint of the

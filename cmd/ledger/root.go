@@ -85,7 +85,7 @@ func newRootCmd() *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.DB, "db", envOr("LEDGER_DB", "./var/ledger.db"), "the database: a SQLite file path (or sqlite://PATH), or a PostgreSQL URL postgres://USER@HOST/DB (env LEDGER_DB)")
-	pf.StringVar(&a.DataDir, "data-dir", envOr("LEDGER_DATA_DIR", ""), "directory of the log signing key and signed-state journal (env LEDGER_DATA_DIR; default: the SQLite database's directory, ./var for PostgreSQL)")
+	pf.StringVar(&a.DataDir, "data-dir", envOr("LEDGER_DATA_DIR", ""), "directory of the log signing key and signed-state journal (env LEDGER_DATA_DIR; default: for DIR/NAME.db, DIR/NAME.ledger when that directory exists, else DIR; ./var for PostgreSQL)")
 	pf.BoolVar(&a.JSON, "json", false, "print machine-readable JSON")
 	pf.StringVar(&a.Server, "server", envOr("LEDGER_SERVER", ""), "ledger server base URL for client commands (env LEDGER_SERVER)")
 	pf.StringVar(&a.Token, "token", envOr("LEDGER_TOKEN", ""), "bearer token for the server (env LEDGER_TOKEN)")
@@ -123,7 +123,32 @@ func (a *app) dataDir() string {
 		return "./var"
 	}
 	path, _ := sqlitePath(a.DB)
+	return sqliteDataDir(path)
+}
+
+// sqliteDataDir is the default data directory (signing key, signed-state
+// journal) of the SQLite database at path: the directory named after the
+// database, beside it (DIR/NAME.ledger for DIR/NAME.db), when it exists,
+// else the database's own directory. A second database in a directory
+// whose key and journal belong to another log is refused
+// (refuseForeignDataDir); creating DIR/NAME.ledger gives it its own.
+func sqliteDataDir(path string) string {
+	if own := ownDataDir(path); own != "" {
+		if fi, err := os.Stat(own); err == nil && fi.IsDir() {
+			return own
+		}
+	}
 	return filepath.Dir(path)
+}
+
+// ownDataDir is the data directory named after the SQLite database at
+// path (DIR/NAME.ledger for DIR/NAME.db), "" for an unnamed path.
+func ownDataDir(path string) string {
+	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	if base == "" || base == "." || base == string(filepath.Separator) {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(path), base+".ledger")
 }
 
 // openStore opens (creating and migrating) the local database. A database
@@ -138,6 +163,7 @@ func (a *app) openStore(ctx context.Context) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	created := false
 	if isPostgres(a.DB) {
 		// The database must exist on the server; its tables are created
 		// (migrated) on first use.
@@ -145,9 +171,12 @@ func (a *app) openStore(ctx context.Context) (*Store, error) {
 		if !a.dbExplicit && !a.mayCreate {
 			return nil, fmt.Errorf("no ledger database at %s: give --server URL (with --token) to use a server, or --db PATH (or LEDGER_DB) for a local database", path)
 		}
-		fmt.Fprintf(a.stderr, "ledger: creating a new ledger database at %s\n", path)
+		created = true
 	}
 	st, _, err := openChecked(ctx, a.DB, a.dataDir(), a.log, false, 0)
+	if err == nil && created {
+		fmt.Fprintf(a.stderr, "ledger: created a new ledger database at %s\n", path)
+	}
 	return st, err
 }
 

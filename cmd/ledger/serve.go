@@ -283,7 +283,7 @@ func serveKeyDir(c ServeConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Dir(path), nil
+	return sqliteDataDir(path), nil
 }
 
 // openRunStore opens the run state (package runs) on its own handle to
