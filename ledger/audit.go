@@ -42,6 +42,7 @@ type AuditRow[P any] struct {
 	Proj    P
 	Hash    Hash
 	problem string
+	failure string // the AuditReport.Failure class of problem
 }
 
 // AuditBody holds the body fields a projection may be derived from. Only
@@ -279,7 +280,7 @@ func (a *auditRun[P]) keyChain(ctx context.Context, verifierKey, origin string) 
 			a.bad(int64(l.Index), "leaf %d: stored bytes do not hash to the stored leaf hash (edited)", l.Index)
 			return true, nil
 		}
-		body, problem := leafBody(l)
+		body, problem, _ := leafBody(l)
 		if problem != "" {
 			a.bad(int64(l.Index), "leaf %d: %s", l.Index, problem)
 			return true, nil
@@ -444,7 +445,8 @@ func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
 			a.bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, a.latest)
 			return true, nil
 		case r.problem != "":
-			a.bad(int64(idx), "leaf %d: %s", idx, r.problem)
+			a.bad(int64(idx), "leaf %d (kind %s, %s check): %s", idx, clip(r.Kind), r.failure, r.problem)
+			a.rep.BadKind, a.rep.Failure = r.Kind, r.failure
 			return true, nil
 		}
 		if Kind(r.Kind) == KindKeyRotation {
@@ -517,19 +519,20 @@ func (a *auditRun[P]) visit(id compact.NodeID, h []byte) {
 func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 	r.Hash = LeafHash(r.Raw)
 	if !bytes.Equal(r.Hash[:], r.LeafHash) {
-		r.problem = "stored bytes do not hash to the stored leaf hash (edited)"
+		r.problem, r.failure = "stored bytes do not hash to the stored leaf hash (edited)", FailureHash
 		return
 	}
-	body, problem := leafBody(&r.AuditLeaf)
+	body, problem, failure := leafBody(&r.AuditLeaf)
 	if problem != "" {
-		r.problem = problem
+		r.problem, r.failure = problem, failure
 		return
 	}
 	var b AuditBody
 	if err := DecodeAuditBody(Kind(r.Kind), body, &b); err != nil {
-		// The bytes hash to the signed leaf: this is a reading fault of
-		// this build (a body layout it does not expect), not an edit.
-		r.problem = fmt.Sprintf("%s leaf: its hash verified but its layout does not decode (%s): a reading fault of this build, not tampering", r.Kind, clip(err.Error()))
+		// The bytes hash to the signed leaf: this build cannot read a
+		// layout the log holds (a reading fault), which is no edit.
+		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, clip(err.Error()))
+		r.failure = FailureLayout
 		return
 	}
 	key := b.Version
@@ -542,31 +545,33 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		key = b.Name
 	}
 	if key != r.Key {
-		r.problem = "key column does not match the leaf body"
+		r.problem, r.failure = "key column does not match the leaf body", FailureProjection
 		return
 	}
-	r.problem = src.CheckLeaf(r, &b)
+	if r.problem = src.CheckLeaf(r, &b); r.problem != "" {
+		r.failure = FailureProjection
+	}
 }
 
 // leafBody checks that the leaf's bytes are exactly the canonical envelope
 // (see EncodeLeaf) of its index, kind, id and time around a body that
 // hashes to its id, and returns the body.
-func leafBody(l *AuditLeaf) (body []byte, problem string) {
+func leafBody(l *AuditLeaf) (body []byte, problem, failure string) {
 	kind := Kind(l.Kind)
 	if !ValidKind(kind) || len(l.ID) != 32 || !LowerHex(l.ID) {
-		return nil, "id or kind column is malformed"
+		return nil, "id or kind column is malformed", FailureEnvelope
 	}
 	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, l.Index, l.Kind, l.ID, time.Unix(0, l.RecordedAt).UTC().Format(time.RFC3339Nano))
 	if !bytes.HasPrefix(l.Raw, []byte(prefix)) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
 		var lf Leaf
 		if err := json.Unmarshal(l.Raw, &lf); err == nil && lf.Index != l.Index {
-			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index)
+			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index), FailureEnvelope
 		}
-		return nil, "leaf bytes are not the canonical envelope of the row's index, kind, id and time (edited or reordered)"
+		return nil, "leaf bytes are not the canonical envelope of the row's index, kind, id and time (edited or reordered)", FailureEnvelope
 	}
 	body = l.Raw[len(prefix) : len(l.Raw)-1]
 	if EntryID(kind, body) != l.ID {
-		return nil, "the body does not hash to the entry id (edited)"
+		return nil, "the body does not hash to the entry id (edited)", FailureHash
 	}
-	return body, ""
+	return body, "", ""
 }

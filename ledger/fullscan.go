@@ -175,7 +175,7 @@ func scanProblem(e *Entry) string {
 		return "does not match its leaf hash"
 	}
 	al := AuditLeaf{Index: e.Index, ID: e.ID, Kind: string(e.Kind), RecordedAt: e.RecordedAt.UnixNano(), Raw: e.Raw}
-	if _, p := leafBody(&al); p != "" {
+	if _, p, _ := leafBody(&al); p != "" {
 		return "fails its check: " + p
 	}
 	return ""

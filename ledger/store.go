@@ -145,6 +145,13 @@ type AuditReport struct {
 	// or when the problem is not tied to one leaf).
 	FirstBadIndex int64  `json:"first_bad_index"`
 	Problem       string `json:"problem,omitempty"`
+	// BadKind is the kind column of the leaf at FirstBadIndex ("" when the
+	// problem is not one leaf's), and Failure what failed (AuditFailure*):
+	// an operator tells a reading fault of the build (FailureLayout: the
+	// leaf's bytes hash to the signed tree, the build cannot decode them)
+	// from tampering (every other class) with them.
+	BadKind string `json:"bad_kind,omitempty"`
+	Failure string `json:"failure,omitempty"`
 	// DuplicateLeaves counts leaves whose content id an earlier leaf
 	// already has (only a ledger older than schema 5, appending to a
 	// migrated database, could append them; they are signed history and
@@ -157,6 +164,27 @@ type AuditReport struct {
 	// audit stopped before building it.
 	KeyChain KeyChain `json:"key_chain,omitempty"`
 }
+
+// The classes of AuditReport.Failure.
+const (
+	// FailureHash: a leaf's stored bytes do not hash to its stored leaf
+	// hash, or its body not to its entry id (the bytes were edited).
+	FailureHash = "hash"
+	// FailureEnvelope: a leaf's bytes are not the canonical envelope of
+	// its row's index, kind, id and time (edited, reordered or copied).
+	FailureEnvelope = "envelope"
+	// FailureLayout: a leaf's bytes verify but its body does not decode
+	// as its kind's layout: a reading fault of this build, not an edit.
+	FailureLayout = "layout"
+	// FailureProjection: a projection row or column (a query index)
+	// disagrees with the leaf it was derived from.
+	FailureProjection = "projection"
+	// FailureTree: leaves missing, repeated, inserted, or the stored tree
+	// or a checkpoint's root disagreeing with the leaves.
+	FailureTree = "tree"
+	// FailureCheckpoint: a checkpoint's signature, origin or key chain.
+	FailureCheckpoint = "checkpoint"
+)
 
 // LogWriter appends facts to the log. Implementations are safe for
 // concurrent use.

@@ -143,6 +143,9 @@ type StorageProber interface {
 const (
 	probeEvery  = time.Second
 	degradedFor = time.Minute
+	// healthyProbeEvery bounds the disk probes of a healthy server (each
+	// writes and syncs 256 KiB beside the database).
+	healthyProbeEvery = 30 * time.Second
 )
 
 func (h *storageHealth) degrade(reason string, now time.Time) {
@@ -155,12 +158,26 @@ func (h *storageHealth) degrade(reason string, now time.Time) {
 }
 
 // state returns the current reason ("" when healthy), probing p first
-// when degraded and a probe is due.
+// when a probe is due: every probeEvery while degraded, every
+// healthyProbeEvery (and at the first call) while healthy.
 func (h *storageHealth) state(ctx context.Context, p StorageProber, now time.Time) (reason string, since time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.reason == "" {
-		return "", time.Time{}
+		// Healthy as far as any write showed: probe the disk now and then
+		// (first at the first /healthz after start), so a server started
+		// on a full disk says so before its first append fails.
+		if p != nil && (h.lastProbe.IsZero() || now.Sub(h.lastProbe) >= healthyProbeEvery) {
+			h.lastProbe = now
+			if err := p.ProbeStorage(ctx); err != nil {
+				h.since = now
+				h.reason = "the database's disk takes no writes (a write probe failed)"
+				if ledger.IsStorageFull(err) {
+					h.reason = "storage full: the database's disk is full (a write probe failed)"
+				}
+			}
+		}
+		return h.reason, h.since
 	}
 	switch {
 	case p != nil && now.Sub(h.lastProbe) >= probeEvery:
@@ -374,7 +391,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	prober, _ := s.store.(StorageProber)
+	reason, since := s.storage.state(r.Context(), prober, s.cfg.Now())
 	if !figures {
+		if reason != "" {
+			s.writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "degraded"})
+			return
+		}
 		s.writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 		return
 	}
@@ -382,8 +405,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if wh := s.witnessHealth(); wh != nil {
 		out["witness"] = wh
 	}
-	prober, _ := s.store.(StorageProber)
-	if reason, since := s.storage.state(r.Context(), prober, s.cfg.Now()); reason != "" {
+	if reason != "" {
 		out["status"], out["reason"], out["since"] = "degraded", reason, since.UTC().Format(time.RFC3339)
 		s.writeJSON(w, http.StatusServiceUnavailable, out)
 		return

@@ -187,3 +187,26 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("audit after the disk filled: %s", out)
 	}
 }
+
+// TestDiskFullAtStart: a server started on a disk that is already full
+// says degraded at its first /healthz, before any append failed.
+func TestDiskFullAtStart(t *testing.T) {
+	dir := smallFS(t, 24)
+	db := filepath.Join(dir, "ledger.db")
+	if _, stderr, code := runBin(t, "", "--db", db, "token", "create", "--name", "ci", "--scope", "record"); code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	fillFS(t, dir, 64<<10)
+	srv, base := startServer(t, db)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || body["status"] != "degraded" || !strings.Contains(fmt.Sprint(body["reason"]), "disk") {
+		t.Fatalf("/healthz of a server started on a full disk: %d %v, want 503 degraded naming the disk", resp.StatusCode, body)
+	}
+}
