@@ -299,6 +299,15 @@ func (s *Store) Close() error { return s.db.Close() }
 // another attempt's, an expired one, or one of a final run).
 var ErrLeaseNotHeld = ledger.Errorf(ledger.CodeConflict, "lease not held: the run's lease belongs to another agent or attempt, or has expired; nothing was recorded")
 
+// LeaseHolder returns the token id a lease id was bound to by ClaimFor
+// ("" for a lease bound to none).
+func LeaseHolder(lease string) string {
+	if _, h, ok := strings.Cut(lease, "."); ok {
+		return h
+	}
+	return ""
+}
+
 func newID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -445,6 +454,17 @@ func Serves(r Run, backend ledger.Backend, labels map[string]string, commit stri
 // unable to both win; on PostgreSQL (read committed) the caller serializes
 // one agent's claims.
 func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, ttl time.Duration) (*Run, error) {
+	return s.ClaimFor(ctx, agent, "", filter, ttl)
+}
+
+// ClaimFor is Claim with the lease bound to holder (the id of the token
+// the agent polled with; "" binds none): the lease id carries it, and
+// LeaseHolder gives it back, so that only requests with that token
+// extend, stage under or finish the lease.
+func (s *Store) ClaimFor(ctx context.Context, agent, holder string, filter func(Run) bool, ttl time.Duration) (*Run, error) {
+	if strings.Contains(holder, ".") {
+		return nil, fmt.Errorf("claim: holder %q has a dot", holder)
+	}
 	queued, err := s.queryRuns(ctx, `SELECT `+runCols+` FROM runs WHERE state = 'queued' ORDER BY created_at, id LIMIT 200`)
 	if err != nil {
 		return nil, err
@@ -455,6 +475,9 @@ func (s *Store) Claim(ctx context.Context, agent string, filter func(Run) bool, 
 		}
 		now := s.now()
 		lease := newID("lease_")
+		if holder != "" {
+			lease += "." + holder
+		}
 		res, err := s.exec(ctx, `UPDATE runs SET state = 'leased', attempt = attempt + 1, agent = ?, lease_id = ?, lease_until = ?, updated_at = ?, progress = ?
 			WHERE id = ? AND state = 'queued' AND attempt = ?
 			AND NOT EXISTS (SELECT 1 FROM runs h WHERE h.agent = ? AND h.state IN ('leased', 'running', 'canceling') AND h.lease_until > ?)`,

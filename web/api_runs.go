@@ -822,7 +822,7 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 		_ = rs.store.Seen(r.Context(), a.Name, req.Health, "")
 		woken := rs.woken()
 		rs.claimMu.Lock()
-		run, err := rs.store.Claim(r.Context(), a.Name, agentServes(a, t), rs.ttl)
+		run, err := rs.store.ClaimFor(r.Context(), a.Name, t.ID, agentServes(a, t), rs.ttl)
 		rs.claimMu.Unlock()
 		if err != nil {
 			s.writeError(w, r, err)
@@ -843,6 +843,23 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// leaseTokenHolds refuses (403) a request about lease whose token is not
+// the one the lease was claimed with (runs.LeaseHolder): an agent's
+// heartbeats, staged evidence and finish go with the token it polled
+// with, so that its records stay within that token's scope and are
+// attributed to it. A lease the request misnames fails its lease check
+// after this.
+func leaseTokenHolds(r *http.Request, lease string) error {
+	holder := runs.LeaseHolder(lease)
+	if holder == "" {
+		return nil
+	}
+	if t, _ := TokenFrom(r.Context()); t.ID != holder {
+		return ledger.Errorf(ledger.CodeForbidden, "the lease was taken with token %s, and this request carries another: an agent heartbeats, stages and finishes with the token it polled with", holder)
+	}
+	return nil
 }
 
 // releaseHeld ends every lease agent a holds when it polls for a run: an
@@ -881,6 +898,10 @@ func (s *Server) handleAgentHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := chi.URLParam(r, "id")
+	if err := leaseTokenHolds(r, req.Lease); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	run, err := s.runs.store.Extend(r.Context(), id, a.Name, req.Attempt, req.Lease, req.Progress, s.runs.ttl)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -929,6 +950,9 @@ func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.Fi
 		if prev := cur.Attempts[req.Attempt-1]; prev.Agent == a.Name && prev.Outcome != "infrastructure" {
 			return cur, http.StatusOK, nil // already finished by this agent: the same answer again
 		}
+	}
+	if err := leaseTokenHolds(r, req.Lease); err != nil {
+		return cur, 0, err
 	}
 	run, err := rs.store.CheckLease(ctx, id, a.Name, req.Attempt, req.Lease)
 	if err != nil {

@@ -198,6 +198,10 @@ func (s *Server) handleAgentStage(w http.ResponseWriter, r *http.Request) {
 	}
 	id := chi.URLParam(r, "id")
 	rs := s.runs
+	if err := leaseTokenHolds(r, req.Lease); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	run, err := rs.store.CheckLease(r.Context(), id, a.Name, req.Attempt, req.Lease)
 	if err != nil {
 		s.writeError(w, r, err)
