@@ -161,7 +161,10 @@ key vouches for the new one): `+"`ledger key chain --key OLD.pub`"+` prints the 
 // /api/v1/log/keys, each rotation's signatures checked here) or the
 // local database, and checks that the trusted key anchor is in it.
 func keyChainOf(ctx context.Context, a *app, anchor string) (ledger.KeyChain, error) {
-	var chain ledger.KeyChain
+	var (
+		chain ledger.KeyChain
+		cp    ledger.Checkpoint
+	)
 	if a.Server != "" {
 		c, err := client.New(a.Server, client.Options{Token: a.Token, Timeout: a.Timeout})
 		if err != nil {
@@ -171,15 +174,25 @@ func keyChainOf(ctx context.Context, a *app, anchor string) (ledger.KeyChain, er
 		if err != nil {
 			return nil, err
 		}
-		v, err := note.NewVerifier(anchor)
+		if len(kc.Keys) == 0 {
+			return nil, fmt.Errorf("the server lists no key for its log")
+		}
+		listed := kc.Keys[len(kc.Keys)-1].Key
+		v, err := note.NewVerifier(listed)
 		if err != nil {
-			return nil, fmt.Errorf("--key: %v", err)
+			return nil, fmt.Errorf("the server's key %q: %v", listed, err)
 		}
 		rots := make([]ledger.RotationLeaf, len(kc.Rotations))
 		for i, r := range kc.Rotations {
 			rots[i] = ledger.RotationLeaf{Index: r.Index, Body: r.Body}
 		}
-		if chain, err = ledger.BuildKeyChain(v.Name(), anchor, rots); err != nil {
+		if chain, err = ledger.BuildKeyChain(v.Name(), listed, rots); err != nil {
+			return nil, err
+		}
+		if len(chain) != len(kc.Keys) || chain.Head() != listed {
+			return nil, fmt.Errorf("the server's key list (%d keys, last %s) is not the chain its rotation leaves build (%d keys, last %s)", len(kc.Keys), ledger.KeyID(listed), len(chain), ledger.KeyID(chain.Head()))
+		}
+		if cp, err = c.Checkpoint(ctx); err != nil {
 			return nil, err
 		}
 	} else {
@@ -188,7 +201,10 @@ func keyChainOf(ctx context.Context, a *app, anchor string) (ledger.KeyChain, er
 			return nil, err
 		}
 		defer st.Close()
-		cp, err := st.Checkpoint(ctx)
+		cp, err = st.Checkpoint(ctx)
+		if ledger.ErrorCode(err) == ledger.CodeNotFound {
+			return ledger.KeyChain{{Key: anchor, From: 0, RotationIndex: -1}}, nil // nothing signed yet
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -202,6 +218,17 @@ func keyChainOf(ctx context.Context, a *app, anchor string) (ledger.KeyChain, er
 	}
 	if chain.Index(anchor) < 0 {
 		return nil, fmt.Errorf("the key given (%s) is not in the log's key chain (first %s): another log, or a replaced key", ledger.KeyID(anchor), ledger.KeyID(chain[0].Key))
+	}
+	// The chain must be the one that signs the log: its last key verifies
+	// the latest checkpoint.
+	if cp.Size > 0 {
+		hv, err := note.NewVerifier(chain.Head())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := note.Open([]byte(cp.Note), note.VerifierList(hv)); err != nil {
+			return nil, fmt.Errorf("the log's latest checkpoint (size %d) does not verify with the chain's last key %s: the log is signed by a key the chain does not hold (re-created, or another log)", cp.Size, ledger.KeyID(chain.Head()))
+		}
 	}
 	return chain, nil
 }

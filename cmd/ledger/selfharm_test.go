@@ -152,3 +152,29 @@ func TestSecondDatabaseInOneDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyChainOfARecreatedLog: `ledger key chain --server --key OLD.pub`
+// for a log that was re-created under another key (no rotation leaf
+// links the two) fails (exit 2) naming the chain, and still prints the
+// chain of the log's own key.
+func TestKeyChainOfARecreatedLog(t *testing.T) {
+	old := t.TempDir()
+	if _, se, code := runBin(t, "", "--db", filepath.Join(old, "l.db"), "token", "create", "--name", "a", "--scope", "admin"); code != 0 {
+		t.Fatal(se)
+	}
+	oldPub := filepath.Join(old, "ledger.pub")
+	fresh := t.TempDir()
+	db := filepath.Join(fresh, "l.db")
+	if _, se, code := runBin(t, "", "--db", db, "token", "create", "--name", "a", "--scope", "admin"); code != 0 {
+		t.Fatal(se)
+	}
+	srv, url := startServer(t, db)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	if out, se, code := runBin(t, "", "--server", url, "key", "chain", "--key", oldPub); code != 2 || !strings.Contains(se, "not in the log's key chain") {
+		t.Fatalf("key chain of a re-created log with the old key: exit %d %s%s", code, out, se)
+	}
+	own, _ := os.ReadFile(filepath.Join(fresh, "ledger.pub"))
+	if out, se, code := runBin(t, "", "--server", url, "key", "chain", "--key", filepath.Join(fresh, "ledger.pub")); code != 0 || strings.TrimSpace(out) != strings.TrimSpace(string(own)) {
+		t.Fatalf("key chain with the log's own key: exit %d %q %s, want %q", code, out, se, own)
+	}
+}
