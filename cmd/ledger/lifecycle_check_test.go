@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
+)
+
+func newPGDatabase(t *testing.T) string { return pgtest.NewDatabase(t) }
+
+// check asserts the invariants of TRUST.md rule 8 on the ledger as it is
+// now: the audit passes; a backup audits; a copy to the other store
+// audits with the same root; every signed verdict replays; a restarted
+// server serves every page and verdict without a 5xx; a real witness
+// cosigns the latest checkpoint. It leaves the server running.
+func (e *lcEnv) check() error {
+	if err := e.stop(); err != nil {
+		return err
+	}
+	out, _, err := e.cli(0, "", "audit")
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if !strings.Contains(out, "audit passed") {
+		return fmt.Errorf("audit output: %s", out)
+	}
+	n := e.m.next()
+	// ledger backup (SQLite only: it is VACUUM INTO) audits.
+	if e.store == "sqlite" {
+		dest := filepath.Join(e.dir, fmt.Sprintf("check-backup-%d", n)) + string(filepath.Separator)
+		if _, _, err := e.cli(0, "", "backup", dest); err != nil {
+			return fmt.Errorf("backup: %w", err)
+		}
+		if _, _, _, err := e.exec([]int{0}, "", "--db", filepath.Join(dest, "ledger.db"), "--data-dir", e.dataDir, "audit"); err != nil {
+			return fmt.Errorf("audit of the backup: %w", err)
+		}
+	}
+	// ledger copy to the other store audits with the same root.
+	var to string
+	switch {
+	case e.store == "postgres":
+		to = filepath.Join(e.dir, fmt.Sprintf("check-copy-%d.db", n))
+	case pgtest.Available():
+		to = newPGDatabase(e.t)
+	default:
+		to = filepath.Join(e.dir, fmt.Sprintf("check-copy-%d.db", n))
+	}
+	out, _, _, err = e.exec([]int{0}, "", "--data-dir", e.dataDir, "copy", "--from", e.db, "--to", to)
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	if strings.Count(out, "ok=true") != 2 {
+		return fmt.Errorf("copy output: %s", out)
+	}
+	srcAudit, _, err := e.cli(0, "", "--json", "audit")
+	if err != nil {
+		return err
+	}
+	dstAudit, _, _, err := e.exec([]int{0}, "", "--db", to, "--data-dir", e.dataDir, "--json", "audit")
+	if err != nil {
+		return fmt.Errorf("audit of the copy: %w", err)
+	}
+	if a, b := auditRoot(srcAudit), auditRoot(dstAudit); a == "" || a != b {
+		return fmt.Errorf("the copy's audit root %q differs from the source's %q:\n%s\n%s", b, a, dstAudit, srcAudit)
+	}
+	// Every signed verdict replays at its checkpoint.
+	for _, v := range e.m.verdicts {
+		if _, _, err := e.cli(0, "", "release", "verify-verdict", "--replay", v); err != nil {
+			return fmt.Errorf("verify-verdict --replay %s: %w", filepath.Base(v), err)
+		}
+	}
+	if err := e.start(); err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	if err := e.checkPages(); err != nil {
+		return err
+	}
+	return e.checkWitnessed()
+}
+
+// auditRoot is the size and root of an audit --json answer.
+func auditRoot(out string) string {
+	var a map[string]any
+	if json.Unmarshal([]byte(out), &a) != nil {
+		return ""
+	}
+	return fmt.Sprint(a["size"], " ", a["root"])
+}
+
+// checkPages GETs every dashboard page and API read of what the ledger
+// holds: nothing may answer 5xx, and what exists must answer 200.
+func (e *lcEnv) checkPages() error {
+	es, err := e.leaves()
+	if err != nil {
+		return err
+	}
+	paths := []string{"/", "/evidence", "/heads", "/runs", "/agents", "/releases", "/healthz", "/metrics", "/checkpoint",
+		"/api/v1/releases", "/api/v1/evidence", "/api/v1/heads", "/api/v1/runners", "/api/v1/policies", "/api/v1/runs", "/api/v1/agents",
+		"/api/v1/overview", "/api/v1/log/keys", "/api/v1/log/key", "/api/v1/log/checkpoints", "/api/v1/log/witnesses", "/api/v1/openapi.yaml",
+		"/lanes/qmv-bias-sum/v1", "/lanes/ci-tests/v1", "/lanes/" + quickLane, "/api/v1/lanes/qmv-bias-sum/v1", "/api/v1/lanes/ci-tests/v1"}
+	for _, k := range ledger.Kinds() {
+		paths = append(paths, "/api/v1/log/entries?kind="+string(k))
+	}
+	for _, v := range slices.Sorted(mapKeys(e.m.releases)) {
+		paths = append(paths, "/releases/"+v, "/api/v1/releases/"+v, "/api/v1/releases/"+v+"/readiness")
+	}
+	if e.m.policies > 0 {
+		paths = append(paths, "/api/v1/policies/core")
+	}
+	for _, en := range es {
+		paths = append(paths, "/entries/"+en.ID, "/api/v1/log/entries/"+en.ID)
+		switch en.Kind {
+		case ledger.KindEvidence:
+			paths = append(paths, "/evidence/"+en.ID, "/api/v1/evidence/"+en.ID, "/api/v1/evidence/"+en.ID+"/proof")
+		case ledger.KindOriginal:
+			paths = append(paths, "/originals/"+en.ID, "/api/v1/originals/"+en.ID)
+		case ledger.KindRunOutcome:
+			var o ledger.RunOutcome
+			if json.Unmarshal(en.Body, &o) == nil && o.Run != "" {
+				paths = append(paths, "/api/v1/runs/"+url.PathEscape(o.Run))
+			}
+		}
+	}
+	var bad []string
+	for _, p := range paths {
+		code, b, err := e.get(p)
+		if err != nil {
+			return err
+		}
+		if code != 200 && !(p == "/releases" && code == 303) {
+			bad = append(bad, fmt.Sprintf("GET %s: %d %s", p, code, clipOut(string(b))[:min(300, len(clipOut(string(b))))]))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d of %d pages failed:\n%s", len(bad), len(paths), strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
+// checkWitnessed waits until the witness cosigned the latest checkpoint.
+func (e *lcEnv) checkWitnessed() error {
+	cp, err := e.checkpoint()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st witnessStatus
+		if err := e.getJSON("/api/v1/log/witnesses", &st); err != nil {
+			return err
+		}
+		if st.Latest != nil && st.Latest.Size >= cp.Size && st.Witnessed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(st)
+			return fmt.Errorf("the witness did not cosign size %d within 30s: %s\nwitness log: %s", cp.Size, b, clipOut(e.witness.Stderr()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kindsSeen returns the set of kinds in the log.
+func (e *lcEnv) kindsSeen() (map[ledger.Kind]int, error) {
+	es, err := e.leaves()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[ledger.Kind]int{}
+	for _, en := range es {
+		seen[en.Kind]++
+	}
+	return seen, nil
+}
+
+var _ = os.Getenv
