@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 )
@@ -55,4 +57,15 @@ func errorBody(err error) (int, APIError) {
 		return http.StatusRequestEntityTooLarge, APIError{Code: ledger.CodeTooLarge, Message: fmt.Sprintf("request body is larger than the limit of %d bytes", mbe.Limit)}
 	}
 	return http.StatusInternalServerError, APIError{Code: ledger.CodeInternal, Message: "internal error"}
+}
+
+// setRetryAfter sets Retry-After on a 503 whose cause says how soon to try
+// again (a store whose database connection was lost: the pool reconnects
+// on the next request); a refusal of the log's state (the tampered state)
+// carries none, as waiting does not change it.
+func setRetryAfter(w http.ResponseWriter, st int, err error) {
+	var ra interface{ RetryAfter() time.Duration }
+	if st == http.StatusServiceUnavailable && errors.As(err, &ra) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ra.RetryAfter()/time.Second))))
+	}
 }

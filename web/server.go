@@ -475,6 +475,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if st == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "60")
 	}
+	setRetryAfter(w, st, err)
 	s.writeJSON(w, st, body)
 }
 

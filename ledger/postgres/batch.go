@@ -144,7 +144,7 @@ func (b *batch) Start(context.Context, uint64, bool) error { return nil }
 func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	if savepoint {
 		if _, err := b.tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
-			return err
+			return lost("savepoint", err)
 		}
 	}
 	b.sp = savepoint
@@ -158,7 +158,7 @@ func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 		b.reqIDs = b.reqIDs[:0]
 		if b.sp {
 			_, err := b.tx.ExecContext(ctx, "RELEASE SAVEPOINT req")
-			return err
+			return lost("savepoint", err)
 		}
 		return nil
 	}
@@ -174,7 +174,7 @@ func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 	if _, rerr := b.tx.ExecContext(ctx, "RELEASE SAVEPOINT req"); err == nil {
 		err = rerr
 	}
-	return err
+	return lost("savepoint", err)
 }
 
 // Find implements ledger.Batch: ids appended in this batch, then the
@@ -197,14 +197,14 @@ func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, _ any) (map[st
 	}
 	rows, err := b.tx.QueryContext(ctx, "SELECT id, idx FROM leaves WHERE id = ANY($1)", ask)
 	if err != nil {
-		return nil, err
+		return nil, lost("find", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
 		var idx int64
 		if err := rows.Scan(&id, &idx); err != nil {
-			return nil, err
+			return nil, lost("find", err)
 		}
 		if out == nil {
 			out = map[string]uint64{}
@@ -237,7 +237,7 @@ func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentA
 		return ans, false, nil
 	}
 	if err != nil {
-		return ans, false, err
+		return ans, false, lost("idempotency", err)
 	}
 	ans.Size = uint64(size)
 	if err := json.Unmarshal([]byte(idsJSON), &ans.IDs); err != nil {
@@ -289,7 +289,7 @@ func (b *batch) Flush(ctx context.Context) error {
 		b.queueTokens(q)
 	})
 	b.reset()
-	return err
+	return lost("append", err)
 }
 
 func (b *batch) reset() {
@@ -354,6 +354,13 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 	})
 	if err != nil {
 		b.Rollback()
+		if connLost(err) {
+			// COMMIT may have reached the server before the connection
+			// went: whether the batch is in the log is unknown here. A
+			// request sent again is answered from the log either way (its
+			// records by content id, its idempotency key by its answer).
+			return &ledger.Error{Code: ledger.CodeUnavailable, Message: "the database is unavailable (the connection to PostgreSQL was lost during the commit): whether these records were appended is unknown; send the request again shortly (records already appended are answered as existing)", Err: &unavailable{err}}
+		}
 		return err
 	}
 	b.reset()
@@ -481,10 +488,10 @@ func fetchNodes(ctx context.Context, q queryer, ids []compact.NodeID) ([][]byte,
 	}
 	got := make(map[int64][]byte, len(ids)) // by ord
 	if err := fetchAny(ctx, q, "SELECT ord, hash FROM tree_nodes WHERE ord = ANY($1)", inner, nil, got); err != nil {
-		return nil, err
+		return nil, lost("read the tree", err)
 	}
 	if err := fetchAny(ctx, q, "SELECT idx, leaf_hash FROM leaves WHERE idx = ANY($1)", leaves, func(idx int64) int64 { return (idx + 1) << 6 }, got); err != nil {
-		return nil, err
+		return nil, lost("read the tree", err)
 	}
 	out := make([][]byte, len(ids))
 	for i, id := range ids {
@@ -503,14 +510,14 @@ func fetchAny(ctx context.Context, q queryer, query string, keys []int64, toOrd 
 	}
 	rows, err := q.QueryContext(ctx, query, keys)
 	if err != nil {
-		return err
+		return lost("read", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var k int64
 		var h []byte
 		if err := rows.Scan(&k, &h); err != nil {
-			return err
+			return lost("read", err)
 		}
 		if toOrd != nil {
 			k = toOrd(k)

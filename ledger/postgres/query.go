@@ -24,7 +24,7 @@ func scanEntry(sc scanner) (ledger.Entry, error) {
 	var idx, rec int64
 	var lh []byte
 	if err := sc.Scan(&idx, &e.ID, &kind, &rec, &e.Raw, &lh); err != nil {
-		return e, err
+		return e, lost("read", err)
 	}
 	e.Index = uint64(idx)
 	e.Kind = ledger.Kind(kind)
@@ -41,7 +41,7 @@ func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) 
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, ledger.NotFound("entry %q not found", id)
 	}
-	return e, err
+	return e, lost("read", err)
 }
 
 // entryAtQuery selects the leaf at one index.

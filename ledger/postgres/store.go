@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -342,6 +344,9 @@ func dbErr(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	if connLost(err) {
+		return unavailableErr(op, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "53100" || pe.Code == "53400") {
 		// disk_full, configuration_limit_exceeded (temp file limit)
@@ -351,6 +356,62 @@ func dbErr(op string, err error) error {
 		return ledger.StorageFull(op, err)
 	}
 	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
+}
+
+// connLost reports whether err is the loss of the connection to
+// PostgreSQL rather than an answer from it: the server closed or
+// terminated the session (SQLSTATE class 08 connection exception, 57P01
+// admin_shutdown from pg_terminate_backend, 57P02 crash_shutdown, 57P03
+// cannot_connect_now, https://www.postgresql.org/docs/current/errcodes-appendix.html),
+// the socket failed or was closed, or no connection could be made.
+func connLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.Is(err, sqldriver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, net.ErrClosed), errors.As(err, &ce), errors.As(err, &ne), pgconn.SafeToRetry(err):
+		return true
+	}
+	// pgx's answer for a connection it already closed.
+	return strings.Contains(err.Error(), "conn closed")
+}
+
+// RetryAfter is how long a caller is told to wait (HTTP Retry-After)
+// after the connection to PostgreSQL was lost: the pool reconnects on
+// the next request.
+const RetryAfter = 2 * time.Second
+
+// unavailable is a lost connection to PostgreSQL, wrapped in a
+// ledger.CodeUnavailable error; RetryAfter tells web the answer's
+// Retry-After.
+type unavailable struct{ err error }
+
+func (e *unavailable) Error() string             { return e.err.Error() }
+func (e *unavailable) Unwrap() error             { return e.err }
+func (e *unavailable) RetryAfter() time.Duration { return RetryAfter }
+
+// unavailableErr is the CodeUnavailable error for a connection lost
+// during op. Its message names the database being unavailable and not
+// the server's address (the DSN stays in the server's log).
+func unavailableErr(op string, err error) error {
+	return &ledger.Error{Code: ledger.CodeUnavailable, Message: "the database is unavailable (the connection to PostgreSQL was lost during " + op + "): nothing was changed by this request unless it says otherwise; send it again shortly", Err: &unavailable{err}}
+}
+
+// lost returns err translated by dbErr when it is a lost connection, and
+// err itself otherwise (nil stays nil): for the paths whose other errors
+// keep their own meaning for the caller.
+func lost(op string, err error) error {
+	if connLost(err) {
+		return unavailableErr(op, err)
+	}
+	return err
 }
 
 // args numbers a query's placeholders as values are added ($1, $2, ...).
