@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # machine's default may be an older patch release with known vulnerabilities.
 export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean
+.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean mlx-deps
 
 build:
 	@echo "building ./bin (the first build compiles the pure-Go SQLite: a few minutes on two cores)"
@@ -112,6 +112,18 @@ fuzz-short:
 device-bin:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o .devbin/ledger ./cmd/ledger
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o .devbin/ledger-ref-adapter ./cmd/ledger-ref-adapter
+
+# MLX's CPU backend for `ledger run --impl mlx-cpu` and the adapters tests:
+# the wheels pinned (version and sha256) in adapters/mlx/requirements-cpu.txt
+# are downloaded into var/mlx-cpu/wheels (kept: the evidence pins their
+# digests) and installed from there, with no other package, into
+# var/mlx-cpu/site (--target: the system Python is left alone, PEP 668).
+MLX_DIR ?= var/mlx-cpu
+PYTHON  ?= python3
+mlx-deps:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --require-hashes -r adapters/mlx/requirements-cpu.txt -d $(MLX_DIR)/wheels
+	$(PYTHON) -m pip install --quiet --no-index --no-deps --only-binary=:all: --require-hashes --upgrade --find-links $(MLX_DIR)/wheels --target $(MLX_DIR)/site -r adapters/mlx/requirements-cpu.txt
+	$(PYTHON) -c "import sys; sys.path.insert(0, '$(MLX_DIR)/site'); import mlx.core as mx; print('mlx', mx.__version__, mx.default_device())"
 
 clean:
 	rm -rf ./bin ./.devbin

@@ -43,7 +43,7 @@ func TestShippedConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"reference", "reference-narrow", "pytorch-dequant-cuda", "pytorch-dequant-cpu", "pytorch-int4pack-cuda", "pytorch-int4pack-cpu", "mlx-metal"} {
+	for _, n := range []string{"reference", "reference-narrow", "pytorch-dequant-cuda", "pytorch-dequant-cpu", "pytorch-int4pack-cuda", "pytorch-int4pack-cpu", "mlx-cpu", "mlx-metal"} {
 		im, err := cfg.Lookup(n)
 		if err != nil {
 			t.Fatal(err)

@@ -377,6 +377,36 @@ func prepareCases(l *qmvLane) (*caseSet, error) {
 	return cs, nil
 }
 
+// QMVLaneCase is one case of a qmv lane as RunImpl sends it to an
+// adapter: the case id, its pattern (PatternExact, ...) and the request
+// (variant Promoted) built from the lane's deterministic inputs.
+type QMVLaneCase struct {
+	ID      string
+	Pattern string
+	Req     *QMVRequest
+}
+
+// QMVLaneCases returns the cases of the qmv lane name ("name/vN" or
+// "name") in lane order, with the inputs every run sends to adapters, so
+// a test can model an implementation's arithmetic independently of the
+// ledger's reference. It fails for an unknown lane or one that does not
+// run through the adapter protocol.
+func QMVLaneCases(name string) ([]QMVLaneCase, error) {
+	lanes, err := implLanes([]string{name})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := prepareCases(lanes[0])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QMVLaneCase, len(cs.cases))
+	for i, c := range cs.cases {
+		out[i] = QMVLaneCase{ID: c.ID, Pattern: c.Pattern, Req: cs.reqs[i]}
+	}
+	return out, nil
+}
+
 // ctlOutcome is the CPU narrow control's outcome for a lane.
 type ctlOutcome struct {
 	failing, missed, unexpected []string

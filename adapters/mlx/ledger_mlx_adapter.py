@@ -1,23 +1,34 @@
 #!/usr/bin/env python3
-"""ledger-adapter/1 adapter for MLX's affine quantized matmul on Metal.
+"""ledger-adapter/1 adapter for MLX's affine quantized matmul (Metal or CPU).
 
 Each case is run the way an MLX user runs a quantized linear layer:
 mlx.core.quantized_matmul(x, w, scales, biases, transpose=True,
-group_size=g, bits=b) with x of shape (1, K). MLX's affine layout is the
-protocol's layout: w is (N, K*bits/32) uint32, each row one little-endian
-bit stream (for 3, 5 and 6 bits elements straddle words), scales and
-biases (N, K/group_size) in the activation dtype, w_hat = scale*q + bias.
-The conversion is therefore only a reinterpretation of raw bits as MLX
-arrays (uint16/uint32 views), with no arithmetic.
+group_size=g, bits=b, stream=device) with x of shape (1, K). MLX's affine
+layout is the protocol's layout: w is (N, K*bits/32) uint32, each row one
+little-endian bit stream (for 3, 5 and 6 bits elements straddle words),
+scales and biases (N, K/group_size) in the activation dtype,
+w_hat = scale*q + bias. The conversion is therefore only a
+reinterpretation of raw bits as MLX arrays (uint16/uint32 views), with no
+arithmetic.
 
-Not yet run on Apple hardware: its layout conversion is tested on CPU
-against the protocol with an exact stand-in for mlx.core
-(testdata/fakemlx, adapters_test.go).
+--device cpu runs MLX's CPU backend (the Linux wheels mlx + mlx-cpu, pinned
+in requirements-cpu.txt and installed by `make mlx-deps` into
+var/mlx-cpu/site, which --site puts first on sys.path); --device gpu runs
+Metal (not yet run on Apple hardware). The layout conversion is also tested
+against an exact stand-in for mlx.core (testdata/fakemlx).
 
-Usage: python3 ledger_mlx_adapter.py [--device gpu|cpu]
+The hello names what actually ran: mlx.core.__version__, the dist-info
+versions of mlx and mlx-cpu, the path of the libmlx shared library mapped
+into this process (read from /proc/self/maps, so the ledger can check it is
+the file it pinned), and the source commit when the installed
+distribution records one (direct_url.json of a VCS install; PyPI wheels
+record none).
+
+Usage: python3 ledger_mlx_adapter.py [--device gpu|cpu] [--site DIR]
 """
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -25,16 +36,16 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import ledger_adapter as la  # noqa: E402
 
-import mlx.core as mx  # noqa: E402
-
-DTYPES = {la.FLOAT16: mx.float16, la.BFLOAT16: mx.bfloat16, la.FLOAT32: mx.float32}
+mx = None  # mlx.core, imported in main() after --site is on sys.path
+DEVICE = None
 
 
 def to_mlx(bits_array, dtype_code, shape):
     """Raw bit patterns -> an MLX array of the activation dtype (a view of
     uint16 or uint32 data: no rounding, no conversion)."""
+    dtypes = {la.FLOAT16: mx.float16, la.BFLOAT16: mx.bfloat16, la.FLOAT32: mx.float32}
     raw = mx.uint16 if la.DTYPE_SIZE[dtype_code] == 2 else mx.uint32
-    return mx.array(list(bits_array), dtype=raw).view(DTYPES[dtype_code]).reshape(*shape)
+    return mx.array(list(bits_array), dtype=raw).view(dtypes[dtype_code]).reshape(*shape)
 
 
 def compute(case):
@@ -42,34 +53,104 @@ def compute(case):
     scales = to_mlx(case.scale_bits(), case.dtype, (case.n, case.groups))
     biases = to_mlx(case.bias_bits(), case.dtype, (case.n, case.groups))
     x = to_mlx(case.x_bits(), case.dtype, (1, case.k))
-    y = mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size=case.group_size, bits=case.bits)
+    y = mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size=case.group_size, bits=case.bits, stream=DEVICE)
     mx.eval(y)
     raw = mx.uint16 if la.DTYPE_SIZE[case.dtype] == 2 else mx.uint32
     return [int(v) for v in y.view(raw).reshape(-1).tolist()]
 
 
+def mapped_libmlx():
+    """The path of the libmlx shared library mapped into this process, or
+    "" where /proc/self/maps is unavailable (macOS) or none is mapped."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)  # address perms offset dev inode [path]
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libmlx."):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def dist_info(name):
+    """(version, source commit) of the installed distribution name, read
+    from its dist-info next to mlx (the commit only where direct_url.json
+    records a VCS install)."""
+    try:
+        from importlib import metadata
+        d = metadata.distribution(name)
+    except Exception:
+        return "", ""
+    commit = ""
+    try:
+        du = json.loads(d.read_text("direct_url.json") or "{}")
+        commit = (du.get("vcs_info") or {}).get("commit_id", "")
+    except Exception:
+        commit = ""
+    return d.version or "", commit
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def hello(device):
     info = {}
-    try:
-        if mx.metal.is_available():
-            info = mx.metal.device_info()
-    except Exception:  # older MLX, or no Metal
-        info = {}
-    model = str(info.get("architecture") or info.get("device_name") or platform.machine())
+    if device == "gpu":
+        try:
+            if mx.metal.is_available():
+                info = mx.metal.device_info()
+        except Exception:  # older MLX, or no Metal
+            info = {}
+        model = str(info.get("architecture") or info.get("device_name") or platform.machine())
+    else:
+        model = cpu_model()
+    runtime = {"mlx": mx.__version__, "python": platform.python_version(), "device": device,
+               "mlx.core": os.path.abspath(getattr(mx, "__file__", "") or "")[:256]}
+    source = {"repository": "github.com/ml-explore/mlx"}
+    for dist in ("mlx", "mlx-cpu", "mlx-metal"):
+        version, commit = dist_info(dist)
+        if version:
+            runtime["dist." + dist] = version
+        if commit:
+            runtime["dist.%s.commit" % dist] = commit
+            if dist == "mlx":
+                source["commit"] = commit
+    if "commit" not in source:
+        runtime["source.commit"] = "not recorded by the installed distribution"
+    lib = mapped_libmlx()
+    if lib:
+        runtime["libmlx"] = lib[:256]
     return {
         "implementation": "mlx-quantized-matmul",
         "version": mx.__version__,
-        "device": {"model": model, "attrs": {"mlx.device": str(mx.default_device()), "platform": platform.platform()[:200]}},
-        "runtime": {"mlx": mx.__version__, "python": platform.python_version(), "device": device},
-        "source": {"repository": "github.com/ml-explore/mlx"},
+        "device": {"model": model[:512], "attrs": {"mlx.device": str(mx.default_device()), "platform": platform.platform()[:200]}},
+        "runtime": runtime,
+        "source": source,
     }
 
 
 def main():
+    global mx, DEVICE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    ap.add_argument("--site", default="", help="directory put first on sys.path before importing mlx (make mlx-deps: var/mlx-cpu/site)")
     args = ap.parse_args()
-    mx.set_default_device(mx.gpu if args.device == "gpu" else mx.cpu)
+    if args.site:
+        sys.path.insert(0, os.path.abspath(args.site))
+    import mlx.core  # noqa: E402
+
+    mx = mlx.core
+    DEVICE = mx.gpu if args.device == "gpu" else mx.cpu
+    mx.set_default_device(DEVICE)
     la.serve(hello(args.device), compute)
 
 

@@ -133,7 +133,7 @@ def _encode(dtype, v):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF  # RNE to bfloat16
 
 
-def quantized_matmul(x, w, scales, biases, transpose=True, group_size=64, bits=4):
+def quantized_matmul(x, w, scales, biases, transpose=True, group_size=64, bits=4, stream=None):
     if not transpose:
         raise ValueError("the fake implements transpose=True only")
     if w.dtype is not uint32 or len(w.shape) != 2:
