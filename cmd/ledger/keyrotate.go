@@ -101,7 +101,7 @@ func rotatedTo(ctx context.Context, a *app, vkey string) (rotation, bool, error)
 	if err != nil {
 		return rotation{}, false, err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: a.DB, Key: k, Logger: a.log, ReadOnly: true})
+	st, err := openDriverStore(ctx, a.DB, storeOptions{key: k, log: a.log, readOnly: true})
 	if err != nil {
 		return rotation{}, false, err
 	}
@@ -258,8 +258,14 @@ Exit codes: 0 rotated, 2 refused or error.`,
 			if a.Server != "" {
 				return errExit(2, "key rotate acts on the key files and the database: run it where they are, with --db (not --server)")
 			}
-			if _, err := os.Stat(a.DB); err != nil {
-				return errExit(2, "key rotate: database %s: %v", a.DB, err)
+			if !isPostgres(a.DB) {
+				path, err := sqlitePath(a.DB)
+				if err == nil {
+					_, err = os.Stat(path)
+				}
+				if err != nil {
+					return errExit(2, "key rotate: database %s: %v", a.DB, err)
+				}
 			}
 			r, err := runKeyRotate(cmd.Context(), a)
 			if err != nil {
