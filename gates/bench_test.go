@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +24,10 @@ import (
 // scripts/bench-vs-base.sh) never opens, or migrates, this one's copy.
 const benchDBVersion = "gates-bench-v1"
 
-// benchDBDir is the cached database's directory under os.TempDir().
-func benchDBDir(b *testing.B) string {
+// benchDBDir is the cached database's directory under os.TempDir() for a
+// ledger of n evidence records (the 1,000,000-record one keeps its
+// historical name).
+func benchDBDir(b *testing.B, n int) string {
 	db, err := sql.Open("sqlite", ":memory:")
 	if err != nil {
 		b.Fatal(err)
@@ -32,6 +36,9 @@ func benchDBDir(b *testing.B) string {
 	_, latest, err := sqlite.MigrationStatus(context.Background(), db)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if n != benchRecords {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("%s-%d-s%d", benchDBVersion, n, latest))
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("%s-s%d", benchDBVersion, latest))
 }
@@ -89,7 +96,7 @@ func benchStore(b *testing.B) benchReader {
 	b.Helper()
 	dsn := os.Getenv("LEDGER_BENCH_PG_DSN")
 	if dsn == "" {
-		return benchStoreSQLite(b)
+		return benchStoreSQLite(b, benchRecords)
 	}
 	s, err := postgres.Open(context.Background(), postgres.Options{DSN: dsn, KeyDir: os.Getenv("LEDGER_BENCH_KEY_DIR"), ReadOnly: true, Now: func() time.Time { return t0 }})
 	if err != nil {
@@ -99,13 +106,13 @@ func benchStore(b *testing.B) benchReader {
 	return s
 }
 
-// benchStoreSQLite opens the cached benchmark ledger under os.TempDir(), filling
-// it on first use with 1,000,000 evidence records appended 1000 per call
-// (the batched fast path) plus head verifications.
-func benchStoreSQLite(b *testing.B) *sqlite.Store {
+// benchStoreSQLite opens the cached benchmark ledger of n evidence records
+// under os.TempDir(), filling it on first use with the records appended
+// 1000 per call (the batched fast path) plus head verifications.
+func benchStoreSQLite(b *testing.B, n int) *sqlite.Store {
 	b.Helper()
 	ctx := context.Background()
-	dir := benchDBDir(b)
+	dir := benchDBDir(b, n)
 	path := filepath.Join(dir, "ledger.db")
 	done := filepath.Join(dir, "complete")
 	if _, err := os.Stat(done); err != nil {
@@ -116,7 +123,7 @@ func benchStoreSQLite(b *testing.B) *sqlite.Store {
 		}
 		start := time.Now()
 		recs := make([]ledger.Record, 0, 1000)
-		for i := 0; i < benchRecords; i++ {
+		for i := 0; i < n; i++ {
 			body, _ := json.Marshal(benchEvidence(i))
 			recs = append(recs, ledger.Record{Kind: ledger.KindEvidence, Body: body})
 			if len(recs) == 1000 {
@@ -135,7 +142,7 @@ func benchStoreSQLite(b *testing.B) *sqlite.Store {
 		}
 		s.Close()
 		os.WriteFile(done, []byte(time.Since(start).String()+"\n"), 0o644)
-		b.Logf("filled %d records in %s", benchRecords, time.Since(start))
+		b.Logf("filled %d records in %s", n, time.Since(start))
 	}
 	s, err := sqlite.Open(ctx, sqlite.Options{Path: path, Now: func() time.Time { return t0 }})
 	if err != nil {
@@ -215,5 +222,60 @@ func BenchmarkReadinessSigned(b *testing.B) {
 		if _, err := Sign(rd, s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkReadinessVerified evaluates the 50-gate release through
+// ledger.VerifiedStore, as the server does, over 200,000 and 1,000,000
+// evidence records: every leaf a gate reads is checked against the signed
+// tree. The first evaluation of a store is left out (see
+// BenchmarkReadinessVerifiedFirst).
+func BenchmarkReadinessVerified(b *testing.B) {
+	for _, n := range []int{200_000, benchRecords} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s := benchStoreSQLite(b, n)
+			v := ledger.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			rel := benchRelease()
+			if err := rel.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			rd, err := Evaluate(ctx, v, rel, EvalOptions{Now: t0})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(rd.Gates) != 50 || rd.Checkpoint.Size < uint64(n) {
+				b.Fatalf("%d gates over %d entries", len(rd.Gates), rd.Checkpoint.Size)
+			}
+			b.Logf("counts %v", rd.Counts)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := Evaluate(ctx, v, rel, EvalOptions{Now: t0}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReadinessVerifiedFirst is the first evaluation through a new
+// ledger.VerifiedStore (a server's first readiness answer after a start,
+// or one `ledger release check --db`).
+func BenchmarkReadinessVerifiedFirst(b *testing.B) {
+	for _, n := range []int{200_000, benchRecords} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s := benchStoreSQLite(b, n)
+			rel := benchRelease()
+			if err := rel.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			for b.Loop() {
+				v := ledger.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				if _, err := Evaluate(ctx, v, rel, EvalOptions{Now: t0}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -2,10 +2,15 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sort"
 	"sync"
+
+	"github.com/evidence-ledger/ledger/ledger/internal/cursor"
 
 	"github.com/transparency-dev/merkle/compact"
 
@@ -43,6 +48,7 @@ type VerifiedStore struct {
 	cp Checkpoint // the latest checkpoint whose note verified
 
 	tokens tokenGuard // Authenticate's projection of the token leaves
+	index  leafIndex  // the query index (see indexAt)
 }
 
 // NewVerifiedStore wraps st, whose engine is l (a sqlite.Store's Log).
@@ -144,8 +150,21 @@ func (v *VerifiedStore) EntryAt(ctx context.Context, index uint64) (Entry, error
 	return e, v.check(ctx, []*Entry{&e})
 }
 
-// Entries implements Queries, checked.
+// Entries implements Queries, checked. A filter IndexedEntries accepts is
+// answered from the query index: complete against the verified leaves,
+// whatever the projection columns say.
 func (v *VerifiedStore) Entries(ctx context.Context, f EntryFilter) ([]Entry, string, error) {
+	if IndexedEntries(f) {
+		return v.indexedPage(ctx, f.Cursor, f.AsOfSize, f.Limit, func(x *leafIndex) []uint64 {
+			switch {
+			case f.Kind == KindEvidence:
+				return x.lanes[f.Key]
+			case f.Key == "":
+				return x.kinds[f.Kind]
+			}
+			return x.entries[entryKey(f.Kind, f.Key)]
+		})
+	}
 	es, next, err := v.Store.Entries(ctx, f)
 	if err != nil {
 		return nil, "", err
@@ -160,10 +179,25 @@ func (v *VerifiedStore) Entries(ctx context.Context, f EntryFilter) ([]Entry, st
 	return es, next, nil
 }
 
-// Evidence implements Queries, checked; an entry whose body does not
-// match the filter's lane, backend or status (an edited projection) is
-// tampering too.
+// Evidence implements Queries, checked. A filter IndexedEvidence accepts
+// (the ones gates use) is answered from the query index: complete against
+// the verified leaves, so an edited projection column can neither add a
+// record nor leave one out. Otherwise the store's projection answers and
+// an entry whose body does not match the filter's lane, backend or status
+// (an edited projection) is tampering.
 func (v *VerifiedStore) Evidence(ctx context.Context, f EvidenceFilter) ([]EvidenceEntry, string, error) {
+	if IndexedEvidence(f) {
+		es, next, err := v.indexedPage(ctx, f.Cursor, f.AsOfSize, f.Limit, func(x *leafIndex) []uint64 {
+			if f.Commit != "" {
+				return x.commits[f.Lane+"\x00"+f.Commit]
+			}
+			return x.lanes[f.Lane]
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		return evidenceOf(es, next)
+	}
 	es, next, err := v.Store.Evidence(ctx, f)
 	if err != nil {
 		return nil, "", err
@@ -182,8 +216,24 @@ func (v *VerifiedStore) Evidence(ctx context.Context, f EvidenceFilter) ([]Evide
 	return es, next, nil
 }
 
-// Heads implements Queries, checked.
+// Heads implements Queries, checked. A filter IndexedHeads accepts is
+// answered from the query index (verifications of exactly that commit).
 func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, string, error) {
+	if IndexedHeads(f) {
+		es, next, err := v.indexedPage(ctx, f.Cursor, f.AsOfSize, f.Limit, func(x *leafIndex) []uint64 { return x.heads[f.Commit] })
+		if err != nil {
+			return nil, "", err
+		}
+		out := make([]HeadEntry, len(es))
+		for i, e := range es {
+			var h HeadVerification
+			if err := json.Unmarshal(e.Body, &h); err != nil {
+				return nil, "", internal(fmt.Sprintf("head leaf %d", e.Index), err)
+			}
+			out[i] = HeadEntry{Entry: e, Head: h}
+		}
+		return out, next, nil
+	}
 	es, next, err := v.Store.Heads(ctx, f)
 	if err != nil {
 		return nil, "", err
@@ -196,6 +246,19 @@ func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, s
 		return nil, "", err
 	}
 	return es, next, nil
+}
+
+// evidenceOf decodes verified evidence entries.
+func evidenceOf(es []Entry, next string) ([]EvidenceEntry, string, error) {
+	out := make([]EvidenceEntry, len(es))
+	for i, e := range es {
+		ev, err := ParseEvidence(e.Body)
+		if err != nil {
+			return nil, "", internal(fmt.Sprintf("evidence leaf %d", e.Index), err)
+		}
+		out[i] = EvidenceEntry{Entry: e, Evidence: ev}
+	}
+	return out, next, nil
 }
 
 // ProbeStorage forwards to the wrapped store's disk probe, when it has
@@ -211,4 +274,384 @@ func (v *VerifiedStore) ProbeStorage(ctx context.Context) error {
 // hashes their readers check against a signed checkpoint themselves).
 func (v *VerifiedStore) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
 	return v.l.ReadNodes(ctx, ids)
+}
+
+// The query index: VerifiedStore answers the queries that readiness
+// depends on (EvidenceFilter by lane, or lane and full commit id;
+// EntryFilter by kind and key, or by kind other than evidence; HeadFilter by
+// full commit id) from an index it builds itself from leaf bytes it
+// verified, never from the store's projection columns. A per-row check
+// can refuse a row a filter returns but cannot see one an edited column
+// (commit_id, key, kind, a deleted heads_index row) makes the filter
+// leave out; the index cannot be edited that way: it holds, for every
+// leaf below a signed checkpoint's size, the keys read from its bytes,
+// and the leaves it folded must give that checkpoint's root. Leaves are
+// folded on demand (a query at a size the index does not cover yet folds
+// every leaf up to the latest signed checkpoint), so the first such
+// query of a process reads the whole log once, and later ones only the
+// leaves appended since, whichever server of the log appended them.
+
+// leafIndex is the query index of the leaves [0, size): for each key,
+// the indexes of the leaves that have it, ascending. Lists are only
+// appended to; a reader copies a list's header under rmu and reads it
+// unlocked (appends never touch the elements below its length).
+type leafIndex struct {
+	fold sync.Mutex // held while folding: one fold at a time
+
+	rmu     sync.RWMutex
+	size    uint64         // leaves [0, size) are folded and match a signed root
+	rng     *compact.Range // of the folded leaf hashes (fold holds it)
+	entries map[string][]uint64
+	kinds   map[Kind][]uint64
+	lanes   map[string][]uint64
+	commits map[string][]uint64 // evidence by lane "\x00" commit
+	heads   map[string][]uint64 // head verifications by commit
+}
+
+// entryKey is the key of leafIndex.entries: kind and EntryKey.
+func entryKey(k Kind, key string) string { return string(k) + "\x00" + key }
+
+// foldChunk is how many leaves a fold reads in one range query.
+const foldChunk = 2048
+
+// leafKeys is what folding reads from one leaf.
+type leafKeys struct {
+	kind                 Kind
+	key, commit, problem string
+	hash                 Hash
+	fault                error
+}
+
+// reset empties the index (after a failed fold, whose partial lists may
+// hold leaves no signed root covered).
+func (x *leafIndex) reset() {
+	x.rmu.Lock()
+	x.size, x.rng = 0, nil
+	x.entries, x.kinds, x.lanes, x.commits, x.heads = nil, nil, nil, nil, nil
+	x.rmu.Unlock()
+}
+
+// covered returns the size the index covers.
+func (x *leafIndex) covered() uint64 {
+	x.rmu.RLock()
+	defer x.rmu.RUnlock()
+	return x.size
+}
+
+// list returns the list of key in m, read under the lock.
+func (x *leafIndex) list(pick func() []uint64) (uint64, []uint64) {
+	x.rmu.RLock()
+	defer x.rmu.RUnlock()
+	return x.size, pick()
+}
+
+// latestSigned returns the latest stored checkpoint with its note
+// verified (once per size and root).
+func (v *VerifiedStore) latestSigned(ctx context.Context) (Checkpoint, error) {
+	cp, err := v.l.CheckpointAt(ctx, 0)
+	if err != nil {
+		return cp, err
+	}
+	v.mu.Lock()
+	known := v.cp
+	v.mu.Unlock()
+	if known.Size == cp.Size && known.Root == cp.Root && known.Size > 0 {
+		return cp, nil
+	}
+	if err := v.l.checkNote(cp); err != nil {
+		v.log.Error("tampering: the latest checkpoint does not verify", "size", cp.Size)
+		return cp, Errorf(CodeInternal, "the latest checkpoint (size %d) %v: run `ledger audit`", cp.Size, err)
+	}
+	v.mu.Lock()
+	if cp.Size > v.cp.Size {
+		v.cp = cp
+	}
+	v.mu.Unlock()
+	return cp, nil
+}
+
+// indexAt makes the index cover size want (0: the latest signed
+// checkpoint) and returns the size it covers, at least want. A leaf that
+// fails its check, or folded leaves that do not give the signed root,
+// are a *TamperError (logged as tampering) and leave the index empty.
+func (v *VerifiedStore) indexAt(ctx context.Context, want uint64) (uint64, error) {
+	x := &v.index
+	if n := x.covered(); want > 0 && n >= want {
+		return n, nil
+	}
+	x.fold.Lock()
+	defer x.fold.Unlock()
+	if n := x.covered(); want > 0 && n >= want {
+		return n, nil
+	}
+	cp, err := v.latestSigned(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if cp.Size < want {
+		return 0, v.tampered(want-1, "is beyond the latest signed checkpoint")
+	}
+	// The fold outlives a caller that gives up: the next query would
+	// otherwise start it again from the same leaf.
+	if err := v.foldTo(context.WithoutCancel(ctx), cp); err != nil {
+		x.reset()
+		return 0, err
+	}
+	return cp.Size, nil
+}
+
+// foldTo folds the leaves [x.size, cp.Size) and checks that the leaves
+// [0, cp.Size) give cp's root. fold is held.
+func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
+	x := &v.index
+	from := x.covered()
+	if cp.Size <= from {
+		return nil
+	}
+	if x.rng == nil {
+		x.rng = rangeFactory.NewEmptyRange(0)
+		x.rmu.Lock()
+		x.entries, x.kinds, x.lanes = map[string][]uint64{}, map[Kind][]uint64{}, map[string][]uint64{}
+		x.commits, x.heads = map[string][]uint64{}, map[string][]uint64{}
+		x.rmu.Unlock()
+	}
+	keys := make([]leafKeys, foldChunk)
+	for lo := from; lo < cp.Size; lo += foldChunk {
+		hi := min(cp.Size, lo+foldChunk)
+		es, err := readRange(ctx, v.Store, lo, hi)
+		if err != nil {
+			return err
+		}
+		for i := lo; i < hi; i++ {
+			if i-lo >= uint64(len(es)) || es[i-lo].Index != i {
+				return v.tampered(i, "is missing")
+			}
+		}
+		ks := keys[:hi-lo]
+		readKeys(es, ks)
+		x.rmu.Lock()
+		for j := range ks {
+			k, i := &ks[j], lo+uint64(j)
+			if k.problem != "" || k.fault != nil {
+				x.rmu.Unlock()
+				if k.fault != nil {
+					return internal(fmt.Sprintf("query index: leaf %d", i), k.fault)
+				}
+				return v.tampered(i, k.problem)
+			}
+			if err := x.rng.Append(k.hash[:], nil); err != nil {
+				x.rmu.Unlock()
+				return err
+			}
+			switch k.kind {
+			case KindEvidence:
+				x.lanes[k.key] = append(x.lanes[k.key], i)
+				ck := k.key + "\x00" + k.commit
+				x.commits[ck] = append(x.commits[ck], i)
+			case KindHead:
+				x.heads[k.commit] = append(x.heads[k.commit], i)
+				fallthrough
+			default:
+				ek := entryKey(k.kind, k.key)
+				x.entries[ek] = append(x.entries[ek], i)
+				x.kinds[k.kind] = append(x.kinds[k.kind], i)
+			}
+		}
+		x.rmu.Unlock()
+	}
+	if rangeRoot(x.rng) != cp.Root {
+		return v.tampered(from, fmt.Sprintf("is the first of the leaves %d..%d, which do not give the root signed at size %d", from, cp.Size-1, cp.Size))
+	}
+	x.rmu.Lock()
+	x.size = cp.Size
+	x.rmu.Unlock()
+	return nil
+}
+
+// readKeys checks each of es (scanProblem: bytes, leaf hash, envelope,
+// content id) and reads its kind and query keys into ks, spread over the
+// processors.
+func readKeys(es []Entry, ks []leafKeys) {
+	par := min(runtime.GOMAXPROCS(0), 1+len(es)/256)
+	var wg sync.WaitGroup
+	for p := range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := p; j < len(es); j += par {
+				ks[j] = keysOf(&es[j])
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// keysOf checks e's bytes and returns its kind and keys: the key is
+// EntryKey's (the lane of evidence, the repository of a head, the name of
+// a policy, else the version), decoded as the audit decodes it; commit is
+// the subject commit of evidence and the commit of a head.
+func keysOf(e *Entry) leafKeys {
+	k := leafKeys{kind: e.Kind, hash: e.LeafHash}
+	if LeafHash(e.Raw) != e.LeafHash {
+		k.problem = "does not match its leaf hash"
+		return k
+	}
+	al := AuditLeaf{Index: e.Index, ID: e.ID, Kind: string(e.Kind), RecordedAt: e.RecordedAt.UnixNano(), Raw: e.Raw}
+	body, p, _ := leafBody(&al)
+	if p != "" {
+		k.problem = "fails its check: " + p
+		return k
+	}
+	var b AuditBody
+	if err := DecodeAuditBody(e.Kind, body, &b); err != nil {
+		k.fault = fmt.Errorf("%s leaf: its hash verified but its layout does not decode: %w", e.Kind, err)
+		return k
+	}
+	switch e.Kind {
+	case KindEvidence:
+		k.key, k.commit = b.Lane, b.Subject.Commit
+	case KindHead:
+		k.key, k.commit = b.Repository, b.Commit
+	case KindPolicy:
+		k.key = b.Name
+	default:
+		k.key = b.Version
+	}
+	return k
+}
+
+// page returns the indexes of list below bound, newest first, at most n,
+// and whether older ones remain.
+func page(list []uint64, bound uint64, n int) ([]uint64, bool) {
+	hi := sort.Search(len(list), func(i int) bool { return list[i] >= bound })
+	lo := max(0, hi-n)
+	out := make([]uint64, 0, hi-lo)
+	for i := hi - 1; i >= lo; i-- {
+		out = append(out, list[i])
+	}
+	return out, lo > 0
+}
+
+// pageBound is the exclusive upper index of a page: below the cursor,
+// below asOf when not 0, and below the index's size.
+func pageBound(c string, asOf, size uint64) (uint64, error) {
+	b, ok := cursor.Decode(c)
+	if !ok {
+		return 0, FieldError("cursor", "malformed cursor")
+	}
+	if asOf > 0 {
+		b = min(b, asOf)
+	}
+	return min(b, size), nil
+}
+
+// pageLimit is a query's page size: 50 by default, at most 1000, as the
+// stores answer.
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return 50
+	case n > 1000:
+		return 1000
+	}
+	return n
+}
+
+// indexedEntries reads the entries at idx (newest first) through the
+// verified reads: every one must be present and pass check.
+func (v *VerifiedStore) indexedEntries(ctx context.Context, idx []uint64) ([]Entry, error) {
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	var es []Entry
+	if r, ok := v.Store.(EntriesAtReader); ok {
+		got, err := r.EntriesAt(ctx, idx)
+		if err != nil {
+			return nil, err
+		}
+		es = got
+	} else {
+		for _, i := range idx {
+			e, err := v.Store.EntryAt(ctx, i)
+			if err != nil && ErrorCode(err) != CodeNotFound {
+				return nil, err
+			}
+			if err == nil {
+				es = append(es, e)
+			}
+		}
+	}
+	byIdx := make(map[uint64]int, len(es))
+	for j := range es {
+		byIdx[es[j].Index] = j
+	}
+	out := make([]Entry, len(idx))
+	ps := make([]*Entry, len(idx))
+	for j, i := range idx {
+		k, ok := byIdx[i]
+		if !ok {
+			return nil, v.tampered(i, "is missing")
+		}
+		out[j] = es[k]
+		ps[j] = &out[j]
+	}
+	if err := v.check(ctx, ps); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// indexedPage answers one page of the list pick selects: the bound from
+// cursor and asOf, the verified entries and the next cursor.
+func (v *VerifiedStore) indexedPage(ctx context.Context, c string, asOf uint64, limit int, pick func(x *leafIndex) []uint64) ([]Entry, string, error) {
+	if _, ok := cursor.Decode(c); !ok {
+		return nil, "", FieldError("cursor", "malformed cursor")
+	}
+	if _, err := v.indexAt(ctx, asOf); err != nil {
+		return nil, "", err
+	}
+	size, list := v.index.list(func() []uint64 { return pick(&v.index) })
+	bound, err := pageBound(c, asOf, size)
+	if err != nil {
+		return nil, "", err
+	}
+	lim := pageLimit(limit)
+	idx, more := page(list, bound, lim)
+	es, err := v.indexedEntries(ctx, idx)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if more && len(es) > 0 {
+		next = cursor.Encode(es[len(es)-1].Index)
+	}
+	return es, next, nil
+}
+
+// IndexedEvidence reports whether VerifiedStore answers f from its query
+// index (complete against the verified leaves): a lane, optionally a
+// full commit id (ValidObjectID), and no other filter. Gates read
+// evidence only so.
+func IndexedEvidence(f EvidenceFilter) bool {
+	return f.Lane != "" && (f.Commit == "" || ValidObjectID(f.Commit)) &&
+		f.Backend == "" && f.Status == "" && f.Repository == "" && f.ArtifactDigest == "" && f.Since.IsZero()
+}
+
+// IndexedEntries reports whether VerifiedStore answers f from its query
+// index: a kind, with a key or (for kinds other than evidence) without.
+// Token and token-revocation leaves are left to the store: Authenticate
+// reads them, checks every tokens row against them itself (tokenguard.go)
+// and must not wait for a fold of the whole log on a server's first
+// request.
+func IndexedEntries(f EntryFilter) bool {
+	if f.Kind == KindToken || f.Kind == KindTokenRevocation {
+		return false
+	}
+	return f.Kind != "" && (f.Key != "" || f.Kind != KindEvidence)
+}
+
+// IndexedHeads reports whether VerifiedStore answers f from its query
+// index: a full commit id (ValidObjectID) and no other filter.
+func IndexedHeads(f HeadFilter) bool {
+	return ValidObjectID(f.Commit) && f.Repository == "" && f.Verdict == ""
 }

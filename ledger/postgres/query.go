@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -46,6 +47,59 @@ func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) 
 
 // entryAtQuery selects the leaf at one index.
 const entryAtQuery = "SELECT " + leafCols + " FROM leaves l WHERE l.idx = $1"
+
+// EntriesRange implements ledger.EntryRangeReader: the stored leaves of
+// indexes [lo, hi) in index order, in one query (missing ones are absent).
+func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error) {
+	if lo >= hi || lo > math.MaxInt64 {
+		return nil, nil
+	}
+	hi = min(hi, math.MaxInt64)
+	rows, err := s.d.db.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx >= $1 AND l.idx < $2 ORDER BY l.idx", int64(lo), int64(hi))
+	if err != nil {
+		return nil, dbErr("entries range", err)
+	}
+	return scanEntries(rows, int(hi-lo))
+}
+
+// EntriesAt implements ledger.EntriesAtReader: the stored leaves at the
+// indexes idx, in one query (the list travels as one array parameter).
+func (s *Store) EntriesAt(ctx context.Context, idx []uint64) ([]ledger.Entry, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for _, x := range idx {
+		if x > math.MaxInt64 {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(x, 10))
+	}
+	b.WriteByte('}')
+	if b.Len() == 2 {
+		return nil, nil
+	}
+	rows, err := s.d.db.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx = ANY($1::bigint[])", b.String())
+	if err != nil {
+		return nil, dbErr("entries at", err)
+	}
+	return scanEntries(rows, len(idx))
+}
+
+// scanEntries reads and closes rows of leafCols.
+func scanEntries(rows *sql.Rows, n int) ([]ledger.Entry, error) {
+	defer rows.Close()
+	out := make([]ledger.Entry, 0, min(n, 4096))
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, dbErr("entries", err)
+		}
+		out = append(out, e)
+	}
+	return out, dbErr("entries", rows.Err())
+}
 
 // unstorable reports whether any of vs is a string PostgreSQL's TEXT
 // cannot hold (invalid UTF-8, or a NUL): no stored value equals it (every

@@ -79,6 +79,30 @@ func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry
 	return out, dbErr("entries range", rows.Err())
 }
 
+// EntriesAt implements ledger.EntriesAtReader: the stored leaves at the
+// indexes idx, in one query (the list travels as one JSON array
+// parameter, so the statement is the same for every list).
+func (s *Store) EntriesAt(ctx context.Context, idx []uint64) ([]ledger.Entry, error) {
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	list, _ := json.Marshal(idx)
+	rows, err := s.d.r.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx IN (SELECT value FROM json_each(?))", string(list))
+	if err != nil {
+		return nil, dbErr("entries at", err)
+	}
+	defer rows.Close()
+	out := make([]ledger.Entry, 0, len(idx))
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, dbErr("entries at", err)
+		}
+		out = append(out, e)
+	}
+	return out, dbErr("entries at", rows.Err())
+}
+
 func limitOf(n int) int {
 	switch {
 	case n <= 0:
