@@ -316,7 +316,21 @@ compared. Exit 0 verified (and replayed equal), 1 verification or replay mismatc
 			if err != nil {
 				return errExit(exitErr, "read public key: %v", err)
 			}
+			var s *Store
+			if replay || cmd.Flags().Changed("db") {
+				if s, err = a.openStore(ctx); err != nil {
+					return errExit(exitErr, "%v", err)
+				}
+				defer s.Close()
+			}
 			rd, err := gates.VerifyVerdict(data, string(key))
+			if errors.Is(err, gates.ErrVerdictSignature) && s != nil {
+				// A verdict signed before a key rotation verifies with
+				// the key that signed the log at the verdict's
+				// checkpoint, taken from the log's verified key chain
+				// (which must hold the given key).
+				rd, err = verifyVerdictChain(data, strings.TrimSpace(string(key)), s.Log.KeyChain(), err)
+			}
 			if err != nil {
 				if errors.Is(err, gates.ErrVerdictSignature) || errors.Is(err, gates.ErrVerdictMalformed) {
 					return errExit(exitNotReady, "verdict does not verify: %v", err)
@@ -324,12 +338,7 @@ compared. Exit 0 verified (and replayed equal), 1 verification or replay mismatc
 				return errExit(exitErr, "%v", err)
 			}
 			result := map[string]any{"verified": true, "version": rd.Version, "ready": rd.Ready, "checkpoint": rd.Checkpoint}
-			if replay || cmd.Flags().Changed("db") {
-				s, err := a.openStore(ctx)
-				if err != nil {
-					return errExit(exitErr, "%v", err)
-				}
-				defer s.Close()
+			if s != nil {
 				_, diffs, err := gates.Replay(ctx, s, rd)
 				if err != nil {
 					return errExit(exitErr, "replay: %v", err)
@@ -355,6 +364,25 @@ compared. Exit 0 verified (and replayed equal), 1 verification or replay mismatc
 	c.Flags().StringVar(&keyFile, "key", "", "verifier key file (default: ledger.pub in the data directory)")
 	c.Flags().BoolVar(&replay, "replay", false, "replay the evaluation on --db and compare")
 	return c
+}
+
+// verifyVerdictChain verifies a verdict signed by an earlier key of the
+// log's chain: accepted only when that key is the one that signed the log
+// at the verdict's checkpoint size, and the chain holds key (the verifier
+// key the caller trusts). It returns first when none does.
+func verifyVerdictChain(data []byte, key string, chain ledger.KeyChain, first error) (*gates.Readiness, error) {
+	if chain.Index(key) < 0 {
+		return nil, first
+	}
+	for _, k := range chain.Keys() {
+		if k == key {
+			continue
+		}
+		if rd, err := gates.VerifyVerdict(data, k); err == nil && chain.KeyFor(rd.Checkpoint.Size) == k {
+			return rd, nil
+		}
+	}
+	return nil, first
 }
 
 func releaseShow(a *app) *cobra.Command {
