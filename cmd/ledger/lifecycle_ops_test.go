@@ -831,11 +831,12 @@ func (e *lcEnv) waitRun(id string, d time.Duration, states ...string) (runs.Run,
 		if err != nil {
 			return got, err
 		}
-		if slices.Contains(states, got.State) {
+		// A final run is done once its outcome is a leaf.
+		if slices.Contains(states, got.State) && (!runs.Final(got.State) || got.OutcomeEntry != "") {
 			return got, nil
 		}
 		if time.Now().After(deadline) {
-			return got, fmt.Errorf("run %s is %s after %s, want %v", id, got.State, d, states)
+			return got, fmt.Errorf("run %s is %s (outcome entry %q) after %s, want %v with its outcome entry", id, got.State, got.OutcomeEntry, d, states)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -966,6 +967,11 @@ func opRestore(e *lcEnv, r *rand.Rand) error {
 		return opBackup(e, r)
 	}
 	b := e.m.backup
+	// The log goes on past the backup, so that there is a rollback to
+	// accept.
+	if err := opEvidenceJSON(e, r); err != nil {
+		return err
+	}
 	if err := e.noteKinds(); err != nil {
 		return err
 	}

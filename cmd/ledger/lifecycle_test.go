@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +22,7 @@ import (
 //
 // Environment:
 //
-//	LEDGER_LIFECYCLE_STEPS   steps per seed (default 120; make lifecycle: 2000)
+//	LEDGER_LIFECYCLE_STEPS   steps per seed (default 300; make lifecycle: 1500 x 2 seeds)
 //	LEDGER_LIFECYCLE_SEEDS   seeds per store (default 1)
 //	LEDGER_LIFECYCLE_SEED    the first seed (default: from the time, printed)
 //	LEDGER_LIFECYCLE_CHECK   steps between invariant checks (default 25)
@@ -153,10 +154,12 @@ func (e *lcEnv) noteKinds() error {
 }
 
 // lcShrink drops steps (halves, then smaller chunks, then one at a time)
-// while the sequence still fails on a fresh ledger, within budget.
-func lcShrink(t *testing.T, store string, fix *lcFixture, seq []lcStep, budget time.Duration) ([]lcStep, lcResult) {
+// while the sequence still fails the same way (lcSignature) on a fresh
+// ledger, within budget.
+func lcShrink(t *testing.T, store string, fix *lcFixture, seq []lcStep, failure error, budget time.Duration) ([]lcStep, lcResult) {
 	end := time.Now().Add(budget)
 	best := seq
+	want := lcSignature(failure)
 	var bestRes lcResult
 	for chunk := len(best) / 2; chunk >= 1 && time.Now().Before(end); chunk /= 2 {
 		for i := 0; i < len(best) && time.Now().Before(end); {
@@ -166,7 +169,7 @@ func lcShrink(t *testing.T, store string, fix *lcFixture, seq []lcStep, budget t
 				continue
 			}
 			res := lcRun(t, store, fix, cand, 0)
-			if res.err != nil {
+			if res.err != nil && lcSignature(res.err) == want {
 				t.Logf("shrink: %d steps still fail (%v)", len(cand), firstLine(res.err))
 				best, bestRes = cand[:res.failAt+1], res
 				continue
@@ -175,6 +178,28 @@ func lcShrink(t *testing.T, store string, fix *lcFixture, seq []lcStep, budget t
 		}
 	}
 	return best, bestRes
+}
+
+var lcVarying = regexp.MustCompile(`[0-9a-f]{8,}|[0-9]+`)
+
+// lcSignature is what makes two failures the same one while shrinking:
+// the failing operation (or "invariants") and the first line of the
+// error, without the step numbers, seeds, ids and sizes that vary.
+func lcSignature(err error) string {
+	msg := firstLine(err)
+	where := "invariants"
+	if !strings.HasPrefix(msg, "invariants") {
+		f := strings.Fields(msg)
+		if len(f) > 2 {
+			where, _, _ = strings.Cut(f[2], "@")
+		}
+	}
+	if _, rest, ok := strings.Cut(msg, ": "); ok {
+		msg = rest
+	}
+	msg = lcVarying.ReplaceAllString(msg, "#")
+	msg = regexp.MustCompile(`/tmp/\S+`).ReplaceAllString(msg, "PATH")
+	return where + ": " + msg[:min(len(msg), 100)]
 }
 
 func firstLine(err error) string {
@@ -197,7 +222,7 @@ func TestLifecycle(t *testing.T) {
 			if store == "postgres" {
 				newPGDatabase(t) // skips (or fails under LEDGER_REQUIRE_POSTGRES=1) without PostgreSQL
 			}
-			steps, seeds, every := lcEnvInt("LEDGER_LIFECYCLE_STEPS", 120), lcEnvInt("LEDGER_LIFECYCLE_SEEDS", 1), lcEnvInt("LEDGER_LIFECYCLE_CHECK", 25)
+			steps, seeds, every := lcEnvInt("LEDGER_LIFECYCLE_STEPS", 300), lcEnvInt("LEDGER_LIFECYCLE_SEEDS", 1), lcEnvInt("LEDGER_LIFECYCLE_CHECK", 25)
 			first := uint64(time.Now().UnixNano())
 			if v, err := strconv.ParseUint(os.Getenv("LEDGER_LIFECYCLE_SEED"), 10, 64); err == nil {
 				first = v
@@ -222,7 +247,7 @@ func TestLifecycle(t *testing.T) {
 				if res.err != nil {
 					t.Errorf("seed %d (%d steps) failed after step %d: %v", seed, len(seq), res.failAt, res.err)
 					t.Logf("trace of the failing run (last 30 steps):\n%s", strings.Join(res.trace[max(0, len(res.trace)-30):], "\n"))
-					shrunk, sres := lcShrink(t, store, fix, seq[:res.failAt+1], time.Duration(lcEnvInt("LEDGER_LIFECYCLE_SHRINK_SECONDS", 180))*time.Second)
+					shrunk, sres := lcShrink(t, store, fix, seq[:res.failAt+1], res.err, time.Duration(lcEnvInt("LEDGER_LIFECYCLE_SHRINK_SECONDS", 180))*time.Second)
 					if sres.err != nil {
 						t.Errorf("shrunk to %d steps, failing with: %v\ntrace:\n%s", len(shrunk), sres.err, strings.Join(sres.trace, "\n"))
 					}
