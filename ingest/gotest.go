@@ -43,13 +43,19 @@ type testEvent struct {
 // cases). It is safe for concurrent use.
 func DecodeGoTest(ctx context.Context, body []byte) (*Run, error) {
 	g := &goTestState{tests: map[testKey]*testState{}, pkgs: map[string]string{}, builds: map[string]bool{}, r: &Run{}}
-	lines := bytes.Split(body, []byte("\n"))
-	for i, line := range lines {
+	// Lines are walked in place (no slice of all of them): line i is the
+	// text before the i-th newline, the last one what follows the last
+	// newline.
+	rest := body
+	for i := 0; rest != nil; i++ {
 		if i%cancelStep == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
+		line, after, more := bytes.Cut(rest, []byte("\n"))
+		last := !more
+		rest = after // nil after the last line
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 {
 			continue
@@ -60,7 +66,7 @@ func DecodeGoTest(ctx context.Context, body []byte) (*Run, error) {
 		}
 		var ev testEvent
 		if err := json.Unmarshal(line, &ev); err != nil || ev.Action == "" {
-			if i == len(lines)-1 {
+			if last {
 				g.r.Truncated = true
 				g.r.Notes = append(g.r.Notes, "the stream's last line is cut off")
 				break

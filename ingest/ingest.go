@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -180,11 +181,11 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 		return nil, err
 	}
 	orig := ledger.NewOriginal(format, mt, body)
-	ev, err := p.evidence(run, orig)
+	origBody, err := originalBody(orig)
 	if err != nil {
 		return nil, err
 	}
-	origBody, err := originalBody(orig)
+	ev, err := p.evidence(run, orig, ledger.EntryID(ledger.KindOriginal, origBody))
 	if err != nil {
 		return nil, err
 	}
@@ -443,13 +444,60 @@ func OriginalEntryID(o ledger.Original) (string, error) {
 	return ledger.EntryID(ledger.KindOriginal, b), nil
 }
 
-// originalBody is the canonical body the store hashes for o.
+// originalBody is the canonical body the store hashes for o: the bytes
+// ledger.PrepareRecord(ledger.KindOriginal, ...) returns for it, after
+// the same checks in the same order, written straight into one buffer of
+// the final size. Going through PrepareRecord would encode the content to
+// base64, decode it back and encode it again, about five times the
+// original's size in allocations for one result.
 func originalBody(o ledger.Original) ([]byte, error) {
-	b, err := json.Marshal(&o)
+	// The ledger's checks of format and media type, on a one-byte
+	// stand-in for the content.
+	probe := ledger.NewOriginal(o.Format, o.MediaType, []byte{0})
+	pb, err := json.Marshal(&probe)
 	if err != nil {
 		return nil, err
 	}
-	return ledger.PrepareRecord(ledger.KindOriginal, b)
+	if _, err := ledger.PrepareRecord(ledger.KindOriginal, pb); err != nil {
+		return nil, err
+	}
+	if len(o.Content) == 0 {
+		return nil, ledger.FieldError("content", "required: the original's bytes, base64")
+	}
+	want := ledger.NewOriginal(o.Format, o.MediaType, o.Content)
+	if o.Digest != want.Digest {
+		return nil, ledger.FieldError("digest", "is not the SHA-256 of content")
+	}
+	if o.Size != want.Size {
+		return nil, ledger.FieldError("size", "is %d, content has %d bytes", o.Size, want.Size)
+	}
+	// The field order and spelling of ledger.Original's JSON encoding,
+	// strings unescaped for HTML as the ledger's canonical encoder leaves
+	// them.
+	format, media, digest := jsonString(o.Format), jsonString(o.MediaType), jsonString(o.Digest)
+	size := strconv.Itoa(o.Size)
+	n := len(`{"format":,"media_type":,"digest":,"size":,"content":""}`) + len(format) + len(media) + len(digest) + len(size) + base64.StdEncoding.EncodedLen(len(o.Content))
+	b := make([]byte, 0, n)
+	b = append(b, `{"format":`...)
+	b = append(b, format...)
+	b = append(b, `,"media_type":`...)
+	b = append(b, media...)
+	b = append(b, `,"digest":`...)
+	b = append(b, digest...)
+	b = append(b, `,"size":`...)
+	b = append(b, size...)
+	b = append(b, `,"content":"`...)
+	b = base64.StdEncoding.AppendEncode(b, o.Content)
+	return append(b, `"}`...), nil
+}
+
+// jsonString is s as a JSON string, without HTML escaping.
+func jsonString(s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // subject merges the run's own subject with the flags; a disagreement is
@@ -490,13 +538,14 @@ func (p Params) subject(r *Run) (ledger.Subject, error) {
 	return s, nil
 }
 
-// evidence builds the evidence record of run r read from orig. The rule:
+// evidence builds the evidence record of run r read from orig, whose
+// entry id is id (OriginalEntryID). The rule:
 // cases_total counts every case that was not skipped and cases_exact the
 // passed ones; the status is error for a cut-off input, failed when any
 // case failed or errored, inconclusive when a case was flaky or
 // incomplete, when no case ran or when the file's own counts disagree with
 // the cases found, and passed otherwise.
-func (p Params) evidence(r *Run, orig ledger.Original) (ledger.Evidence, error) {
+func (p Params) evidence(r *Run, orig ledger.Original, id string) (ledger.Evidence, error) {
 	var ev ledger.Evidence
 	if !ledger.ValidLane(p.Lane) {
 		return ev, ledger.FieldError("lane", "required for %s input (name/vN), got %q", orig.Format, clip(p.Lane))
@@ -505,10 +554,6 @@ func (p Params) evidence(r *Run, orig ledger.Original) (ledger.Evidence, error) 
 		return ev, ledger.FieldError("backend", "required for %s input: one of %s, got %q", orig.Format, ledger.BackendList(), clip(string(p.Backend)))
 	}
 	subj, err := p.subject(r)
-	if err != nil {
-		return ev, err
-	}
-	id, err := OriginalEntryID(orig)
 	if err != nil {
 		return ev, err
 	}
