@@ -154,6 +154,10 @@ type Log struct {
 	// committed is the latest checkpoint this process committed (nil
 	// before its first commit), for CheckStored.
 	committed atomic.Pointer[Checkpoint]
+	// journal, when set (UseJournal), is the signed-state journal every
+	// batch checks the stored log against before it signs.
+	journal     atomic.Pointer[SignedState]
+	journalSeen SignedEntry // sequencer goroutine only: the journal entry last found extended
 
 	reqs      chan *appendReq
 	rots      chan *appendReq // key rotations, each committed in a batch of its own

@@ -196,6 +196,11 @@ func (run *batchRun) open(ctx context.Context) error {
 		}
 		l.tree = t
 	}
+	if err := l.checkJournal(ctx, b, stored, reload); err != nil {
+		b.Rollback()
+		l.tree = nil
+		return err
+	}
 	run.b, run.before = b, l.tree.clone()
 	if err := b.Start(ctx, stored, reload); err != nil {
 		l.tree = run.before

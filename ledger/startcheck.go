@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 )
@@ -90,6 +91,9 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 				return latest, &StartError{Rollback: true, Msg: fmt.Sprintf("the database (size %d) disagrees with the last checkpoint this log signed (size %d, root %s, in %s): it is another history. Restore the newest copy, or accept this one explicitly with `ledger restore --accept-rollback`", n, last.Size, last.Root, state.Path())}
 			}
 			from = last.Size
+			if err := foreignSigner(ctx, r, state, last, n); err != nil {
+				return latest, err
+			}
 		}
 	}
 	if n == 0 {
@@ -100,6 +104,56 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 	}
 	return latest, nil
 }
+
+// foreignSigner refuses a database that holds checkpoints of a signer
+// that does not keep this journal: the journal's newest entry is last
+// and the stored log (size n) extends it. Every process that signs for
+// the log records each checkpoint in the one journal before it answers,
+// so the stored log may be ahead of the journal by one checkpoint only
+// (its signer stopped between the commit and the journal line; that
+// checkpoint is adopted). Two or more checkpoints beyond last were
+// signed by a server keeping another journal, which this one cannot see:
+// a restore of the database below what that server signed would look
+// like a longer log here, and signing over it would fork the log. The
+// error is Rollback: `ledger restore --accept-rollback` accepts the
+// database into this journal.
+func foreignSigner(ctx context.Context, r EntryAtReader, state *SignedState, last SignedEntry, n uint64) error {
+	cl, ok := r.(CheckpointLister)
+	if !ok || n <= last.Size {
+		return nil
+	}
+	// Servers sharing the journal go on signing meanwhile, each recording
+	// its checkpoint a moment after its commit: the checkpoints are read
+	// first and the journal after, and a lag is given a few seconds to
+	// close. A journal kept apart never catches up.
+	var cps []Checkpoint
+	for try := 0; ; try++ {
+		var err error
+		if cps, _, err = cl.Checkpoints(ctx, CheckpointFilter{Limit: 2}); err != nil {
+			return fmt.Errorf("list the newest checkpoints: %w", err)
+		}
+		if err := state.Refresh(); err != nil {
+			return err
+		}
+		last, _ = state.Last()
+		if len(cps) < 2 || cps[1].Size <= last.Size {
+			return nil
+		}
+		if try == foreignTries {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return &StartError{Rollback: true, Msg: fmt.Sprintf("the database holds checkpoints signed after the last one recorded in the signed-state journal %s (size %d), up to size %d, which this journal never recorded: another server signs this log and keeps another journal. Every server of one log must share one journal (one --data-dir on shared storage): with journals apart, a database restored below what one server signed looks like a longer log to the others, and they would sign a fork. Point this server at the journal the other servers use, or accept this database into this journal with `ledger restore --accept-rollback`", state.Path(), last.Size, cps[0].Size)}
+}
+
+// foreignTries is how many times (100 ms apart) foreignSigner reads the
+// journal again before it names another journal.
+const foreignTries = 30
 
 // checkNote verifies cp's note with the log's key and that its text is
 // cp's size and root.

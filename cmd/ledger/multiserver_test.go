@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,23 +44,15 @@ func TestTwoServersOnePostgres(t *testing.T) {
 		secs = v
 	}
 	dsn := pgtest.NewDatabase(t)
-	dirs := [2]string{t.TempDir(), t.TempDir()}
-	secret, stderr, code := runBin(t, "", "--db", dsn, "--data-dir", dirs[0], "token", "create", "--name", "ci", "--scope", "record")
+	// One log, one data directory: both servers hold its key and share
+	// its signed-state journal (each with its own witness state).
+	dir := t.TempDir()
+	dirs := [2]string{dir, dir}
+	secret, stderr, code := runBin(t, "", "--db", dsn, "--data-dir", dir, "token", "create", "--name", "ci", "--scope", "record")
 	if code != 0 {
 		t.Fatalf("token create: %s", stderr)
 	}
 	token := strings.TrimSpace(secret)
-	// One log, one key: the second server holds a copy of it and of the
-	// signed-state journal, which each server then keeps on its own.
-	for _, f := range []string{keys.KeyFile, keys.PubFile, ledger.SignedStateFile} {
-		b, err := os.ReadFile(filepath.Join(dirs[0], f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dirs[1], f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var srvs [2]*exec.Cmd
 	var bases [2]atomic.Pointer[string]
 	start := func(i int) {

@@ -199,11 +199,15 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	st, _, err := openChecked(ctx, c.DB, keyDir, c.Log, false, c.IdempotencyTTL)
+	st, state, err := openChecked(ctx, c.DB, keyDir, c.Log, false, c.IdempotencyTTL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// Every batch checks the database against the newest checkpoint any
+	// server sharing the journal signed (several servers on one
+	// PostgreSQL share the data directory, see RELIABILITY.md).
+	st.Log.UseJournal(state)
 	// Every leaf the API and the dashboard serve (and the gates read) is
 	// checked against its leaf hash and the signed tree first.
 	checked := ledger.NewVerifiedStore(st, st.Log, c.Log)
