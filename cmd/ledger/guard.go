@@ -35,11 +35,6 @@ import (
 // opened anyway and returned with the *ledger.StartError (only `ledger
 // restore --accept-rollback` asks for it).
 func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*Store, *ledger.SignedState, error) {
-	if !acceptRollback {
-		if err := refuseForeignDataDir(ctx, db, keyDir, log); err != nil {
-			return nil, nil, err
-		}
-	}
 	dbExists := false
 	if isPostgres(db) {
 		dbExists = true // its size is read below when the key is missing
@@ -63,6 +58,12 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 				}
 				return nil, nil, err
 			}
+		}
+	}
+	// After the file check: a damaged file is reported as such first.
+	if !acceptRollback {
+		if err := refuseForeignDataDir(ctx, db, keyDir, log); err != nil {
+			return nil, nil, err
 		}
 	}
 	if _, err := os.Stat(filepath.Join(keyDir, keys.KeyFile)); errors.Is(err, fs.ErrNotExist) && dbExists {
