@@ -179,9 +179,13 @@ func checkAgainstModel(t *testing.T, ev ledger.Evidence, rep *strings.Builder) {
 		if p.Exact {
 			exact++
 		}
-		if alt, err := predictMLX(c.Req, true); err != nil {
-			t.Fatalf("%s: model: %v", c.ID, err)
-		} else if alt.Exact != (got.Result == "exact") {
+		alt := p // the hypotheses differ at 2, 4 and 8 bits only
+		if b := c.Req.Bits; b == 2 || b == 4 || b == 8 {
+			if alt, err = predictMLX(c.Req, true); err != nil {
+				t.Fatalf("%s: model: %v", c.ID, err)
+			}
+		}
+		if alt.Exact != (got.Result == "exact") {
 			altDiffer++
 		}
 		if (got.Result == "exact") != p.Exact {
