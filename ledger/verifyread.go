@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/evidence-ledger/ledger/ledger/internal/cursor"
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/transparency-dev/merkle/compact"
 
@@ -415,13 +416,42 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 		x.commits, x.heads = map[string][]uint64{}, map[string][]uint64{}
 		x.rmu.Unlock()
 	}
-	keys := make([]leafKeys, foldChunk)
-	for lo := from; lo < cp.Size; lo += foldChunk {
-		hi := min(cp.Size, lo+foldChunk)
-		es, err := readRange(ctx, v.Store, lo, hi)
-		if err != nil {
-			return err
+	// One goroutine reads the next chunk while this one checks the last.
+	type chunk struct {
+		lo, hi uint64
+		es     []Entry
+		err    error
+	}
+	chunks, stop := make(chan chunk, 1), make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(chunks)
+		for lo := from; lo < cp.Size; lo += foldChunk {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			hi := min(cp.Size, lo+foldChunk)
+			es, err := readRange(ctx, v.Store, lo, hi)
+			select {
+			case chunks <- chunk{lo, hi, es, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
+	}()
+	keys := make([]leafKeys, foldChunk)
+	folded := from
+	for c := range chunks {
+		lo, hi, es := c.lo, c.hi, c.es
+		if c.err != nil {
+			return c.err
+		}
+		folded = hi
 		for i := lo; i < hi; i++ {
 			if i-lo >= uint64(len(es)) || es[i-lo].Index != i {
 				return v.tampered(i, "is missing")
@@ -459,6 +489,9 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 		}
 		x.rmu.Unlock()
 	}
+	if folded != cp.Size {
+		return Errorf(CodeInternal, "query index: the leaves were read up to %d of %d", folded, cp.Size)
+	}
 	if rangeRoot(x.rng) != cp.Root {
 		return v.tampered(from, fmt.Sprintf("is the first of the leaves %d..%d, which do not give the root signed at size %d", from, cp.Size-1, cp.Size))
 	}
@@ -486,36 +519,70 @@ func readKeys(es []Entry, ks []leafKeys) {
 	wg.Wait()
 }
 
-// keysOf checks e's bytes and returns its kind and keys: the key is
-// EntryKey's (the lane of evidence, the repository of a head, the name of
-// a policy, else the version), decoded as the audit decodes it; commit is
-// the subject commit of evidence and the commit of a head.
+// keysOf checks that e's bytes hash to its leaf hash, carry its index
+// and a body that hashes to the content id they carry, and returns the kind and keys they hold: the key is EntryKey's (the
+// lane of evidence, the repository of a head, the name of a policy, else
+// the version) and commit the subject commit of evidence and the commit
+// of a head, decoded as the audit decodes them (DecodeAuditBody). The
+// kind comes from the bytes, not the row's column. Bytes that hash to
+// the leaf hash are what the signed tree holds once the fold's root
+// matches, so nothing else of the row is trusted or needed here; the
+// rows a query returns are checked whole (check).
 func keysOf(e *Entry) leafKeys {
-	k := leafKeys{kind: e.Kind, hash: e.LeafHash}
+	k := leafKeys{hash: e.LeafHash}
 	if LeafHash(e.Raw) != e.LeafHash {
 		k.problem = "does not match its leaf hash"
 		return k
 	}
-	al := AuditLeaf{Index: e.Index, ID: e.ID, Kind: string(e.Kind), RecordedAt: e.RecordedAt.UnixNano(), Raw: e.Raw}
-	body, p, _ := leafBody(&al)
-	if p != "" {
-		k.problem = "fails its check: " + p
+	h, body, ok := SplitLeaf(e.Raw)
+	if !ok {
+		l, err := decodeLeafJSON(e.Raw)
+		if err != nil {
+			k.problem = "is not a leaf's canonical bytes"
+			return k
+		}
+		h.Index, h.Kind, h.ID, body = l.Index, l.Kind, l.ID, l.Body
+	}
+	switch {
+	case h.Index != e.Index:
+		k.problem = fmt.Sprintf("carries index %d in its bytes (rows were reordered or copied)", h.Index)
+		return k
+	case EntryID(h.Kind, body) != h.ID:
+		// An edit whose leaf hash was recomputed: named here rather than
+		// only as a root that does not match.
+		k.problem = "fails its check: the body does not hash to the entry id (edited)"
 		return k
 	}
-	var b AuditBody
-	if err := DecodeAuditBody(e.Kind, body, &b); err != nil {
-		k.fault = fmt.Errorf("%s leaf: its hash verified but its layout does not decode: %w", e.Kind, err)
-		return k
-	}
-	switch e.Kind {
+	k.kind = h.Kind
+	var err error
+	switch h.Kind {
 	case KindEvidence:
+		var b struct {
+			Lane    string `json:"lane"`
+			Subject struct {
+				Commit string `json:"commit"`
+			} `json:"subject"`
+		}
+		err = jsonv2.Unmarshal(body, &b)
 		k.key, k.commit = b.Lane, b.Subject.Commit
 	case KindHead:
+		var b struct {
+			Repository string `json:"repository"`
+			Commit     string `json:"commit"`
+		}
+		err = jsonv2.Unmarshal(body, &b)
 		k.key, k.commit = b.Repository, b.Commit
 	case KindPolicy:
+		var b auditPolicyBody
+		err = jsonv2.Unmarshal(body, &b)
 		k.key = b.Name
 	default:
+		var b auditKeyedBody
+		err = jsonv2.Unmarshal(body, &b)
 		k.key = b.Version
+	}
+	if err != nil {
+		k.fault = fmt.Errorf("%s leaf: its hash verified but its layout does not decode: %w", h.Kind, err)
 	}
 	return k
 }
