@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/go-chi/chi/v5"
+	"golang.org/x/sync/semaphore"
 )
 
 // evidenceFormat is the format the Content-Type of a POST
@@ -208,4 +210,110 @@ func originalExt(format string) string {
 		return "jsonl"
 	}
 	return "json"
+}
+
+// IngestFactor is how many bytes of memory the server may need, at its
+// peak, for each byte of a request body it reads and decodes: the body
+// itself, the decoded input, the records and leaves built from it, the
+// garbage collector's headroom over them, and the garbage of the requests
+// that held the budget before (given back when they end, collected
+// later). It is measured, not derived: scripts/ingestmem sends 16
+// concurrent maximum-size bodies of every input format to a real server
+// and reads its peak resident set (RELIABILITY.md, "Ingest memory", has
+// the figures); the factor is the largest cost per admitted body byte
+// seen (DSSE envelopes: the body, the verified payload, the Statement,
+// the original's base64 body and leaf, the evidence; the runner-key
+// check and the store each canonicalize the payload or the record
+// again), rounded up.
+const IngestFactor = 48
+
+// DefaultIngestBudget is the ingest budget a server with body cap
+// maxBody gets unless configured: room for two maximum-size bodies being
+// decoded at once (Config.IngestBudget), any number of small ones beside
+// them. Decoding is CPU work: more at once would not record them sooner
+// on a machine of a few cores.
+func DefaultIngestBudget(maxBody int64) int64 { return 2 * IngestFactor * maxBody }
+
+// ingestWait is how long a request waits for room in the ingest budget
+// before it is refused (503 with Retry-After), unless Config.IngestWait
+// says otherwise.
+const ingestWait = 10 * time.Second
+
+// ingestBudget is the server's budget of memory for request bodies being
+// read and decoded: a weighted semaphore of Config.IngestBudget bytes. A
+// request is charged IngestFactor times its declared Content-Length (the
+// body cap when it declares none) before its body is read, the charge is
+// lowered to IngestFactor times the bytes actually read, and all of it is
+// given back when the request ends (Server.ServeHTTP). A charge larger
+// than the whole budget is cut to the budget, so one maximum-size body is
+// always admitted alone. Safe for concurrent use.
+type ingestBudget struct {
+	sem   *semaphore.Weighted
+	total int64
+	wait  time.Duration
+}
+
+func newIngestBudget(total int64, wait time.Duration) *ingestBudget {
+	return &ingestBudget{sem: semaphore.NewWeighted(total), total: total, wait: wait}
+}
+
+// bodyCharge is one request's hold on the ingest budget. Its methods are
+// called from the request's goroutine only.
+type bodyCharge struct {
+	b    *ingestBudget
+	held int64
+}
+
+const chargeKey ctxKey = 3
+
+// charge takes n more bytes of the budget for the request of ctx (its
+// total cut to the budget), waiting at most the budget's wait. It fails
+// with ctx's error when the client went away, else with a CodeUnavailable
+// error naming the budget.
+func (c *bodyCharge) charge(ctx context.Context, n int64) error {
+	n = min(n, c.b.total-c.held)
+	if n <= 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.b.wait)
+	defer cancel()
+	if err := c.b.sem.Acquire(wctx, n); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return ledger.Errorf(ledger.CodeUnavailable, "the server's ingest budget of %s (--ingest-budget, memory for request bodies being decoded) is in use by other requests: nothing was recorded; retry after %s",
+			sizeText(c.b.total), secondsText(retryAfter(c.b.wait)))
+	}
+	c.held += n
+	return nil
+}
+
+// lower gives back all but n bytes of the charge.
+func (c *bodyCharge) lower(n int64) {
+	if n = max(n, 0); n < c.held {
+		c.b.sem.Release(c.held - n)
+		c.held = n
+	}
+}
+
+// release gives the whole charge back.
+func (c *bodyCharge) release() { c.lower(0) }
+
+// retryAfter is the Retry-After, in whole seconds, a request refused by a
+// budget that waits d gets: at least 1.
+func retryAfter(d time.Duration) int { return max(1, int((d+time.Second-1)/time.Second)) }
+
+func secondsText(n int) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return strconv.Itoa(n) + " seconds"
+}
+
+// sizeText writes n bytes in MiB, or in bytes below one MiB.
+func sizeText(n int64) string {
+	if n < 1<<20 {
+		return strconv.FormatInt(n, 10) + " bytes"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + " MiB"
 }

@@ -1,15 +1,16 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,12 @@ type Config struct {
 	AccessLog *slog.Logger
 	// MaxBody caps request bodies in bytes (default 4 MiB).
 	MaxBody int64
+	// IngestBudget is the memory, in bytes, that request bodies being read
+	// and decoded may take together (ingestBudget; default
+	// DefaultIngestBudget(MaxBody)). A request past it waits up to
+	// IngestWait (default 10s), then is answered 503 with Retry-After.
+	IngestBudget int64
+	IngestWait   time.Duration
 	// ReadAuth makes reads (GET) require a token with scope read or higher,
 	// /metrics included; /healthz then answers only ok or degraded.
 	ReadAuth bool
@@ -120,6 +127,8 @@ type Server struct {
 	// encoded (checkpointJSON).
 	lastCheckpoint atomic.Pointer[encodedCheckpoint]
 	runs           *runState // nil without Config.Runs
+	// ingest is the budget of request bodies being decoded.
+	ingest *ingestBudget
 }
 
 // storageHealth is the degraded state /healthz reports after a write
@@ -213,6 +222,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 4 << 20
 	}
+	if cfg.IngestBudget <= 0 {
+		cfg.IngestBudget = DefaultIngestBudget(cfg.MaxBody)
+	}
+	if cfg.IngestWait <= 0 {
+		cfg.IngestWait = ingestWait
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -225,7 +240,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxListings <= 0 {
 		cfg.MaxListings = 8
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, reg: prometheus.NewRegistry(), listings: make(chan struct{}, cfg.MaxListings)}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, reg: prometheus.NewRegistry(), listings: make(chan struct{}, cfg.MaxListings),
+		ingest: newIngestBudget(cfg.IngestBudget, cfg.IngestWait)}
 	if cfg.AuthFailures > 0 {
 		s.authFails = httprate.NewRateLimiter(cfg.AuthFailures, time.Minute)
 	}
@@ -257,8 +273,18 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request that may carry a body
+// gets a hold on the ingest budget, charged when its body is read
+// (readBody) and given back when it ends.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		s.router.ServeHTTP(w, r)
+		return
+	}
+	c := &bodyCharge{b: s.ingest}
+	defer c.release()
+	s.router.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), chargeKey, c)))
+}
 
 // Router returns the chi router (for route listings in tests).
 func (s *Server) Router() chi.Router { return s.router }
@@ -479,10 +505,37 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	s.writeJSON(w, st, body)
 }
 
-// readBody reads a request body capped at MaxBody.
+// readBody reads a request body capped at MaxBody, within the ingest
+// budget: it is charged for the declared Content-Length (MaxBody when
+// none is declared) before reading, then for the bytes read (bodyCharge).
+// A request the budget has no room for is refused, CodeUnavailable with a
+// Retry-After header, before a byte of its body is read.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	want := s.cfg.MaxBody
+	if r.ContentLength >= 0 {
+		want = min(r.ContentLength, want)
+	}
+	c, _ := r.Context().Value(chargeKey).(*bodyCharge)
+	if c != nil {
+		if err := c.charge(r.Context(), IngestFactor*want); err != nil {
+			if ledger.ErrorCode(err) == ledger.CodeUnavailable {
+				w.Header().Set("Retry-After", strconv.Itoa(retryAfter(s.ingest.wait)))
+			}
+			return nil, err
+		}
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	b, err := io.ReadAll(r.Body)
+	// One buffer of the declared size (and bytes.Buffer's read margin)
+	// instead of io.ReadAll's doublings.
+	buf := bytes.NewBuffer(make([]byte, 0, min(want, 64<<10)+bytes.MinRead))
+	if r.ContentLength >= 0 {
+		buf = bytes.NewBuffer(make([]byte, 0, want+bytes.MinRead))
+	}
+	_, err := buf.ReadFrom(r.Body)
+	b := buf.Bytes()
+	if c != nil && err == nil {
+		c.lower(IngestFactor * int64(len(b)))
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -95,6 +95,10 @@ type ServeConfig struct {
 	LeaseTTL   time.Duration
 	PollWait   time.Duration
 	LeaseSweep time.Duration
+
+	// IngestBudget is the memory in bytes request bodies being decoded
+	// may take together (web.Config.IngestBudget; 0: the default).
+	IngestBudget int64
 }
 
 // defaultServeConfig returns the defaults overridden by LEDGER_*
@@ -155,6 +159,9 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.MaxBody < 1024 || c.MaxBody > 1<<30 {
 		return fmt.Errorf("--max-body %d: must be between 1 KiB and 1 GiB", c.MaxBody)
+	}
+	if c.IngestBudget < 0 {
+		return fmt.Errorf("--ingest-budget %d: must not be negative (0: %d times --max-body)", c.IngestBudget, web.DefaultIngestBudget(1))
 	}
 	for _, r := range c.RepoRoots {
 		if !filepath.IsAbs(r) {
@@ -232,7 +239,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	srv, err := web.New(web.Config{Store: served, Log: c.Log, AccessLog: c.AccessLog, MaxBody: c.MaxBody, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
+	srv, err := web.New(web.Config{Store: served, Log: c.Log, AccessLog: c.AccessLog, MaxBody: c.MaxBody, IngestBudget: c.IngestBudget, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
 		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig})
 	if err != nil {
 		return err
@@ -512,6 +519,7 @@ func newServeCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
 	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
+	cmd.Flags().Int64Var(&c.IngestBudget, "ingest-budget", 0, fmt.Sprintf("memory in bytes that request bodies being decoded may take together; a request past it waits up to 10s, then gets 503 with Retry-After (0: %d times --max-body, two maximum-size bodies at %d bytes per body byte)", web.DefaultIngestBudget(1), web.IngestFactor))
 	cmd.Flags().DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
