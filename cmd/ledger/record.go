@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 
 	"github.com/evidence-ledger/ledger/gates"
@@ -29,6 +30,7 @@ type recordFlags struct {
 func newRecordCmd(a *app) *cobra.Command {
 	var idem, signKey string
 	var f recordFlags
+	var maxBody int64
 	cmd := &cobra.Command{
 		Use:   "record FILE|-",
 		Short: "Append evidence (ledger JSON, JUnit XML, go test -json, in-toto, DSSE) to the ledger, atomically",
@@ -54,9 +56,12 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data []byte
 			var err error
-			if args[0] == "-" {
+			switch {
+			case a.Server == "":
+				data, err = readRecordInput(args[0], maxBody)
+			case args[0] == "-":
 				data, err = io.ReadAll(io.LimitReader(os.Stdin, 1<<30))
-			} else {
+			default:
 				data, err = os.ReadFile(args[0])
 			}
 			if err != nil {
@@ -127,8 +132,44 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 	fl.StringVar(&f.tree, "tree", "", "tree id of that commit")
 	fl.StringArrayVar(&f.artifacts, "artifact", nil, "artifact pin NAME=sha256:HEX (repeatable)")
 	fl.BoolVar(&f.fromGit, "from-git", false, "take repository, commit and tree from the git checkout in the current directory (refused when the work tree is dirty)")
+	fl.Int64Var(&maxBody, "max-body", defaultMaxBody, "with --db: the largest input in bytes recorded (the server's default --max-body; decoding takes several times the input's size in memory)")
 	fl.StringVar(&signKey, "sign-key", "", "sign each ledger JSON record as a DSSE envelope with this registered runner key (see ledger runner)")
 	return cmd
+}
+
+// defaultMaxBody is the input cap of a local record: the default
+// --max-body of ledger serve, so that a file the default server takes is
+// taken locally too, and decoding it stays within the memory the server
+// budgets for one request (web.IngestFactor times the input).
+const defaultMaxBody = 4 << 20
+
+// readRecordInput reads the input name ("-": stdin) of a local record, refusing
+// one over max bytes before reading it (a file) or as soon as max bytes
+// are passed (stdin), with an error naming it, its size and --max-body.
+func readRecordInput(name string, max int64) ([]byte, error) {
+	over := func(size string) error {
+		return fmt.Errorf("%s is %s bytes, over the cap of %d bytes for a local record: raise it with --max-body (a server takes what its own --max-body allows)", name, size, max)
+	}
+	var r io.Reader = os.Stdin
+	if name != "-" {
+		fh, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer fh.Close()
+		if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > max {
+			return nil, over(strconv.FormatInt(fi.Size(), 10))
+		}
+		r = fh
+	}
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, over("more than " + strconv.FormatInt(max, 10))
+	}
+	return data, nil
 }
 
 // params turns the flags into ingest.Params; --from-git fills repository,
