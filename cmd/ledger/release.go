@@ -366,19 +366,22 @@ compared. Exit 0 verified (and replayed equal), 1 verification or replay mismatc
 	return c
 }
 
-// verifyVerdictChain verifies a verdict signed by an earlier key of the
-// log's chain: accepted only when that key is the one that signed the log
-// at the verdict's checkpoint size, and the chain holds key (the verifier
-// key the caller trusts). It returns first when none does.
+// verifyVerdictChain verifies a verdict signed by another key of the
+// log's chain: accepted only when that key was not yet retired at the
+// verdict's checkpoint size (it is the key that signed the log at that
+// size or a later one: a verdict asked for right after a rotation names
+// the rotation's checkpoint, which the old key signed, and is signed by
+// the new key), and the chain holds key (the verifier key the caller
+// trusts). It returns first when no key does.
 func verifyVerdictChain(data []byte, key string, chain ledger.KeyChain, first error) (*gates.Readiness, error) {
 	if chain.Index(key) < 0 {
 		return nil, first
 	}
-	for _, k := range chain.Keys() {
+	for i, k := range chain.Keys() {
 		if k == key {
 			continue
 		}
-		if rd, err := gates.VerifyVerdict(data, k); err == nil && chain.KeyFor(rd.Checkpoint.Size) == k {
+		if rd, err := gates.VerifyVerdict(data, k); err == nil && i >= chain.Index(chain.KeyFor(rd.Checkpoint.Size)) {
 			return rd, nil
 		}
 	}
