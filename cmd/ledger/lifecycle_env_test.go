@@ -50,6 +50,8 @@ type lcEnv struct {
 	// trace is what each step did, printed with a failure.
 	trace []string
 	step  int
+	// loggedRotatedRestore: the skipped restore was logged once.
+	loggedRotatedRestore bool
 }
 
 // lcFixture is what every ledger of one test shares: a git repository
