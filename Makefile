@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # machine's default may be an older patch release with known vulnerabilities.
 export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean mlx-deps lifecycle
+.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean mlx-deps mlx-alloc-lib lifecycle
 
 build:
 	@echo "building ./bin (the first build compiles the pure-Go SQLite: a few minutes on two cores)"
@@ -134,6 +134,15 @@ mlx-deps:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --require-hashes -r adapters/mlx/requirements-cpu.txt -d $(MLX_DIR)/wheels
 	$(PYTHON) -m pip install --quiet --no-index --no-deps --only-binary=:all: --require-hashes --upgrade --find-links $(MLX_DIR)/wheels --target $(MLX_DIR)/site -r adapters/mlx/requirements-cpu.txt
 	$(PYTHON) -c "import sys; sys.path.insert(0, '$(MLX_DIR)/site'); import mlx.core as mx; print('mlx', mx.__version__, mx.default_device())"
+
+# The native half of the MLX allocator adapter (adapters/mlx/ledger_mlx_alloc.cpp):
+# allocation traffic and counter readings in MLX's own allocator, built against
+# the headers and libmlx.so of the wheels `make mlx-deps` installed.
+CXX ?= g++
+mlx-alloc-lib: $(MLX_DIR)/lib/libledger_mlx_alloc.so
+$(MLX_DIR)/lib/libledger_mlx_alloc.so: adapters/mlx/ledger_mlx_alloc.cpp $(MLX_DIR)/site/mlx/lib/libmlx.so
+	mkdir -p $(MLX_DIR)/lib
+	$(CXX) -std=c++20 -O2 -fPIC -shared -pthread -I$(MLX_DIR)/site/mlx/include adapters/mlx/ledger_mlx_alloc.cpp -L$(MLX_DIR)/site/mlx/lib -lmlx -Wl,-rpath,'$$ORIGIN/../site/mlx/lib' -o $@
 
 clean:
 	rm -rf ./bin ./.devbin

@@ -13,8 +13,9 @@ import (
 
 // ImplOptions configure RunImpl.
 type ImplOptions struct {
-	// Lanes to run ("name/vN" or "name"); empty runs every qmv lane. Only
-	// qmv lanes run through the adapter protocol.
+	// Lanes to run ("name/vN" or "name"); empty runs every qmv lane. The
+	// qmv lanes run through AdapterProtocol; the allocator lanes, selected
+	// alone, through AllocAdapterProtocol (not mixed in one call).
 	Lanes []string
 	// Subject is the implementation's source subject (ResolveSubject);
 	// RunImpl adds the artifact pins.
@@ -88,6 +89,9 @@ type implSide struct {
 // cancellation came during the last lane). RunImpl is safe for concurrent
 // use with distinct options; adapters are started per call.
 func RunImpl(ctx context.Context, cfg *ImplConfig, name string, o ImplOptions) ([]ImplRun, error) {
+	if allocLaneNames(o.Lanes) { // the allocator lanes speak AllocAdapterProtocol
+		return runAllocImpl(ctx, cfg, name, o)
+	}
 	r, err := newImplRunner(cfg, name, &o)
 	if err != nil {
 		return nil, err
