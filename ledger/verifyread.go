@@ -300,7 +300,8 @@ type leafIndex struct {
 	fold sync.Mutex // held while folding: one fold at a time
 
 	rmu     sync.RWMutex
-	size    uint64         // leaves [0, size) are folded and match a signed root
+	size    uint64         // leaves [0, size) are folded and give root, a signed root
+	root    Hash
 	rng     *compact.Range // of the folded leaf hashes (fold holds it)
 	entries map[string][]uint64
 	kinds   map[Kind][]uint64
@@ -327,7 +328,7 @@ type leafKeys struct {
 // hold leaves no signed root covered).
 func (x *leafIndex) reset() {
 	x.rmu.Lock()
-	x.size, x.rng = 0, nil
+	x.size, x.root, x.rng = 0, Hash{}, nil
 	x.entries, x.kinds, x.lanes, x.commits, x.heads = nil, nil, nil, nil, nil
 	x.rmu.Unlock()
 }
@@ -371,26 +372,38 @@ func (v *VerifiedStore) latestSigned(ctx context.Context) (Checkpoint, error) {
 	return cp, nil
 }
 
-// indexAt makes the index cover size want (0: the latest signed
-// checkpoint) and returns the size it covers, at least want. A leaf that
-// fails its check, or folded leaves that do not give the signed root,
-// are a *TamperError (logged as tampering) and leave the index empty.
+// indexAt makes the index cover the latest signed checkpoint, which must
+// be at least want, and returns the size it covers. Each call reads the
+// latest checkpoint (one query; its note is verified once per size and
+// root): leaves appended since, by this server or another of the log, are
+// folded, and a latest checkpoint that is not an extension of the one the
+// index verified (the log restored to an older or another history under
+// the running process) makes it fold the log again from its first leaf.
+// A leaf that fails its check, or folded leaves that do not give the
+// signed root, are a *TamperError (logged as tampering) and leave the
+// index empty.
 func (v *VerifiedStore) indexAt(ctx context.Context, want uint64) (uint64, error) {
 	x := &v.index
-	if n := x.covered(); want > 0 && n >= want {
-		return n, nil
+	cp, err := v.latestSigned(ctx)
+	switch {
+	case ErrorCode(err) == CodeNotFound && want == 0:
+		return 0, nil // a read-only empty log: nothing to fold
+	case err != nil:
+		return 0, err
+	case cp.Size < want:
+		return 0, v.tampered(want-1, "is beyond the latest signed checkpoint")
+	}
+	if x.current(cp) {
+		return cp.Size, nil
 	}
 	x.fold.Lock()
 	defer x.fold.Unlock()
-	if n := x.covered(); want > 0 && n >= want {
-		return n, nil
+	if x.current(cp) {
+		return cp.Size, nil
 	}
-	cp, err := v.latestSigned(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if cp.Size < want {
-		return 0, v.tampered(want-1, "is beyond the latest signed checkpoint")
+	if size, root := x.state(); cp.Size < size || (cp.Size == size && cp.Root != root) {
+		v.log.Error("the log's latest signed checkpoint does not extend the one the query index verified; folding the log again", "size", cp.Size, "indexed", size)
+		x.reset()
 	}
 	// The fold outlives a caller that gives up: the next query would
 	// otherwise start it again from the same leaf.
@@ -399,6 +412,30 @@ func (v *VerifiedStore) indexAt(ctx context.Context, want uint64) (uint64, error
 		return 0, err
 	}
 	return cp.Size, nil
+}
+
+// current reports whether the index covers exactly cp.
+func (x *leafIndex) current(cp Checkpoint) bool {
+	x.rmu.RLock()
+	defer x.rmu.RUnlock()
+	return x.size == cp.Size && (cp.Size == 0 || x.root == cp.Root)
+}
+
+// state returns the size and root the index covers.
+func (x *leafIndex) state() (uint64, Hash) {
+	x.rmu.RLock()
+	defer x.rmu.RUnlock()
+	return x.size, x.root
+}
+
+// BuildIndex folds every leaf up to the latest signed checkpoint into the
+// query index now, so that the first query that needs it (a server's
+// first readiness answer after a start) does not wait for the whole log
+// to be read. Errors are indexAt's. Safe for concurrent use; a server
+// calls it on its own goroutine at start.
+func (v *VerifiedStore) BuildIndex(ctx context.Context) error {
+	_, err := v.indexAt(ctx, 0)
+	return err
 }
 
 // foldTo folds the leaves [x.size, cp.Size) and checks that the leaves
@@ -496,7 +533,7 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 		return v.tampered(from, fmt.Sprintf("is the first of the leaves %d..%d, which do not give the root signed at size %d", from, cp.Size-1, cp.Size))
 	}
 	x.rmu.Lock()
-	x.size = cp.Size
+	x.size, x.root = cp.Size, cp.Root
 	x.rmu.Unlock()
 	return nil
 }
@@ -674,10 +711,23 @@ func (v *VerifiedStore) indexedPage(ctx context.Context, c string, asOf uint64, 
 	if _, ok := cursor.Decode(c); !ok {
 		return nil, "", FieldError("cursor", "malformed cursor")
 	}
-	if _, err := v.indexAt(ctx, asOf); err != nil {
-		return nil, "", err
+	var size uint64
+	var list []uint64
+	for attempt := 0; ; attempt++ {
+		n, err := v.indexAt(ctx, asOf)
+		if err != nil {
+			return nil, "", err
+		}
+		// Read under one lock with the size it covers; a concurrent fold
+		// that failed (or refolds a restored log) empties the index
+		// meanwhile, and an emptied index must never read as no records.
+		if size, list = v.index.list(func() []uint64 { return pick(&v.index) }); size >= n {
+			break
+		}
+		if attempt == 2 {
+			return nil, "", Errorf(CodeUnavailable, "the query index was emptied while it was read (a fold found a problem or the log was restored); try again")
+		}
 	}
-	size, list := v.index.list(func() []uint64 { return pick(&v.index) })
 	bound, err := pageBound(c, asOf, size)
 	if err != nil {
 		return nil, "", err
