@@ -133,10 +133,68 @@ type allocUnsupported struct{ reason string }
 
 func (e *allocUnsupported) Error() string { return "unsupported: " + e.reason }
 
-// allocSession is one allocator adapter process.
+// allocSession is one allocator adapter process, or a replay of one.
 type allocSession struct {
 	p       *adapterProc
 	timeout time.Duration
+	replay  []AllocExchange
+}
+
+// AllocExchange is one recorded request and its answer, as an allocator
+// adapter writes them with LEDGER_ALLOC_DUMP=FILE (one JSON object a
+// line): Type is "A" (Answer is the reply's JSON text), "U" or "E"
+// (Answer is the reason or message).
+type AllocExchange struct {
+	Request json.RawMessage `json:"request"`
+	Type    string          `json:"type"`
+	Answer  string          `json:"answer"`
+}
+
+// ReplayAllocLane re-derives an allocator lane's result (lane
+// alloc-snapshot/v1 or alloc-footprint/v1) from a recorded session: the
+// same Go code judges the recorded answers, and every request the lane
+// makes must equal the recorded one, in order (a different request, or
+// one past the record, is an error). It is how a test checks committed
+// device evidence without the device.
+func ReplayAllocLane(ctx context.Context, lane string, rec []AllocExchange) (*Result, error) {
+	s := &allocSession{replay: rec}
+	var info AllocInfo
+	if err := s.do(ctx, AllocRequest{Op: "info"}, &info); err != nil {
+		return nil, err
+	}
+	rules, err := RuntimeRulesFor(info.Rules)
+	if err != nil {
+		return nil, err
+	}
+	switch lane {
+	case LaneAllocSnap:
+		return runExtSnapshot(ctx, s, &info, rules, DefaultSnapshots)
+	case LaneAllocFoot:
+		return runExtFootprint(ctx, s, &info, rules)
+	}
+	return nil, fmt.Errorf("%s is not an allocator lane", lane)
+}
+
+// doReplay answers req from the record.
+func (s *allocSession) doReplay(req AllocRequest, b []byte) (byte, []byte, error) {
+	if len(s.replay) == 0 {
+		return 0, nil, fmt.Errorf("replay: request %s past the end of the record", req.Op)
+	}
+	x := s.replay[0]
+	s.replay = s.replay[1:]
+	var got, want any
+	if json.Unmarshal(b, &got) != nil || json.Unmarshal(x.Request, &want) != nil {
+		return 0, nil, fmt.Errorf("replay: unreadable request")
+	}
+	gb, _ := json.Marshal(got)
+	wb, _ := json.Marshal(want)
+	if string(gb) != string(wb) {
+		return 0, nil, fmt.Errorf("replay: the lane asked %s, the record has %s", clipText(string(gb)), clipText(string(wb)))
+	}
+	if len(x.Type) != 1 {
+		return 0, nil, fmt.Errorf("replay: answer type %q", x.Type)
+	}
+	return x.Type[0], []byte(x.Answer), nil
 }
 
 // startAllocSession starts an adapter and exchanges the allocator hello.
@@ -215,57 +273,71 @@ func startProc(ctx context.Context, spec AdapterSpec, protocol string) (*adapter
 	}
 }
 
-// do sends one request and reads its answer.
+// frameRes is one answer frame read from an adapter.
+type frameRes struct {
+	typ     byte
+	payload []byte
+	err     error
+}
+
+// send writes a request and reads the answer frame into ch.
+func (s *allocSession) send(ch chan<- frameRes, op string, b []byte) {
+	if err := WriteFrame(s.p.stdin, FrameRequest, b); err != nil {
+		ch <- frameRes{err: fmt.Errorf("send %s: %w", op, err)}
+		return
+	}
+	typ, payload, err := ReadFrame(s.p.out)
+	ch <- frameRes{typ, payload, err}
+}
+
+// do sends one request and decodes its answer into reply; an unsupported
+// answer is an *allocUnsupported error.
 func (s *allocSession) do(ctx context.Context, req AllocRequest, reply any) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	type res struct {
-		typ     byte
-		payload []byte
-		err     error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		if err := WriteFrame(s.p.stdin, FrameRequest, b); err != nil {
-			ch <- res{err: fmt.Errorf("send %s: %w", req.Op, err)}
-			return
-		}
-		typ, payload, err := ReadFrame(s.p.out)
-		ch <- res{typ, payload, err}
-	}()
-	t := time.NewTimer(s.timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
+	var r frameRes
+	if s.replay != nil {
+		r.typ, r.payload, r.err = s.doReplay(req, b)
 		if r.err != nil {
-			return fmt.Errorf("%s: %w%s", req.Op, r.err, s.p.exitNote())
+			return r.err
 		}
-		switch r.typ {
-		case FrameReply:
-			if err := json.Unmarshal(r.payload, reply); err != nil {
-				return fmt.Errorf("%s: reply: %v", req.Op, err)
+	} else {
+		ch := make(chan frameRes, 1)
+		go s.send(ch, req.Op, b)
+		t := time.NewTimer(s.timeout)
+		defer t.Stop()
+		select {
+		case r = <-ch:
+			if r.err != nil {
+				return fmt.Errorf("%s: %w%s", req.Op, r.err, s.p.exitNote())
 			}
-			return nil
-		case FrameUnsupported, FrameError:
-			txt := string(r.payload)
-			if len(txt) > maxReason || !utf8.ValidString(txt) {
-				return fmt.Errorf("%s: answer text must be at most %d bytes of UTF-8", req.Op, maxReason)
-			}
-			if r.typ == FrameUnsupported {
-				return &allocUnsupported{txt}
-			}
-			return fmt.Errorf("%s: adapter error: %s", req.Op, txt)
+		case <-t.C:
+			s.p.kill()
+			return fmt.Errorf("%s: no answer within %v", req.Op, s.timeout)
+		case <-ctx.Done():
+			s.p.kill()
+			return ctx.Err()
 		}
-		return fmt.Errorf("%s: unexpected frame type %q", req.Op, r.typ)
-	case <-t.C:
-		s.p.kill()
-		return fmt.Errorf("%s: no answer within %v", req.Op, s.timeout)
-	case <-ctx.Done():
-		s.p.kill()
-		return ctx.Err()
 	}
+	switch r.typ {
+	case FrameReply:
+		if err := json.Unmarshal(r.payload, reply); err != nil {
+			return fmt.Errorf("%s: reply: %v", req.Op, err)
+		}
+		return nil
+	case FrameUnsupported, FrameError:
+		txt := string(r.payload)
+		if len(txt) > maxReason || !utf8.ValidString(txt) {
+			return fmt.Errorf("%s: answer text must be at most %d bytes of UTF-8", req.Op, maxReason)
+		}
+		if r.typ == FrameUnsupported {
+			return &allocUnsupported{txt}
+		}
+		return fmt.Errorf("%s: adapter error: %s", req.Op, txt)
+	}
+	return fmt.Errorf("%s: unexpected frame type %q", req.Op, r.typ)
 }
 
 func (s *allocSession) close() { s.p.close() }

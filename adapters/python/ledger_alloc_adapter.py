@@ -18,6 +18,7 @@ only generates traffic and reports readings; the ledger decides.
 """
 
 import json
+import os
 import sys
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
@@ -40,20 +41,29 @@ def serve(hello, handlers, stdin=None, stdout=None):
     hello = dict(hello, protocol=PROTOCOL)
     write_frame(fout, "H", json.dumps(hello).encode("utf-8"))
     fout.flush()
+    # LEDGER_ALLOC_DUMP=FILE appends one JSON line per request: the request
+    # and its answer, as sent (runner.ReplayAllocLane re-derives a verdict
+    # from such a file).
+    dump = open(os.environ["LEDGER_ALLOC_DUMP"], "a") if os.environ.get("LEDGER_ALLOC_DUMP") else None
     while True:
         fr = read_frame(fin)
         if fr is None or fr[0] == "Q":
             return
         if fr[0] != "R":
             raise ProtocolError("unexpected frame type %r" % fr[0])
+        req = None
         try:
             req = json.loads(fr[1].decode("utf-8"))
             h = handlers.get(req.get("op"))
             if h is None:
                 raise Unsupported("op %r" % req.get("op"))
-            write_frame(fout, "A", json.dumps(h(req), separators=(",", ":")).encode("utf-8"))
+            typ, out = "A", json.dumps(h(req), separators=(",", ":")).encode("utf-8")
         except Unsupported as e:
-            write_frame(fout, "U", str(e).encode("utf-8")[:1024])
+            typ, out = "U", str(e).encode("utf-8")[:1024]
         except Exception as e:  # the ledger records it as an error
-            write_frame(fout, "E", ("%s: %s" % (type(e).__name__, e)).encode("utf-8")[:1024])
+            typ, out = "E", ("%s: %s" % (type(e).__name__, e)).encode("utf-8")[:1024]
+        write_frame(fout, typ, out)
         fout.flush()
+        if dump:
+            dump.write(json.dumps({"request": req, "type": typ, "answer": out.decode("utf-8")}, separators=(",", ":")) + "\n")
+            dump.flush()
