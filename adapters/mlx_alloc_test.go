@@ -37,7 +37,16 @@ func TestMLXCPUAllocLanes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dump := t.TempDir() + "/exchanges.jsonl"
+	t.Setenv("LEDGER_ALLOC_DUMP", dump)
 	runs := run(t, cfg, "mlx-cpu-alloc", runner.LaneAllocSnap, runner.LaneAllocFoot)
+	// The verdicts re-derived from the adapter's record equal the live ones.
+	if rec := readExchanges(t, dump); len(rec) != 2 {
+		t.Errorf("record holds %d sessions, want 2", len(rec))
+	} else {
+		checkReplay(t, runs[0].Evidence, rec[0])
+		checkReplay(t, runs[1].Evidence, rec[1])
+	}
 	if len(runs) != 2 {
 		t.Fatalf("%d records, want 2", len(runs))
 	}
