@@ -111,7 +111,14 @@ func (e *lcEnv) checkPages() error {
 		paths = append(paths, "/api/v1/log/entries?kind="+string(k))
 	}
 	for _, v := range slices.Sorted(mapKeys(e.m.releases)) {
-		paths = append(paths, "/releases/"+v, "/api/v1/releases/"+v, "/api/v1/releases/"+v+"/readiness")
+		paths = append(paths, "/releases/"+v, "/api/v1/releases/"+v, "/api/v1/releases/"+v+"/readiness",
+			"/api/v1/releases/"+v+"/readiness?format=junit", "/api/v1/releases/"+v+"/readiness?format=vsa")
+	}
+	// The log's first level-0 tile (c2sp.org/tlog-tiles): full or partial.
+	if n := uint64(len(es)); n >= 256 {
+		paths = append(paths, "/tile/0/000")
+	} else if n > 0 {
+		paths = append(paths, fmt.Sprintf("/tile/0/000.p/%d", n))
 	}
 	if e.m.policies > 0 {
 		paths = append(paths, "/api/v1/policies/core")
@@ -120,7 +127,8 @@ func (e *lcEnv) checkPages() error {
 		paths = append(paths, "/entries/"+en.ID, "/api/v1/log/entries/"+en.ID)
 		switch en.Kind {
 		case ledger.KindEvidence:
-			paths = append(paths, "/evidence/"+en.ID, "/api/v1/evidence/"+en.ID, "/api/v1/evidence/"+en.ID+"/proof")
+			paths = append(paths, "/evidence/"+en.ID, "/api/v1/evidence/"+en.ID, "/api/v1/evidence/"+en.ID+"/proof",
+				"/api/v1/evidence/"+en.ID+"?format=in-toto", "/api/v1/evidence/"+en.ID+"?format=dsse")
 		case ledger.KindOriginal:
 			paths = append(paths, "/originals/"+en.ID, "/api/v1/originals/"+en.ID)
 		case ledger.KindRunOutcome:

@@ -40,6 +40,13 @@ type lcModel struct {
 	verdicts   []string // signed verdict files
 	seq        *int     // makes names and times unique; shared by clones (never rolled back)
 	backup     *lcBackup
+	idem       *lcIdem // the last append made with an idempotency key
+}
+
+// lcIdem is an append made with an idempotency key, to replay.
+type lcIdem struct {
+	key, body, id string
+	api           bool
 }
 
 type lcRelease struct {
@@ -140,6 +147,7 @@ var lcOps = []lcOp{
 	{"backup", 1, nil, opBackup},
 	{"restore", 1, []ledger.Kind{ledger.KindLog}, opRestore},
 	{"restart", 1, nil, opRestart},
+	{"idempotent-replay", 2, []ledger.Kind{ledger.KindEvidence}, opIdempotentReplay},
 	{"dashboard-form", 3, []ledger.Kind{ledger.KindWaiver, ledger.KindApproval, ledger.KindRelease}, opDashboardForm},
 	{"run-local", 2, []ledger.Kind{ledger.KindEvidence, ledger.KindRunnerKey}, opRunLocal},
 	{"agent-remove", 1, []ledger.Kind{ledger.KindRunnerKey}, opAgentRemove},
@@ -1170,5 +1178,45 @@ func opAgentRemove(e *lcEnv, r *rand.Rand) error {
 	}
 	e.m.agents = slices.Delete(slices.Clone(e.m.agents), i, i+1)
 	e.logf("agent-remove %s", a.name)
+	return nil
+}
+
+// opIdempotentReplay records with an idempotency key, or replays the last
+// such append (same key, token and body): the replay answers the first
+// append's entry and appends nothing.
+func opIdempotentReplay(e *lcEnv, r *rand.Rand) error {
+	id := e.m.idem
+	if id == nil || r.IntN(3) == 0 {
+		commit, n := pick(r, lcCommitA, lcCommitB), e.m.next()
+		id = &lcIdem{key: fmt.Sprintf("lifecycle-%d", n), body: lcEvidenceJSON("qmv-bias-sum/v1", commit, n, false), api: viaAPI(r)}
+		es, err := e.record(id.api, e.rec, id.body, "--idempotency-key", id.key, "-")
+		if err != nil {
+			return err
+		}
+		if len(es) != 1 {
+			return fmt.Errorf("record with an idempotency key appended %d entries", len(es))
+		}
+		id.id = es[0].ID
+		e.noteEvidence(es, commit, "qmv-bias-sum/v1")
+		e.m.idem = id
+		e.logf("idempotent record %s key %s api=%v", id.id, id.key, id.api)
+		return nil
+	}
+	before, err := e.checkpoint()
+	if err != nil {
+		return err
+	}
+	es, err := e.record(id.api, e.rec, id.body, "--idempotency-key", id.key, "-")
+	if err != nil {
+		return err
+	}
+	after, err := e.checkpoint()
+	if err != nil {
+		return err
+	}
+	if len(es) != 1 || es[0].ID != id.id || after.Size != before.Size {
+		return fmt.Errorf("replay of idempotency key %s: entries %+v, log size %d -> %d; want entry %s and nothing appended", id.key, es, before.Size, after.Size, id.id)
+	}
+	e.logf("idempotent replay of key %s api=%v", id.key, id.api)
 	return nil
 }
