@@ -36,6 +36,14 @@ type lcEnv struct {
 	srv    *exec.Cmd
 	srvErr *lockedBuffer
 	url    string
+	// srvLogs is the log of every server process started, checked for
+	// errors by check.
+	srvLogs  []*lockedBuffer
+	logsSeen int // srvLogs already checked
+	// rotationSizes are the sizes of the checkpoints key rotations
+	// ended with (signed by the retired key).
+	rotationSizes map[uint64]bool
+	known         map[string]bool // known findings logged
 
 	adm, rec, run string // secrets of the base tokens (admin, record, run)
 
@@ -110,7 +118,7 @@ func newLCFixture(t *testing.T) *lcFixture {
 // newLCEnv makes a new, empty ledger on store with its three base
 // tokens, a witness and a running server.
 func newLCEnv(t *testing.T, store string, fix *lcFixture) (*lcEnv, error) {
-	e := &lcEnv{t: t, store: store, dir: t.TempDir(), fix: fix, m: newLCModel(), seen: map[ledger.Kind]int{}}
+	e := &lcEnv{t: t, store: store, dir: t.TempDir(), fix: fix, m: newLCModel(), seen: map[ledger.Kind]int{}, rotationSizes: map[uint64]bool{}, known: map[string]bool{}}
 	e.dataDir = filepath.Join(e.dir, "data")
 	os.MkdirAll(e.dataDir, 0o700)
 	if store == "postgres" {
@@ -259,6 +267,7 @@ func (e *lcEnv) start() error {
 	select {
 	case u := <-lines:
 		e.srv, e.srvErr, e.url = cmd, buf, u
+		e.srvLogs = append(e.srvLogs, buf)
 		srv := cmd
 		e.t.Cleanup(func() { srv.Process.Kill() })
 		go func() { <-exited }()

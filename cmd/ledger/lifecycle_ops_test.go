@@ -956,9 +956,16 @@ func opKeyRotate(e *lcEnv, r *rand.Rand) error {
 	if err := e.stop(); err != nil {
 		return err
 	}
-	if _, _, err := e.cli(0, "", "key", "rotate"); err != nil {
+	out, _, err := e.cli(0, "", "--json", "key", "rotate")
+	if err != nil {
 		return err
 	}
+	var rot rotation
+	if err := json.Unmarshal([]byte(out), &rot); err != nil {
+		return fmt.Errorf("key rotate --json: %v: %s", err, out)
+	}
+	// The checkpoint of the rotation's batch is the old key's last.
+	e.rotationSizes[rot.Index+1] = true
 	if err := e.newWitness(); err != nil {
 		return err
 	}
