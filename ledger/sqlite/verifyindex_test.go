@@ -264,3 +264,41 @@ func TestVerifiedIndexIgnoresEditedProjection(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifiedIndexFollowsRestoredLog: a log cut back to an earlier
+// signed checkpoint under a running process (a restore accepted on
+// another server of the log) is folded again: the index answers the
+// restored history, never leaves that are no longer in the log.
+func TestVerifiedIndexFollowsRestoredLog(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	appendIndexLog(t, s, 0, 20)
+	cp, err := s.Checkpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendIndexLog(t, s, 20, 40)
+	v := ledger.NewVerifiedStore(s, s.Log, nil)
+	q := indexQueries()[0]
+	if got := slices.Concat(readAll(t, v, q, 1000, 0)...); len(got) == 0 || got[0] < cp.Size {
+		t.Fatalf("%s before the restore: %v", q.name, got)
+	}
+	for _, stmt := range []string{
+		fmt.Sprintf("DELETE FROM heads_index WHERE idx >= %d", cp.Size),
+		fmt.Sprintf("DELETE FROM evidence_artifacts WHERE idx >= %d", cp.Size),
+		fmt.Sprintf("DELETE FROM leaves WHERE idx >= %d", cp.Size),
+		fmt.Sprintf("DELETE FROM checkpoints WHERE size > %d", cp.Size),
+	} {
+		if _, err := s.DB().Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	want := slices.Concat(readAll(t, s, q, 1000, 0)...)
+	if got := slices.Concat(readAll(t, v, q, 1000, 0)...); len(want) == 0 || !slices.Equal(got, want) {
+		t.Fatalf("%s after the restore to size %d: %v, want %v", q.name, cp.Size, got, want)
+	}
+}
