@@ -287,10 +287,10 @@ func (v *VerifiedStore) ReadNodes(ctx context.Context, ids []compact.NodeID) ([]
 // leave out; the index cannot be edited that way: it holds, for every
 // leaf below a signed checkpoint's size, the keys read from its bytes,
 // and the leaves it folded must give that checkpoint's root. Leaves are
-// folded on demand (a query at a size the index does not cover yet folds
-// every leaf up to the latest signed checkpoint), so the first such
-// query of a process reads the whole log once, and later ones only the
-// leaves appended since, whichever server of the log appended them.
+// folded on demand: every such query folds the leaves up to the latest
+// signed checkpoint, so the first one of a process reads the whole log
+// once (unless BuildIndex did), and later ones only the leaves appended
+// since, whichever server of the log appended them.
 
 // leafIndex is the query index of the leaves [0, size): for each key,
 // the indexes of the leaves that have it, ascending. Lists are only
@@ -340,7 +340,8 @@ func (x *leafIndex) covered() uint64 {
 	return x.size
 }
 
-// list returns the list of key in m, read under the lock.
+// list returns the size the index covers and the list pick selects,
+// read under one lock.
 func (x *leafIndex) list(pick func() []uint64) (uint64, []uint64) {
 	x.rmu.RLock()
 	defer x.rmu.RUnlock()
