@@ -221,11 +221,11 @@ func originalExt(format string) string {
 // concurrent maximum-size bodies of every input format to a real server
 // and reads its peak resident set (RELIABILITY.md, "Ingest memory", has
 // the figures); the factor is the largest cost per admitted body byte
-// seen (DSSE envelopes: the body, the verified payload, the Statement,
-// the original's base64 body and leaf, the evidence; the runner-key
-// check and the store each canonicalize the payload or the record
-// again), rounded up.
-const IngestFactor = 48
+// seen (DSSE envelopes, about 48: the body, the verified payload, the
+// Statement, the original's base64 body and leaf, the evidence; the
+// runner-key check and the store each canonicalize the payload or the
+// record again), with a third more for the spread between runs.
+const IngestFactor = 64
 
 // DefaultIngestBudget is the ingest budget a server with body cap
 // maxBody gets unless configured: room for two maximum-size bodies being
