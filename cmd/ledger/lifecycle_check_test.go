@@ -92,7 +92,63 @@ func (e *lcEnv) check() error {
 	if err := e.checkWitnessed(); err != nil {
 		return err
 	}
+	if err := e.checkAgainst(); err != nil {
+		return err
+	}
 	return e.checkServerLogs()
+}
+
+// checkAgainst saves the server's checkpoint as a client would and has
+// `ledger audit --against` prove, with the key chain learnt from the
+// first key alone, that the log extends every saved checkpoint, and
+// names the fork for each one saved before an accepted restore to a
+// smaller size (the last three of those).
+func (e *lcEnv) checkAgainst() error {
+	code, b, err := e.get("/api/v1/log/checkpoint")
+	if err != nil || code != 200 {
+		return fmt.Errorf("GET /api/v1/log/checkpoint: %d %v", code, err)
+	}
+	var cp ledger.Checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return err
+	}
+	f := filepath.Join(e.dir, "files", fmt.Sprintf("checkpoint-%d-%d.json", cp.Size, e.m.next()))
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		return err
+	}
+	e.saved = append(e.saved, lcSaved{file: f, size: cp.Size})
+	chain, _, err := e.cli(0, "", "key", "chain", "--key", e.firstPub)
+	if err != nil {
+		return fmt.Errorf("key chain from the first key: %w", err)
+	}
+	chainFile := filepath.Join(e.dir, "files", fmt.Sprintf("chain-%d.pub", e.m.next()))
+	if err := os.WriteFile(chainFile, []byte(chain), 0o644); err != nil {
+		return err
+	}
+	args := []string{"audit", "--key", chainFile}
+	var forked []lcSaved
+	for _, s := range e.saved {
+		if s.forked {
+			forked = append(forked, s)
+		} else {
+			args = append(args, "--against", s.file)
+		}
+	}
+	for _, where := range [][]string{e.base(), {"--server", e.url, "--data-dir", e.dataDir}} {
+		if _, _, _, err := e.exec([]int{0}, "", append(slices.Clone(where), args...)...); err != nil {
+			return fmt.Errorf("audit --against the saved checkpoints: %w", err)
+		}
+	}
+	for _, s := range forked[max(0, len(forked)-3):] {
+		out, _, _, err := e.exec([]int{1}, "", append(e.base(), "audit", "--key", chainFile, "--against", s.file)...)
+		if err != nil || !strings.Contains(out, "fork") {
+			return fmt.Errorf("audit --against a checkpoint (size %d) of the history a restore left does not name the fork: %v %s", s.size, err, out)
+		}
+	}
+	if _, _, err := e.cli(0, "", "runner", "audit"); err != nil {
+		return fmt.Errorf("runner audit: %w", err)
+	}
+	return nil
 }
 
 // checkFullScan waits until the restarted server's background full
@@ -160,13 +216,21 @@ func (e *lcEnv) checkServerLogs() error {
 	return nil
 }
 
-// auditRoot is the size and root of an audit --json answer.
+// lcAudit is what `ledger --json audit` answers.
+type lcAudit struct {
+	OK     bool   `json:"ok"`
+	Leaves uint64 `json:"leaves"`
+	Root   string `json:"root"`
+}
+
+// auditRoot is the size and root of a passed audit's --json answer, ""
+// for another answer.
 func auditRoot(out string) string {
-	var a map[string]any
-	if json.Unmarshal([]byte(out), &a) != nil {
+	var a lcAudit
+	if json.Unmarshal([]byte(out), &a) != nil || !a.OK || a.Root == "" {
 		return ""
 	}
-	return fmt.Sprint(a["size"], " ", a["root"])
+	return fmt.Sprint(a.Leaves, " ", a.Root)
 }
 
 // checkPages GETs every dashboard page and API read of what the ledger

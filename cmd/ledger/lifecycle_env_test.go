@@ -44,6 +44,11 @@ type lcEnv struct {
 	// ended with (signed by the retired key).
 	rotationSizes map[uint64]bool
 	known         map[string]bool // known findings logged
+	// firstPub is the log's first verifier key (a client pinned it);
+	// saved are the checkpoints clients kept, each with whether a later
+	// restore forked the log before it.
+	firstPub string
+	saved    []lcSaved
 
 	adm, rec, run string // secrets of the base tokens (admin, record, run)
 
@@ -58,8 +63,13 @@ type lcEnv struct {
 	// trace is what each step did, printed with a failure.
 	trace []string
 	step  int
-	// loggedRotatedRestore: the skipped restore was logged once.
-	loggedRotatedRestore bool
+}
+
+// lcSaved is a checkpoint a client saved.
+type lcSaved struct {
+	file   string
+	size   uint64
+	forked bool // a restore to a smaller size was accepted after it
 }
 
 // lcFixture is what every ledger of one test shares: a git repository
@@ -141,6 +151,14 @@ func newLCEnv(t *testing.T, store string, fix *lcFixture) (*lcEnv, error) {
 		return e, err
 	}
 	if e.run, err = e.tokenCreate("release", "run"); err != nil {
+		return e, err
+	}
+	pub, err := os.ReadFile(filepath.Join(e.dataDir, "ledger.pub"))
+	if err != nil {
+		return e, err
+	}
+	e.firstPub = filepath.Join(e.dir, "first.pub")
+	if err := os.WriteFile(e.firstPub, pub, 0o644); err != nil {
 		return e, err
 	}
 	if err := e.newWitness(); err != nil {

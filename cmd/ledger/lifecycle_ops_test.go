@@ -1013,15 +1013,15 @@ func opRestore(e *lcEnv, r *rand.Rand) error {
 	if b.rotations != e.m.rotations {
 		// Finding: restore --accept-rollback refuses a backup taken
 		// before a key rotation ("the latest checkpoint does not
-		// verify with the key ..."): the rotation deleted the old key
-		// and the restored log lacks the rotation leaf. Until a
-		// restore can carry the rotation over, such a restore is not
-		// generated: a new backup is taken instead.
-		if !e.loggedRotatedRestore {
-			e.t.Logf("lifecycle: not restoring a backup taken before a key rotation (restore --accept-rollback refuses it: the backup's checkpoints are signed by the retired key); taking a new backup instead")
-			e.loggedRotatedRestore = true
+		// verify with the key ..."): the rotation retired the key that
+		// signed the backup's checkpoints and the restored log lacks
+		// the rotation leaf. Until a restore can carry the rotation
+		// over, a backup taken since the rotation is restored instead.
+		e.noteKnown("restore --accept-rollback refuses a backup taken before a key rotation (its checkpoints are signed by the retired key): a backup taken since is restored instead")
+		if err := opBackup(e, r); err != nil {
+			return err
 		}
-		return opBackup(e, r)
+		b = e.m.backup
 	}
 	// The log goes on past the backup, so that there is a rollback to
 	// accept.
@@ -1055,6 +1055,19 @@ func opRestore(e *lcEnv, r *rand.Rand) error {
 	out, _, err := e.cli(0, "", "restore", "--accept-rollback", "--by", "operator", "--reason", "lifecycle restore")
 	if err != nil {
 		return err
+	}
+	// Checkpoints clients saved beyond the restored size are of the
+	// history the restore left.
+	var rs lcAudit
+	if au, _, err := e.cli(0, "", "--json", "audit"); err != nil {
+		return err
+	} else if err := json.Unmarshal([]byte(au), &rs); err != nil || rs.Leaves == 0 {
+		return fmt.Errorf("audit --json: %v: %s", err, au)
+	}
+	for i := range e.saved {
+		if e.saved[i].size >= rs.Leaves {
+			e.saved[i].forked = true
+		}
 	}
 	e.m = b.m.clone()
 	e.m.backup = b
