@@ -327,4 +327,3 @@ func (e *lcEnv) kindsSeen() (map[ledger.Kind]int, error) {
 	return seen, nil
 }
 
-var _ = os.Getenv

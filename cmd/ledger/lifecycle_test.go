@@ -28,6 +28,7 @@ import (
 //	LEDGER_LIFECYCLE_CHECK   steps between invariant checks (default 25)
 //	LEDGER_LIFECYCLE_REPLAY  a sequence to run instead ("op@seed op@seed ...")
 //	LEDGER_LIFECYCLE_STORES  stores to run (default "sqlite postgres")
+//	LEDGER_LIFECYCLE_SHRINK_SECONDS  time spent shrinking a failure (default 120)
 
 // lcStep is one generated step: an operation and the seed of its own
 // random choices, so that a step does the same when others are dropped.
@@ -247,7 +248,7 @@ func TestLifecycle(t *testing.T) {
 				if res.err != nil {
 					t.Errorf("seed %d (%d steps) failed after step %d: %v", seed, len(seq), res.failAt, res.err)
 					t.Logf("trace of the failing run (last 30 steps):\n%s", strings.Join(res.trace[max(0, len(res.trace)-30):], "\n"))
-					shrunk, sres := lcShrink(t, store, fix, seq[:res.failAt+1], res.err, time.Duration(lcEnvInt("LEDGER_LIFECYCLE_SHRINK_SECONDS", 180))*time.Second)
+					shrunk, sres := lcShrink(t, store, fix, seq[:res.failAt+1], res.err, time.Duration(lcEnvInt("LEDGER_LIFECYCLE_SHRINK_SECONDS", 120))*time.Second)
 					if sres.err != nil {
 						t.Errorf("shrunk to %d steps, failing with: %v\ntrace:\n%s", len(shrunk), sres.err, strings.Join(sres.trace, "\n"))
 					}
