@@ -326,4 +326,3 @@ func (e *lcEnv) kindsSeen() (map[ledger.Kind]int, error) {
 	}
 	return seen, nil
 }
-
