@@ -148,7 +148,7 @@ var lcOps = []lcOp{
 	{"restore", 1, []ledger.Kind{ledger.KindLog}, opRestore},
 	{"restart", 1, nil, opRestart},
 	{"idempotent-replay", 2, []ledger.Kind{ledger.KindEvidence}, opIdempotentReplay},
-	{"dashboard-form", 3, []ledger.Kind{ledger.KindWaiver, ledger.KindApproval, ledger.KindRelease}, opDashboardForm},
+	{"dashboard-form", 3, []ledger.Kind{ledger.KindWaiver, ledger.KindApproval, ledger.KindSupersede, ledger.KindRelease}, opDashboardForm},
 	{"run-local", 2, []ledger.Kind{ledger.KindEvidence, ledger.KindRunnerKey}, opRunLocal},
 	{"agent-remove", 1, []ledger.Kind{ledger.KindRunnerKey}, opAgentRemove},
 }
@@ -1086,6 +1086,8 @@ func opRestart(e *lcEnv, r *rand.Rand) error {
 	return e.start()
 }
 
+var lcFormEntryRe = regexp.MustCompile(`<select id="x-entry" name="entry" required><option value="([^"]+)"`)
+
 var lcFormRe = regexp.MustCompile(`<form method="post" action="([^"]+)" id="(waiver|signoff|supersede|approval)-form"[^>]*>\s*<h3>[^<]*</h3>\s*<input type="hidden" name="csrf" value="([^"]+)">`)
 
 // opDashboardForm posts one of the release page's forms (waiver, sign-off,
@@ -1114,9 +1116,20 @@ func opDashboardForm(e *lcEnv, r *rand.Rand) error {
 	for _, m := range lcFormRe.FindAllStringSubmatch(string(page), -1) {
 		forms[m[2]] = [2]string{html.UnescapeString(m[1]), html.UnescapeString(m[3])}
 	}
-	which := pick(r, "waiver", "signoff", "approval")
+	which := pick(r, "waiver", "signoff", "approval", "supersede")
 	if rel.kind == "heads" && which == "signoff" {
 		which = "waiver"
+	}
+	entry := ""
+	if which == "supersede" {
+		// Only a release with an approval role and a failing record
+		// shows the form.
+		m := lcFormEntryRe.FindStringSubmatch(string(page))
+		if _, ok := forms["supersede"]; !ok || m == nil || !rel.approvalRole {
+			which = "waiver"
+		} else {
+			entry = html.UnescapeString(m[1])
+		}
 	}
 	f, ok := forms[which]
 	if !ok {
@@ -1138,6 +1151,10 @@ func opDashboardForm(e *lcEnv, r *rand.Rand) error {
 		v.Set("gate", "review")
 		v.Set("note", "signed off from the dashboard")
 		v.Set("token", e.adm)
+	case "supersede":
+		v.Set("entry", entry)
+		v.Set("reason", "the host lost power mid-run")
+		v.Set("token", e.adm)
 	case "approval":
 		v.Set("note", "approved from the dashboard")
 		v.Set("token", e.adm)
@@ -1151,6 +1168,9 @@ func opDashboardForm(e *lcEnv, r *rand.Rand) error {
 	resp.Body.Close()
 	if !slices.Contains(want, resp.StatusCode) {
 		return fmt.Errorf("POST %s (%s form): %d, want %v: %s", f[0], which, resp.StatusCode, want, clipOut(string(body)))
+	}
+	if which == "supersede" {
+		e.m.superseded[rel.version+" "+entry] = true
 	}
 	e.logf("dashboard %s form on %s: %d", which, rel.version, resp.StatusCode)
 	return nil
