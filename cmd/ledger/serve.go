@@ -218,6 +218,14 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	// Every leaf the API and the dashboard serve (and the gates read) is
 	// checked against its leaf hash and the signed tree first.
 	checked := ledger.NewVerifiedStore(st, st.Log, c.Log)
+	// Fold the log into the verified query index now, so the first
+	// readiness answer does not wait for it (a failure is logged; the
+	// first query then folds again).
+	go func() {
+		if err := checked.BuildIndex(ctx); err != nil && ctx.Err() == nil {
+			c.Log.Warn("query index: could not fold the log at start", "err", err)
+		}
+	}()
 	wit, served, stopWitnesser, err := startWitnesser(ctx, checked, c.WitnessPolicy, c.WitnessState, c.KeyDir, c.Log)
 	if err != nil {
 		return err
