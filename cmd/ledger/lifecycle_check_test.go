@@ -95,7 +95,87 @@ func (e *lcEnv) check() error {
 	if err := e.checkAgainst(); err != nil {
 		return err
 	}
+	if err := e.checkReaders(); err != nil {
+		return err
+	}
 	return e.checkServerLogs()
+}
+
+// lcVerdict is the part of a readiness answer two readers must agree on.
+type lcVerdict struct {
+	Ready      bool   `json:"ready"`
+	Approved   bool   `json:"approved"`
+	PinsDigest string `json:"pins_digest"`
+	Checkpoint struct {
+		Size uint64 `json:"size"`
+		Root string `json:"root"`
+	} `json:"checkpoint"`
+	Gates []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	} `json:"gates"`
+}
+
+func parseLCVerdict(b []byte) (lcVerdict, error) {
+	var w struct {
+		Readiness *lcVerdict `json:"readiness"`
+	}
+	if err := json.Unmarshal(b, &w); err == nil && w.Readiness != nil {
+		return *w.Readiness, nil
+	}
+	var v lcVerdict
+	err := json.Unmarshal(b, &v)
+	return v, err
+}
+
+// checkReaders runs the CLI's readers on the local database (every one
+// must answer) and has each release's readiness evaluated both by the
+// server and locally: the two must agree, gate by gate.
+func (e *lcEnv) checkReaders() error {
+	reads := [][]string{{"release", "show"}, {"token", "list"}, {"runner", "list"}, {"key", "chain"}}
+	if e.m.policies > 0 {
+		reads = append(reads, []string{"policy", "show", "core"})
+	}
+	for _, v := range slices.Sorted(mapKeys(e.m.releases)) {
+		reads = append(reads, []string{"release", "show", v})
+	}
+	for _, r := range reads {
+		if _, _, err := e.cli(0, "", r...); err != nil {
+			return err
+		}
+	}
+	for _, r := range [][]string{{"agent", "list"}, {"runs", "list"}} {
+		if _, _, err := e.remote(0, e.adm, "", r...); err != nil {
+			return err
+		}
+	}
+	for _, v := range slices.Sorted(mapKeys(e.m.releases)) {
+		_, b, err := e.get("/api/v1/releases/" + v + "/readiness")
+		if err != nil {
+			return err
+		}
+		srv, err := parseLCVerdict(b)
+		if err != nil {
+			return fmt.Errorf("readiness of %s: %v: %s", v, err, clipOut(string(b)))
+		}
+		out, _, _, err := e.exec([]int{0, 1}, "", append(e.base(), "--json", "release", "check", v)...)
+		if err != nil {
+			return err
+		}
+		loc, err := parseLCVerdict([]byte(out))
+		if err != nil {
+			return fmt.Errorf("release check --json %s: %v: %s", v, err, clipOut(out))
+		}
+		if srv.Checkpoint.Size == 0 || len(srv.Gates) == 0 || loc.Checkpoint.Size == 0 || len(loc.Gates) == 0 {
+			return fmt.Errorf("release %s: a readiness answer without checkpoint or gates:\nserver: %s\nlocal:  %s", v, clipOut(string(b)), clipOut(out))
+		}
+		sj, _ := json.Marshal(srv)
+		lj, _ := json.Marshal(loc)
+		if string(sj) != string(lj) {
+			return fmt.Errorf("release %s: the server's readiness and the local evaluation differ:\nserver: %s\nlocal:  %s", v, sj, lj)
+		}
+	}
+	return nil
 }
 
 // checkAgainst saves the server's checkpoint as a client would and has
