@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ledger-adapter/1 adapter for MLX's affine quantized matmul (Metal or CPU).
+"""ledger-adapter/1 adapter for MLX's affine quantized matmul (CUDA, Metal or CPU).
 
 Each case is run the way an MLX user runs a quantized linear layer:
 mlx.core.quantized_matmul(x, w, scales, biases, transpose=True,
@@ -14,8 +14,14 @@ arithmetic.
 --device cpu runs MLX's CPU backend (the Linux wheels mlx + mlx-cpu, pinned
 in requirements-cpu.txt and installed by `make mlx-deps` into
 var/mlx-cpu/site, which --site puts first on sys.path); --device gpu runs
-Metal (not yet run on Apple hardware). The layout conversion is also tested
-against an exact stand-in for mlx.core (testdata/fakemlx).
+MLX's GPU stream: CUDA with the Linux wheels mlx + mlx-cuda-13 (run on the
+GPU host: testdata/device/mlx), Metal on macOS (not yet run on Apple
+hardware). The layout conversion is also tested against an exact stand-in
+for mlx.core (testdata/fakemlx).
+
+With LEDGER_MLX_DUMP=FILE in its environment the adapter also appends one
+JSON line per case to FILE: the case id, its shape and the raw output bits
+MLX returned (the per-case raw outputs of testdata/device/mlx).
 
 The hello names what actually ran: mlx.core.__version__, the dist-info
 versions of mlx and mlx-cpu, the path of the libmlx shared library mapped
@@ -38,6 +44,7 @@ import ledger_adapter as la  # noqa: E402
 
 mx = None  # mlx.core, imported in main() after --site is on sys.path
 DEVICE = None
+DUMP = None  # LEDGER_MLX_DUMP: per-case raw outputs, one JSON line each
 
 
 def to_mlx(bits_array, dtype_code, shape):
@@ -56,7 +63,12 @@ def compute(case):
     y = mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size=case.group_size, bits=case.bits, stream=DEVICE)
     mx.eval(y)
     raw = mx.uint16 if la.DTYPE_SIZE[case.dtype] == 2 else mx.uint32
-    return [int(v) for v in y.view(raw).reshape(-1).tolist()]
+    out = [int(v) for v in y.view(raw).reshape(-1).tolist()]
+    if DUMP is not None:
+        DUMP.write(json.dumps({"id": case.id, "dtype": la.DTYPE_NAMES[case.dtype], "bits": case.bits, "group_size": case.group_size,
+                               "n": case.n, "k": case.k, "out": ["0x%0*x" % (2 * la.DTYPE_SIZE[case.dtype], v) for v in out]}) + "\n")
+        DUMP.flush()
+    return out
 
 
 def mapped_libmlx():
@@ -102,9 +114,43 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+def nvidia_smi():
+    """name, driver_version, memory.total and compute_cap of GPU 0 as
+    nvidia-smi reports them, or {} where it is not there."""
+    import subprocess
+    keys = ["name", "driver_version", "memory.total", "compute_cap"]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=" + ",".join(keys), "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception:
+        return {}
+    vals = [v.strip() for v in out.split(",")]
+    return dict(zip(keys, vals)) if len(vals) == len(keys) else {}
+
+
+def cuda_attrs():
+    """What MLX and the driver say of the CUDA device: mx.device_info() on
+    the GPU stream (device_name, architecture, memory_size, ...) and
+    nvidia-smi's name, driver, memory and compute capability."""
+    attrs = {}
+    try:
+        info = mx.device_info()
+    except Exception as e:  # an MLX without device_info
+        info = {"error": "%s: %s" % (type(e).__name__, e)}
+    for k, v in sorted(info.items()):
+        attrs["mlx.device_info." + str(k)[:64]] = str(v)[:200]
+    for k, v in nvidia_smi().items():
+        attrs["nvidia-smi." + k] = v[:200]
+    return attrs
+
+
 def hello(device):
     info = {}
-    if device == "gpu":
+    extra = {}
+    if device == "gpu" and cuda_available():
+        extra = cuda_attrs()
+        model = extra.get("mlx.device_info.device_name") or extra.get("nvidia-smi.name") or "CUDA device"
+    elif device == "gpu":
         try:
             if mx.metal.is_available():
                 info = mx.metal.device_info()
@@ -116,7 +162,7 @@ def hello(device):
     runtime = {"mlx": mx.__version__, "python": platform.python_version(), "device": device,
                "mlx.core": os.path.abspath(getattr(mx, "__file__", "") or "")[:256]}
     source = {"repository": "github.com/ml-explore/mlx"}
-    for dist in ("mlx", "mlx-cpu", "mlx-metal"):
+    for dist in ("mlx", "mlx-cpu", "mlx-metal", "mlx-cuda-13"):
         version, commit = dist_info(dist)
         if version:
             runtime["dist." + dist] = version
@@ -132,14 +178,22 @@ def hello(device):
     return {
         "implementation": "mlx-quantized-matmul",
         "version": mx.__version__,
-        "device": {"model": model[:512], "attrs": {"mlx.device": str(mx.default_device()), "platform": platform.platform()[:200]}},
+        "device": {"model": model[:512], "attrs": dict(extra, **{"mlx.device": str(mx.default_device()), "platform": platform.platform()[:200]})},
         "runtime": runtime,
         "source": source,
     }
 
 
+def cuda_available():
+    """Whether this MLX build has a usable CUDA backend."""
+    try:
+        return bool(mx.cuda.is_available())
+    except Exception:  # an MLX without mx.cuda
+        return False
+
+
 def main():
-    global mx, DEVICE
+    global mx, DEVICE, DUMP
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     ap.add_argument("--site", default="", help="directory put first on sys.path before importing mlx (make mlx-deps: var/mlx-cpu/site)")
@@ -151,6 +205,8 @@ def main():
     mx = mlx.core
     DEVICE = mx.gpu if args.device == "gpu" else mx.cpu
     mx.set_default_device(DEVICE)
+    if os.environ.get("LEDGER_MLX_DUMP"):
+        DUMP = open(os.environ["LEDGER_MLX_DUMP"], "a")
     la.serve(hello(args.device), compute)
 
 
