@@ -21,6 +21,8 @@ func TestIngestBudgetRefusesWith503(t *testing.T) {
 
 	first, _ := json.Marshal(testEvidence(0))
 	pr, pw := io.Pipe()
+	// Runs before the server's close, which waits for this request.
+	t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
 	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence", pr)
 	req.ContentLength = int64(len(first))
 	req.Header.Set("Content-Type", "application/json")
@@ -37,9 +39,11 @@ func TestIngestBudgetRefusesWith503(t *testing.T) {
 	}()
 	// The first request is charged before its body is read: wait until it
 	// holds the budget.
-	for srv.ingest.sem.TryAcquire(1) {
+	for deadline := time.Now().Add(10 * time.Second); srv.ingest.sem.TryAcquire(1); time.Sleep(time.Millisecond) {
 		srv.ingest.sem.Release(1)
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("a request whose body is still arriving holds none of the budget")
+		}
 	}
 
 	second, _ := json.Marshal(testEvidence(1))
