@@ -59,6 +59,13 @@ func errorBody(err error) (int, APIError) {
 	return http.StatusInternalServerError, APIError{Code: ledger.CodeInternal, Message: "internal error"}
 }
 
+// errorRetries reports whether err says how soon to try again (see
+// setRetryAfter).
+func errorRetries(err error) bool {
+	var ra interface{ RetryAfter() time.Duration }
+	return errors.As(err, &ra)
+}
+
 // setRetryAfter sets Retry-After on a 503 whose cause says how soon to try
 // again (a store whose database connection was lost: the pool reconnects
 // on the next request); a refusal of the log's state (the tampered state)

@@ -492,7 +492,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if body.Code == ledger.CodeStorageFull {
 		s.storage.degrade(body.Message, s.cfg.Now())
 	}
-	if st >= 500 {
+	var te *ledger.TamperError
+	switch {
+	case body.Code == ledger.CodeUnavailable && !errors.As(err, &te) && w.Header().Get("Retry-After") != "" || errorRetries(err):
+		// Load shedding or a database that is away: the answer says when
+		// to retry; not a failure of the server's own.
+		s.log.Warn("request refused for now", "method", r.Method, "path", r.URL.Path, "err", err)
+	case st >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	if st == http.StatusUnauthorized {
