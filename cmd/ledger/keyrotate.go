@@ -13,7 +13,6 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger/keys"
-	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -322,13 +321,14 @@ Exit codes: 0 printed, 2 error or the key is not in the chain.`,
 	return cmd
 }
 
-// openPublicKey opens the database read-only with the verifier key vkey.
-func openPublicKey(ctx context.Context, path, vkey string, log *slog.Logger) (*sqlite.Store, string, error) {
+// openPublicKey opens the database (either driver) read-only with the
+// verifier key vkey.
+func openPublicKey(ctx context.Context, db, vkey string, log *slog.Logger) (*Store, string, error) {
 	k, err := keys.Public(vkey)
 	if err != nil {
 		return nil, "", err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Path: path, Key: k, Logger: log, ReadOnly: true})
+	st, err := openDriverStore(ctx, db, storeOptions{key: k, log: log, readOnly: true})
 	if err != nil {
 		return nil, "", err
 	}
