@@ -300,7 +300,7 @@ type leafIndex struct {
 	fold sync.Mutex // held while folding: one fold at a time
 
 	rmu     sync.RWMutex
-	size    uint64         // leaves [0, size) are folded and give root, a signed root
+	size    uint64 // leaves [0, size) are folded and give root, a signed root
 	root    Hash
 	rng     *compact.Range // of the folded leaf hashes (fold holds it)
 	entries map[string][]uint64
@@ -757,14 +757,12 @@ func IndexedEvidence(f EvidenceFilter) bool {
 
 // IndexedEntries reports whether VerifiedStore answers f from its query
 // index: a kind, with a key or (for kinds other than evidence) without.
-// Token and token-revocation leaves are left to the store: Authenticate
-// reads them, checks every tokens row against them itself (tokenguard.go)
-// and must not wait for a fold of the whole log on a server's first
-// request.
+// Token and token-revocation leaves are read so too: Authenticate folds
+// them into the projection every tokens row is checked against, and a
+// revocation whose kind column was edited must not drop out of that
+// fold (a server's first authentication waits for the fold of the log,
+// which serve starts at boot).
 func IndexedEntries(f EntryFilter) bool {
-	if f.Kind == KindToken || f.Kind == KindTokenRevocation {
-		return false
-	}
 	return f.Kind != "" && (f.Key != "" || f.Kind != KindEvidence)
 }
 

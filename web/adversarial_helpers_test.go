@@ -518,8 +518,9 @@ var routeScope = map[string]string{
 	"GET /static/*":                              "public",
 }
 
-// countingStore is a sqlite store that counts its Entries reads (the
-// reads the token guard folds the token leaves with).
+// countingStore is a sqlite store that counts its Entries and EntriesAt
+// reads (the reads the token guard folds the token leaves with: by kind,
+// or through the query index by leaf index).
 type countingStore struct {
 	*sqlite.Store
 	entries atomic.Int64
@@ -534,6 +535,11 @@ func (c *countingStore) AuthenticateRow(ctx context.Context, secret string) (led
 func (c *countingStore) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Entry, string, error) {
 	c.entries.Add(1)
 	return c.Store.Entries(ctx, f)
+}
+
+func (c *countingStore) EntriesAt(ctx context.Context, idx []uint64) ([]ledger.Entry, error) {
+	c.entries.Add(1)
+	return c.Store.EntriesAt(ctx, idx)
 }
 
 // attackerSecret is a token secret the attacker knows; its hash is what a

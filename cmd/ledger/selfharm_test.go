@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"io"
 	"net/http"
 	"os"
@@ -176,5 +177,55 @@ func TestKeyChainOfARecreatedLog(t *testing.T) {
 	own, _ := os.ReadFile(filepath.Join(fresh, "ledger.pub"))
 	if out, se, code := runBin(t, "", "--server", url, "key", "chain", "--key", filepath.Join(fresh, "ledger.pub")); code != 0 || strings.TrimSpace(out) != strings.TrimSpace(string(own)) {
 		t.Fatalf("key chain with the log's own key: exit %d %q %s, want %q", code, out, se, own)
+	}
+}
+
+// TestRevocationKindEditUnderARunningServer: a database writer hides a
+// token's revocation leaf from kind-column queries (kind set to another
+// kind) and clears the tokens row's revocation, under a running server
+// with the full scan off. The revoked token stays refused: the token
+// projection is folded from the kinds the leaf bytes carry.
+func TestRevocationKindEditUnderARunningServer(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "l.db")
+	rel := filepath.Join(dir, "rel.yaml")
+	os.WriteFile(rel, []byte(approvalReleaseYAML), 0o644)
+	run := func(args ...string) string {
+		t.Helper()
+		out, se, code := runBin(t, "", append([]string{"--db", db}, args...)...)
+		if code != 0 {
+			t.Fatalf("ledger %v: exit %d %s%s", args, code, out, se)
+		}
+		return out
+	}
+	run("token", "create", "--name", "boss", "--scope", "admin", "--role", "release-manager")
+	old := strings.TrimSpace(run("token", "create", "--name", "old", "--scope", "admin", "--role", "release-manager"))
+	run("token", "revoke", "old")
+	run("release", "apply", rel, "--as", "boss")
+	srv, url := startServer(t, db, "--full-scan=false")
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	signoff := func() (string, int) {
+		out, se, code := runBin(t, "", "--server", url, "--token", old, "release", "signoff", "1.0.0", "--gate", "review", "--note", "x")
+		return out + se, code
+	}
+	if out, code := signoff(); code == 0 {
+		t.Fatalf("a revoked token signed off: %s", out)
+	}
+	h, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.Exec(`UPDATE leaves SET kind = 'release' WHERE kind = 'token-revocation'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Exec(`UPDATE tokens SET revoked_at = NULL, revoked_idx = NULL WHERE name = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := signoff(); code == 0 {
+		t.Fatalf("the revoked token signed off after its revocation was hidden from kind queries: %s", out)
+	}
+	if out, se, code := runBin(t, "", "--server", url, "--token", old, "release", "approve", "1.0.0", "--note", "ship"); code == 0 {
+		t.Fatalf("the revoked token approved: %s%s", out, se)
 	}
 }
