@@ -75,9 +75,17 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 			return nil, nil, fmt.Errorf("refusing to open: %s is missing but the database holds a log of %d signed leaves: restore the log's key from its backup (a new key would sign over the old log as another log; a log changes its key only by `ledger key rotate`, which needs the old key)", filepath.Join(keyDir, keys.KeyFile), n)
 		}
 	}
+	_, kerr := os.Stat(filepath.Join(keyDir, keys.KeyFile))
 	key, err := keys.Load(keyDir, true)
 	if err != nil {
 		return nil, nil, err
+	}
+	if errors.Is(kerr, fs.ErrNotExist) {
+		// A key made now belongs to this database: a second database in
+		// the directory is refused even before this one signs a leaf.
+		if err := writeKeyOwner(keyDir, db); err != nil {
+			return nil, nil, err
+		}
 	}
 	state, err := ledger.OpenSignedState(filepath.Join(keyDir, ledger.SignedStateFile))
 	if err != nil {
@@ -119,6 +127,14 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 // of its own. Only `ledger restore --accept-rollback` passes such a
 // database on (it records the loss).
 func refuseForeignDataDir(ctx context.Context, db, keyDir string, log *slog.Logger) error {
+	if owner := keyOwner(keyDir); owner != "" && owner != ownerName(db) && ownerExists(owner) {
+		if n, err := dbSignedSize(ctx, db, log); err != nil || n > 0 {
+			return err // a database with a log of its own: the key check judges it
+		}
+		return fmt.Errorf("refusing to open %s: it holds no log, and its data directory %s holds the signing key made for %s (%s names it). "+
+			"A second ledger needs a data directory of its own: create %s (found by the database's name from then on), or pass --data-dir DIR (LEDGER_DATA_DIR)",
+			dbName(db), keyDir, owner, KeyOwnerFile, ownDirHint(db))
+	}
 	ents, err := ledger.ReadSignedState(filepath.Join(keyDir, ledger.SignedStateFile))
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(ents) == 0) {
 		return nil
@@ -152,6 +168,71 @@ func refuseForeignDataDir(ctx context.Context, db, keyDir string, log *slog.Logg
 		"If this is a second ledger, give it a data directory of its own: create %s (found by the database's name from then on), or pass --data-dir DIR (LEDGER_DATA_DIR). "+
 		"If it replaces that log's database, put the newest backup in its place, or accept the loss with `ledger restore --accept-rollback`",
 		dbName(db), keyDir, signed, ownDirHint(db))
+}
+
+// KeyOwnerFile, beside ledger.key, names the database the key was made
+// for (ownerName).
+const KeyOwnerFile = "ledger.key.owner"
+
+// keyOwner returns the database keyDir's key was made for, "" when not
+// recorded (a key made before the file existed, or by another tool).
+func keyOwner(keyDir string) string {
+	b, err := os.ReadFile(filepath.Join(keyDir, KeyOwnerFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ownerName names db in KeyOwnerFile: a SQLite file's absolute path, or
+// "postgres:" and PostgreSQL's host:port/database (never a password).
+func ownerName(db string) string {
+	if isPostgres(db) {
+		return "postgres:" + dbName(db)
+	}
+	p, _ := sqlitePath(db)
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// ownerExists reports whether the database a key was made for may still
+// hold its log: a SQLite file that exists, or any PostgreSQL database
+// (which this process cannot look for).
+func ownerExists(owner string) bool {
+	if strings.HasPrefix(owner, "postgres:") {
+		return true
+	}
+	_, err := os.Stat(owner)
+	return err == nil
+}
+
+// writeKeyOwner records in keyDir that its key was made for db.
+func writeKeyOwner(keyDir, db string) error {
+	if err := keys.WriteAtomic(filepath.Join(keyDir, KeyOwnerFile), []byte(ownerName(db)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("record the key's database: %w", err)
+	}
+	return nil
+}
+
+// dbSignedSize is the signed size of db's log, 0 for a SQLite file that
+// does not exist or is empty.
+func dbSignedSize(ctx context.Context, db string, log *slog.Logger) (uint64, error) {
+	if !isPostgres(db) {
+		path, err := sqlitePath(db)
+		if err != nil {
+			return 0, err
+		}
+		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) || err == nil && fi.Size() == 0 {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return signedSizeNoKey(ctx, db, log)
 }
 
 // ownDirHint names the data directory a SQLite database finds by its name

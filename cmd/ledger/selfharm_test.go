@@ -229,3 +229,28 @@ func TestRevocationKindEditUnderARunningServer(t *testing.T) {
 		t.Fatalf("the revoked token approved: %s%s", out, se)
 	}
 }
+
+// TestSecondDatabaseBeforeTheFirstSigns: the key a first database's
+// `migrate` made is its own even before it signs a leaf: a second
+// database in the directory is refused (nothing written), and the first
+// then signs and audits.
+func TestSecondDatabaseBeforeTheFirstSigns(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.db"), filepath.Join(dir, "b.db")
+	if _, se, code := runBin(t, "", "--db", a, "migrate"); code != 0 {
+		t.Fatal(se)
+	}
+	_, se, code := runBin(t, "", "--db", b, "token", "create", "--name", "b", "--scope", "admin")
+	if code != 2 || !strings.Contains(se, "b.ledger") || !strings.Contains(se, "a.db") {
+		t.Fatalf("second database before the first signed: exit %d %s", code, se)
+	}
+	if _, err := os.Stat(b); err == nil {
+		t.Fatal("the refused database file was created")
+	}
+	if _, se, code := runBin(t, "", "--db", a, "token", "create", "--name", "a", "--scope", "admin"); code != 0 {
+		t.Fatalf("the first database after the refusal: %s", se)
+	}
+	if out, se, code := runBin(t, "", "--db", a, "audit"); code != 0 {
+		t.Fatalf("audit: %s%s", out, se)
+	}
+}
