@@ -129,3 +129,25 @@ func TestIngestBudgetGivenBack(t *testing.T) {
 		t.Fatalf("default budget %d, want DefaultIngestBudget(--max-body) = %d", total, DefaultIngestBudget(4096))
 	}
 }
+
+// TestDeclaredTooLargeRefusedAtOnce: a Content-Length over MaxBody is
+// answered 413 at once, before a byte of the body is read (the body here
+// never arrives).
+func TestDeclaredTooLargeRefusedAtOnce(t *testing.T) {
+	e := newAPIEnv(t, Config{MaxBody: 4096})
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence", pr)
+	req.ContentLength = 1 << 30
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+e.record)
+	cl := &http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatalf("a declared 1 GiB body was not answered at once: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("declared 1 GiB body: %d, want 413", resp.StatusCode)
+	}
+}

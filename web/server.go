@@ -517,6 +517,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // A request the budget has no room for is refused, CodeUnavailable with a
 // Retry-After header, before a byte of its body is read.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > s.cfg.MaxBody {
+		// Declared too large: refused before anything is charged or read.
+		return nil, ledger.Errorf(ledger.CodeTooLarge, "request body is larger than the limit of %d bytes (Content-Length %d): send fewer records per request, or raise the server's --max-body", s.cfg.MaxBody, r.ContentLength)
+	}
 	want := s.cfg.MaxBody
 	if r.ContentLength >= 0 {
 		want = min(r.ContentLength, want)
