@@ -857,7 +857,7 @@ func leaseTokenHolds(r *http.Request, lease string) error {
 		return nil
 	}
 	if t, _ := TokenFrom(r.Context()); t.ID != holder {
-		return ledger.Errorf(ledger.CodeForbidden, "the lease was taken with token %s, and this request carries another: an agent heartbeats, stages and finishes with the token it polled with", holder)
+		return ledger.Errorf(ledger.CodeForbidden, "the lease was taken with token %s, and this request carries another: an agent heartbeats, stages and finishes with the token it polled with", clipText(holder))
 	}
 	return nil
 }
