@@ -252,6 +252,7 @@ type auditRun[P any] struct {
 	// proven good, so a culprit lies at or after it.
 	verified    uint64
 	nodeProblem string
+	nodeErr     error // a failure to read the stored nodes: an error, never a finding
 	nodeBad     int64
 
 	chain   KeyChain
@@ -460,6 +461,9 @@ func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
 		if err := a.rng.Append(r.Hash[:], a.visit); err != nil {
 			return false, err
 		}
+		if a.nodeErr != nil {
+			return false, fmt.Errorf("read stored tree nodes: %w", a.nodeErr)
+		}
 		if a.nodeProblem != "" {
 			a.bad(a.nodeBad, "%s", a.nodeProblem)
 			return true, nil
@@ -493,14 +497,15 @@ func (a *auditRun[P]) rootsMismatch() bool {
 // visit compares a node the recomputed tree completed with the next
 // stored node.
 func (a *auditRun[P]) visit(id compact.NodeID, h []byte) {
-	if a.nodeProblem != "" || id.Level == 0 {
+	if a.nodeProblem != "" || a.nodeErr != nil || id.Level == 0 {
 		return
 	}
 	first := max(int64(id.Index<<id.Level), int64(a.verified))
 	sid, stored, ok, err := a.src.NextNode(context.Background())
 	switch {
 	case err != nil:
-		a.nodeProblem = err.Error()
+		a.nodeErr = err
+		return
 	case !ok:
 		a.nodeProblem = fmt.Sprintf("tree node (level %d, index %d) is missing", id.Level, id.Index)
 	case sid != id:
