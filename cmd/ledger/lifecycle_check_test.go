@@ -273,7 +273,7 @@ func (e *lcEnv) checkServerLogs() error {
 			// Finding (logged, not failed): a server stopped while its
 			// full verification starts logs the canceled checkpoint
 			// read as an error.
-			if strings.Contains(line, `msg="full verification: read the checkpoint" err="context canceled"`) {
+			if strings.Contains(line, `msg="full verification: read the checkpoint" err=`) && strings.HasSuffix(strings.TrimSpace(line), `context canceled"`) {
 				e.noteKnown("a graceful stop during the full verification's start logs level=ERROR \"full verification: read the checkpoint\" err=\"context canceled\"")
 				continue
 			}
