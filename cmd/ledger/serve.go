@@ -475,8 +475,12 @@ func fullScan(ctx context.Context, st *Store, c ServeConfig) {
 func fullScanOnce(ctx context.Context, st *Store, c ServeConfig) bool {
 	cp, err := st.Checkpoint(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			c.Log.Info("full verification stopped before it started")
+			return false
+		}
 		c.Log.Error("full verification: read the checkpoint", "err", err.Error())
-		return ctx.Err() == nil
+		return true
 	}
 	start := time.Now()
 	c.Log.Info("full verification started", "size", cp.Size)
