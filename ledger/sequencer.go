@@ -191,6 +191,9 @@ func (run *batchRun) open(ctx context.Context) error {
 		if err := l.checkSignerInForce(ctx, b, t.latest); err != nil {
 			b.Rollback()
 			l.tree = nil
+			if c := ErrorCode(err); c == CodeUnavailable || c == CodeStorageFull {
+				return err // the database could not be read: no finding about the key
+			}
 			l.opts.Logger.Error("refusing to sign", "problem", err.Error())
 			return &Error{Code: CodeInternal, Message: "refusing to sign: " + err.Error(), Err: err}
 		}

@@ -375,7 +375,7 @@ func connLost(err error) bool {
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	switch {
-	case errors.Is(err, sqldriver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+	case errors.Is(err, sqldriver.ErrBadConn), errors.Is(err, sql.ErrConnDone), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, net.ErrClosed), errors.As(err, &ce), errors.As(err, &ne), pgconn.SafeToRetry(err):
 		return true
 	}
