@@ -458,7 +458,10 @@ func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
 			a.rotSeen++
 		}
 		a.src.AddLeaf(r)
-		if err := a.rng.Append(r.Hash[:], a.visit); err != nil {
+		// A copy: the range keeps the slices it is given, and the
+		// batch's rows are read into again.
+		h := r.Hash
+		if err := a.rng.Append(h[:], a.visit); err != nil {
 			return false, err
 		}
 		if a.nodeErr != nil {

@@ -403,6 +403,15 @@ func (v *VerifiedStore) indexAt(ctx context.Context, want uint64) (uint64, error
 		return cp.Size, nil
 	}
 	if size, root := x.state(); cp.Size < size || (cp.Size == size && cp.Root != root) {
+		if cp.Size < size {
+			// This reader's view of the latest checkpoint can be older
+			// than what a concurrent query folded: the index is ahead,
+			// not rolled back, while the log still holds the checkpoint
+			// it verified.
+			if held, err := v.l.CheckpointAt(ctx, size); err == nil && held.Root == root {
+				return size, nil
+			}
+		}
 		v.log.Error("the log's latest signed checkpoint does not extend the one the query index verified; folding the log again", "size", cp.Size, "indexed", size)
 		x.reset()
 	}
@@ -446,6 +455,12 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 	from := x.covered()
 	if cp.Size <= from {
 		return nil
+	}
+	if x.rng != nil && x.rng.End() != from {
+		// The tree range must be the folded leaves' exactly; anything
+		// else is folded again from the first leaf.
+		x.reset()
+		from = 0
 	}
 	if x.rng == nil {
 		x.rng = rangeFactory.NewEmptyRange(0)
@@ -507,7 +522,10 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 				}
 				return v.tampered(i, k.problem)
 			}
-			if err := x.rng.Append(k.hash[:], nil); err != nil {
+			// A copy: the range keeps the slices it is given, and keys is
+			// reused by the next chunk.
+			h := k.hash
+			if err := x.rng.Append(h[:], nil); err != nil {
 				x.rmu.Unlock()
 				return err
 			}
@@ -531,6 +549,13 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 		return Errorf(CodeInternal, "query index: the leaves were read up to %d of %d", folded, cp.Size)
 	}
 	if rangeRoot(x.rng) != cp.Root {
+		if from > 0 {
+			// An incremental fold that misses the root is done again
+			// from the first leaf before it is called tampering.
+			v.log.Warn("query index: the leaves folded since the last checkpoint do not give the signed root; folding the log again", "from", from, "size", cp.Size)
+			x.reset()
+			return v.foldTo(ctx, cp)
+		}
 		return v.tampered(from, fmt.Sprintf("is the first of the leaves %d..%d, which do not give the root signed at size %d", from, cp.Size-1, cp.Size))
 	}
 	x.rmu.Lock()

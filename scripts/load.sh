@@ -43,7 +43,10 @@ if [ -n "${LOAD_PROFILE:-}" ]; then
   kill -TERM $PID && wait $PID || true
   cp "$WORK/cpu.prof" "$LOAD_PROFILE" && echo "load: server CPU profile: $LOAD_PROFILE"
 fi
-[ $rc -eq 0 ] || { echo "LOAD FAIL: ledger-load exited $rc (errors above)"; exit 1; }
+if [ $rc -ne 0 ]; then
+  echo "load: the server's error lines:"; grep 'level=ERROR' "$WORK/serve.err" | head -20 || true
+  echo "LOAD FAIL: ledger-load exited $rc (errors above)"; exit 1
+fi
 if [ "${LOAD_CHECK:-0}" = 1 ]; then
   python3 - "$WORK/report.json" <<'PY'
 import json, sys
