@@ -74,10 +74,21 @@ type adapterProc struct {
 	werr   error         // Wait's result, valid after exited
 }
 
-// startAdapter starts the process and exchanges hellos.
+// startAdapter starts the process and exchanges the qmv protocol's
+// hellos (ledger-adapter/1).
 func startAdapter(ctx context.Context, spec AdapterSpec) (*adapterProc, error) {
+	p, err := startProc(ctx, spec, AdapterProtocol)
+	if err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("adapter: %w", err)
+	}
+	return p, err
+}
+
+// startProc starts an adapter process and exchanges hellos under
+// protocol: the ledger's hello names it and the adapter's must too.
+func startProc(ctx context.Context, spec AdapterSpec, protocol string) (*adapterProc, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
-		return nil, fmt.Errorf("adapter: empty command")
+		return nil, fmt.Errorf("empty command")
 	}
 	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = spec.Dir
@@ -92,50 +103,50 @@ func startAdapter(ctx context.Context, spec AdapterSpec) (*adapterProc, error) {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("adapter: start %s: %w", spec.Command[0], err)
+		return nil, fmt.Errorf("start %s: %w", spec.Command[0], err)
 	}
 	p := &adapterProc{cmd: cmd, stdin: stdin, out: bufio.NewReaderSize(stdout, 1<<16), exited: make(chan struct{})}
 	go func() { p.werr = cmd.Wait(); close(p.exited) }()
-	type res struct {
-		h   AdapterHello
-		err error
-	}
-	done := make(chan res, 1)
+	done := make(chan error, 1)
 	go func() {
-		mine, _ := json.Marshal(AdapterHello{Protocol: AdapterProtocol, Ledger: spec.LedgerVersion})
+		mine, _ := json.Marshal(AdapterHello{Protocol: protocol, Ledger: spec.LedgerVersion})
 		if err := WriteFrame(stdin, FrameHello, mine); err != nil {
-			done <- res{err: fmt.Errorf("send hello: %w", err)}
+			done <- fmt.Errorf("send hello: %w", err)
 			return
 		}
 		typ, payload, err := ReadFrame(p.out)
 		if err != nil {
-			done <- res{err: fmt.Errorf("read hello: %w", err)}
+			done <- fmt.Errorf("read hello: %w", err)
 			return
 		}
-		var h AdapterHello
 		if typ != FrameHello {
-			done <- res{err: fmt.Errorf("first frame has type %q, want a hello", typ)}
+			done <- fmt.Errorf("first frame has type %q, want a hello", typ)
 			return
 		}
-		if err := json.Unmarshal(payload, &h); err != nil {
-			done <- res{err: fmt.Errorf("hello is not JSON: %v", err)}
+		if err := json.Unmarshal(payload, &p.hello); err != nil {
+			done <- fmt.Errorf("hello is not JSON: %v", err)
 			return
 		}
-		done <- res{h: h, err: h.Validate()}
+		if p.hello.Protocol != protocol {
+			done <- fmt.Errorf("hello: protocol %q, want %q", clipText(p.hello.Protocol), protocol)
+			return
+		}
+		h := p.hello
+		h.Protocol = AdapterProtocol // the rest of the hello is checked as in ledger-adapter/1, whatever the protocol
+		done <- h.Validate()
 	}()
 	t := time.NewTimer(spec.HelloTimeout)
 	defer t.Stop()
 	select {
-	case r := <-done:
-		if r.err != nil {
+	case err := <-done:
+		if err != nil {
 			p.kill()
-			return nil, fmt.Errorf("adapter: %w%s", r.err, p.exitNote())
+			return nil, fmt.Errorf("%w%s", err, p.exitNote())
 		}
-		p.hello = r.h
 		return p, nil
 	case <-t.C:
 		p.kill()
-		return nil, fmt.Errorf("adapter: no hello within %v", spec.HelloTimeout)
+		return nil, fmt.Errorf("no hello within %v", spec.HelloTimeout)
 	case <-ctx.Done():
 		p.kill()
 		return nil, ctx.Err()

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -10,8 +9,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -205,72 +202,6 @@ func startAllocSession(ctx context.Context, spec AdapterSpec) (*allocSession, er
 		return nil, fmt.Errorf("%s adapter protocol: %w", AllocAdapterProtocol, err)
 	}
 	return &allocSession{p: p, timeout: max(spec.CaseTimeout, 120*time.Second)}, nil
-}
-
-// startProc starts an adapter process and exchanges hellos under
-// protocol: the ledger's hello names it and the adapter's must too.
-func startProc(ctx context.Context, spec AdapterSpec, protocol string) (*adapterProc, error) {
-	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
-	cmd.Dir = spec.Dir
-	cmd.Env = append(os.Environ(), spec.Env...)
-	cmd.Stderr = spec.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.Command[0], err)
-	}
-	p := &adapterProc{cmd: cmd, stdin: stdin, out: bufio.NewReaderSize(stdout, 1<<16), exited: make(chan struct{})}
-	go func() { p.werr = cmd.Wait(); close(p.exited) }()
-	done := make(chan error, 1)
-	go func() {
-		mine, _ := json.Marshal(AdapterHello{Protocol: protocol, Ledger: spec.LedgerVersion})
-		if err := WriteFrame(stdin, FrameHello, mine); err != nil {
-			done <- fmt.Errorf("send hello: %w", err)
-			return
-		}
-		typ, payload, err := ReadFrame(p.out)
-		if err != nil {
-			done <- fmt.Errorf("read hello: %w", err)
-			return
-		}
-		if typ != FrameHello {
-			done <- fmt.Errorf("first frame has type %q, want a hello", typ)
-			return
-		}
-		if err := json.Unmarshal(payload, &p.hello); err != nil {
-			done <- fmt.Errorf("hello is not JSON: %v", err)
-			return
-		}
-		if p.hello.Protocol != protocol {
-			done <- fmt.Errorf("hello: protocol %q, want %q", clipText(p.hello.Protocol), protocol)
-			return
-		}
-		h := p.hello
-		h.Protocol = AdapterProtocol // the rest of the hello is checked as in ledger-adapter/1
-		done <- h.Validate()
-	}()
-	t := time.NewTimer(spec.HelloTimeout)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			p.kill()
-			return nil, fmt.Errorf("%w%s", err, p.exitNote())
-		}
-		return p, nil
-	case <-t.C:
-		p.kill()
-		return nil, fmt.Errorf("no hello within %v", spec.HelloTimeout)
-	case <-ctx.Done():
-		p.kill()
-		return nil, ctx.Err()
-	}
 }
 
 // frameRes is one answer frame read from an adapter.
