@@ -148,10 +148,13 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 				statePath = filepath.Join(a.dataDir(), ledger.SignedStateFile)
 			}
 			rep, noState, err := runAudit(cmd.Context(), a.DB, a.keyPath(key), statePath)
+			if errors.Is(err, fs.ErrNotExist) && !isPostgres(a.DB) {
+				return errExit(2, "audit: %v: no ledger database there; give --db PATH (or LEDGER_DB) of the ledger to audit", err)
+			}
 			if err != nil {
 				return errExit(2, "audit: %v", err)
 			}
-			if noState && rep.OK {
+			if noState && rep.OK && rep.Leaves > 0 {
 				fmt.Fprintf(a.stderr, "note: no signed-state journal at %s: checkpoints deleted with their leaves (a cut tail) and deleted checkpoint rows are found only with it, or by `ledger audit --against` a saved checkpoint\n", statePath)
 			}
 			if a.JSON {
