@@ -1,0 +1,124 @@
+package ingest
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+)
+
+// Outcome is the result of one case as the input gave it.
+type Outcome string
+
+// The outcomes. Flaky is a case that failed and then passed on a rerun: it
+// is not a pass. Incomplete is a case a stream started and never finished.
+const (
+	Passed     Outcome = "passed"
+	Failed     Outcome = "failed"
+	Errored    Outcome = "error"
+	Skipped    Outcome = "skipped"
+	Flaky      Outcome = "flaky"
+	Incomplete Outcome = "incomplete"
+)
+
+// Case is one test case: a stable id, its outcome and duration in seconds.
+type Case struct {
+	ID       string  `json:"id"`
+	Outcome  Outcome `json:"outcome"`
+	Duration float64 `json:"duration_s,omitempty"`
+}
+
+// Counts tallies cases by outcome; Tests is all of them.
+type Counts struct {
+	Tests      int `json:"tests"`
+	Passed     int `json:"passed"`
+	Failed     int `json:"failed"`
+	Errors     int `json:"errors"`
+	Skipped    int `json:"skipped"`
+	Flaky      int `json:"flaky,omitempty"`
+	Incomplete int `json:"incomplete,omitempty"`
+}
+
+// Declared is what a file says of itself (JUnit's tests, failures,
+// errors, skipped attributes), compared with the cases found.
+type Declared struct {
+	Tests    int `json:"tests"`
+	Failures int `json:"failures"`
+	Errors   int `json:"errors"`
+	Skipped  int `json:"skipped"`
+}
+
+// Identity is who produced a signed input: the runner key that signed a
+// DSSE envelope, or the Sigstore certificate identity of a bundle.
+type Identity struct {
+	Kind   string `json:"kind"` // "runner-key" or "sigstore-certificate"
+	Name   string `json:"name"` // the key's registered name, or the certificate's SAN
+	KeyID  string `json:"keyid,omitempty"`
+	Issuer string `json:"issuer,omitempty"` // the certificate's OIDC issuer
+}
+
+// Run is what a decoder found: the cases, the file's own counts where it
+// has them, the time span (zero when the format has none), notes on what
+// was odd (a cut-off stream, a rerun), and for attestations the subject,
+// predicate type and signer.
+type Run struct {
+	Cases         []Case
+	Declared      *Declared
+	Started       time.Time
+	Finished      time.Time
+	Truncated     bool
+	Notes         []string
+	Subject       *ledger.Subject // from the input; nil when it has none
+	PredicateType string
+	Identity      *Identity
+	// Signer is the verified runner signature of a DSSE envelope; the
+	// record carries it (ledger.Evidence.Signer), so signed_by gates
+	// count it.
+	Signer *ledger.Signer
+}
+
+// Tally counts r's cases by outcome.
+func (r *Run) Tally() Counts {
+	var c Counts
+	for _, k := range r.Cases {
+		c.Tests++
+		switch k.Outcome {
+		case Passed:
+			c.Passed++
+		case Failed:
+			c.Failed++
+		case Errored:
+			c.Errors++
+		case Skipped:
+			c.Skipped++
+		case Flaky:
+			c.Flaky++
+		case Incomplete:
+			c.Incomplete++
+		}
+	}
+	return c
+}
+
+// mismatch describes how the declared counts differ from c, "" when they
+// agree.
+func (d *Declared) mismatch(c Counts) string {
+	if d == nil {
+		return ""
+	}
+	var parts []string
+	if d.Tests != c.Tests {
+		parts = append(parts, fmt.Sprintf("tests declared %d, found %d", d.Tests, c.Tests))
+	}
+	if d.Failures != c.Failed {
+		parts = append(parts, fmt.Sprintf("failures declared %d, found %d", d.Failures, c.Failed))
+	}
+	if d.Errors != c.Errors {
+		parts = append(parts, fmt.Sprintf("errors declared %d, found %d", d.Errors, c.Errors))
+	}
+	if d.Skipped != c.Skipped {
+		parts = append(parts, fmt.Sprintf("skipped declared %d, found %d", d.Skipped, c.Skipped))
+	}
+	return strings.Join(parts, "; ")
+}
