@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/transparency-dev/merkle/compact"
@@ -84,7 +85,7 @@ type batch struct {
 	d                     *driver
 	tx                    *sql.Conn // in a transaction from BeginBatch to Commit or Rollback; nil after
 	leaf, node, art, head *rowBuf
-	tokOps                []tokenOp
+	tokOps                sqlstore.TokenOps
 	ids                   map[string]uint64 // content ids appended in this batch
 	reqIDs                []string          // of them, the current request's
 	sp                    bool
@@ -267,7 +268,7 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 		h := p.Head
 		b.head.add(int64(e.Index), h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
 	case p.Kind == ledger.KindToken || p.Kind == ledger.KindTokenRevocation:
-		b.addTokenLeaf(e.Index, p.Kind, p.Body)
+		b.tokOps.Add(e.Index, p.Kind, p.Body)
 	}
 }
 

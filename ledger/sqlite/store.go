@@ -17,6 +17,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/evidence-ledger/ledger/migrations"
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -70,6 +71,8 @@ type Options struct {
 // queries, tokens and the audit. It is safe for concurrent use.
 type Store struct {
 	*ledger.Log
+	sqlstore.Queries
+	sqlstore.TokenTable
 	d *driver
 }
 
@@ -195,7 +198,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{Log: l, d: d}
+	s := &Store{Log: l, d: d,
+		Queries:    sqlstore.Queries{DB: d.r, Dialect: dialect, LogOrigin: l.Origin},
+		TokenTable: sqlstore.TokenTable{Dialect: dialect, Lookup: d.w, List: d.r, ListOrder: "created_at", Now: opts.Now, AppendLeaves: l.Append},
+	}
 	if !opts.ReadOnly && d.adoptTokens {
 		if err := s.logUnloggedTokens(ctx); err != nil {
 			s.Close()
@@ -509,27 +515,6 @@ func (d *driver) close() error {
 		errs = append(errs, d.w.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// dbErr translates database errors into application errors, in one place.
-func dbErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var le *ledger.Error
-	if errors.As(err, &le) {
-		return err
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return ledger.NotFound("%s: not found", op)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if ledger.IsStorageFull(err) {
-		return ledger.StorageFull(op, err)
-	}
-	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }
 
 // checkpointInterval is how long the checkpointer lets commits accumulate
