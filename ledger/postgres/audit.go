@@ -21,13 +21,7 @@ import (
 // (each leaf's rows, and the table's row count) and tokens. It may run
 // while servers append: it audits the snapshot it sees at the start.
 func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
-	src, err := s.d.openAudit(ctx)
-	if err != nil {
-		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, dbErr("audit", err)
-	}
-	defer src.close()
-	rep, err := ledger.RunAudit[auditProj](ctx, src, s.VerifierKey(), s.Origin())
-	return rep, dbErr("audit", err)
+	return sqlstore.Audit[auditProj](ctx, dialect, s.d.openAudit, s.VerifierKey(), s.Origin())
 }
 
 // auditProj is the projection a leaf row carries: sqlstore.Projection,
@@ -64,34 +58,34 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 		return nil, err
 	}
 	if a.tx, err = a.conn.BeginTx(ctx, ro); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	var snap string
 	if err := a.tx.QueryRowContext(ctx, "SELECT pg_export_snapshot()").Scan(&snap); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if !snapshotID.MatchString(snap) {
-		a.close()
+		a.Close()
 		return nil, fmt.Errorf("unexpected snapshot id %q", snap)
 	}
 	if a.conn2, err = d.db.Conn(ctx); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if a.tx2, err = a.conn2.BeginTx(ctx, ro); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if _, err := a.tx2.ExecContext(ctx, "SET TRANSACTION SNAPSHOT '"+snap+"'"); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-func (a *auditSrc) close() {
+func (a *auditSrc) Close() {
 	for _, r := range []*sql.Rows{a.leafRows, a.nodeRows} {
 		if r != nil {
 			r.Close()
@@ -165,7 +159,7 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 	if err := a.nodeRows.Scan(&ord, &h); err != nil {
 		return compact.NodeID{}, nil, false, err
 	}
-	return ordNode(ord), h, true, nil
+	return sqlstore.OrdNode(ord), h, true, nil
 }
 
 // wantArts is the artifact rows a body implies, as auditLeavesQuery

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	pgmig "github.com/evidence-ledger/ledger/migrations/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -63,8 +63,8 @@ type Options struct {
 
 // Idempotency defaults (as in ledger/sqlite).
 const (
-	DefaultIdempotencyTTL = 24 * time.Hour
-	DefaultIdempotencyMax = 100_000
+	DefaultIdempotencyTTL = sqlstore.DefaultIdempotencyTTL
+	DefaultIdempotencyMax = sqlstore.DefaultIdempotencyMax
 	idemPruneEvery        = 1000
 	idemPruneAge          = time.Minute
 )
@@ -145,18 +145,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 }
 
 func withDefaults(opts Options) Options {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.IdempotencyTTL <= 0 {
-		opts.IdempotencyTTL = DefaultIdempotencyTTL
-	}
-	if opts.IdempotencyMax <= 0 {
-		opts.IdempotencyMax = DefaultIdempotencyMax
-	}
+	sqlstore.FillDefaults(&opts.Logger, &opts.Now, &opts.IdempotencyTTL, &opts.IdempotencyMax)
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 16
 	}

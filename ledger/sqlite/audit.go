@@ -18,13 +18,7 @@ import (
 // pool and may run while the service appends (it audits the snapshot it
 // sees at the start).
 func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
-	src, err := s.d.openAudit(ctx)
-	if err != nil {
-		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, dbErr("audit", err)
-	}
-	defer src.close()
-	rep, err := ledger.RunAudit[auditProj](ctx, src, s.VerifierKey(), s.Origin())
-	return rep, dbErr("audit", err)
+	return sqlstore.Audit[auditProj](ctx, dialect, s.d.openAudit, s.VerifierKey(), s.Origin())
 }
 
 // auditProj is the projection a leaf row carries (sqlstore.Projection)
@@ -72,12 +66,12 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 		return nil, err
 	}
 	if a.tx, err = a.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	// The snapshot begins with this first read.
 	if err := a.tx.QueryRowContext(ctx, storedSizeQuery).Scan(&a.snapSize); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	// tree_nodes streams on another connection, whose snapshot may hold
@@ -85,11 +79,11 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 	// of snapSize leaves completes, and a node beyond them is looked for
 	// here, in the snapshot.
 	if err := a.tx.QueryRowContext(ctx, "SELECT MIN(ord) FROM tree_nodes WHERE ord >= ?", nodeBound(a.snapSize)).Scan(&a.beyond); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if a.conn2, err = d.r.Conn(ctx); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	// The artifact rows' multiset hash is summed on another connection
@@ -115,9 +109,9 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 	return a, nil
 }
 
-// close waits for the artifact sum (it uses the read pool) and releases
+// Close waits for the artifact sum (it uses the read pool) and releases
 // the connections.
-func (a *auditSrc) close() {
+func (a *auditSrc) Close() {
 	if a.waitArt != nil {
 		a.waitArt()
 	}
@@ -188,7 +182,7 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 			// Once: the node the snapshot holds past its last leaf.
 			ord := a.beyond.Int64
 			a.beyond.Valid = false
-			return ordNode(ord), nil, true, nil
+			return sqlstore.OrdNode(ord), nil, true, nil
 		}
 		return compact.NodeID{}, nil, false, nil
 	}
@@ -197,7 +191,7 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 	if err := a.nodeRows.Scan(&ord, &h); err != nil {
 		return compact.NodeID{}, nil, false, err
 	}
-	return ordNode(ord), h, true, nil
+	return sqlstore.OrdNode(ord), h, true, nil
 }
 
 // CheckLeaf implements ledger.AuditSource: the leaf's projection columns

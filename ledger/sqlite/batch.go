@@ -230,9 +230,9 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	st := b.st
 	if id.Level > 0 {
-		st.node.add(nodeOrd(id), hash)
+		st.node.add(sqlstore.NodeOrd(id), hash)
 	}
-	st.newOrds = append(st.newOrds, nodeOrd(id))
+	st.newOrds = append(st.newOrds, sqlstore.NodeOrd(id))
 	st.newHashes = append(st.newHashes, hash)
 }
 

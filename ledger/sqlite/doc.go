@@ -32,7 +32,7 @@
 // Tables (migrations/): leaves holds one row per leaf (the canonical leaf
 // bytes, their RFC 6962 hash, and, for evidence, the projection the
 // filters query: backend, status, repository, commit, with the lane as the
-// key column), tree_nodes the perfect-subtree hashes keyed by nodeOrd,
+// key column), tree_nodes the perfect-subtree hashes keyed by sqlstore.NodeOrd,
 // checkpoints the signed checkpoints, evidence_artifacts and heads_index
 // the projections with several rows per leaf or another shape. New
 // databases use 16 KiB pages (pageSize).

@@ -148,8 +148,8 @@ func dsn(path string, readonly bool) string {
 
 // Idempotency key defaults and the pruning pace (PutIdempotency).
 const (
-	DefaultIdempotencyTTL = 24 * time.Hour
-	DefaultIdempotencyMax = 100_000
+	DefaultIdempotencyTTL = sqlstore.DefaultIdempotencyTTL
+	DefaultIdempotencyMax = sqlstore.DefaultIdempotencyMax
 	idemPruneEvery        = 1000
 	idemPruneAge          = time.Minute
 )
@@ -227,18 +227,7 @@ func createPrivate(path string) error {
 }
 
 func withDefaults(opts Options) Options {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.IdempotencyTTL <= 0 {
-		opts.IdempotencyTTL = DefaultIdempotencyTTL
-	}
-	if opts.IdempotencyMax <= 0 {
-		opts.IdempotencyMax = DefaultIdempotencyMax
-	}
+	sqlstore.FillDefaults(&opts.Logger, &opts.Now, &opts.IdempotencyTTL, &opts.IdempotencyMax)
 	if opts.RecentIDs <= 0 {
 		opts.RecentIDs = DefaultRecentIDs
 	}

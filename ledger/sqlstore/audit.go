@@ -177,3 +177,24 @@ func AuditTokens(ctx context.Context, q Queryer, proj *ledger.TokenProjection) (
 	idx, problem := proj.CheckTable(table)
 	return idx, problem, nil
 }
+
+// AuditSource is a driver's ledger.AuditSource over a snapshot it holds
+// until Close.
+type AuditSource[P any] interface {
+	ledger.AuditSource[P]
+	Close()
+}
+
+// Audit runs the engine's audit (ledger.RunAudit) over the snapshot open
+// returns, under the log's verifierKey and origin, and closes it. Errors
+// are translated by Err naming "audit"; the report of a snapshot that
+// did not open has no bad index and no duplicate.
+func Audit[P any, S AuditSource[P]](ctx context.Context, d *Dialect, open func(context.Context) (S, error), verifierKey, origin string) (ledger.AuditReport, error) {
+	src, err := open(ctx)
+	if err != nil {
+		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, d.Err("audit", err)
+	}
+	defer src.Close()
+	rep, err := ledger.RunAudit[P](ctx, src, verifierKey, origin)
+	return rep, d.Err("audit", err)
+}
