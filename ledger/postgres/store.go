@@ -221,18 +221,15 @@ func (d *driver) schema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open store: read schema version: %w", err)
 	}
-	switch {
-	case cur > latest:
-		return fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
-	case cur < latest && d.opts.ReadOnly:
-		return fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate`", cur, latest)
-	case cur < latest:
-		if err := Migrate(ctx, d.db); err != nil {
-			return err
-		}
-		if cur > 0 {
-			d.log.Info("migrated the database schema", "from", cur, "to", latest, "db", d.where)
-		}
+	migrate, err := sqlstore.NeedsMigration(cur, latest, d.opts.ReadOnly, "")
+	if err != nil || !migrate {
+		return err
+	}
+	if err := Migrate(ctx, d.db); err != nil {
+		return err
+	}
+	if cur > 0 {
+		d.log.Info("migrated the database schema", "from", cur, "to", latest, "db", d.where)
 	}
 	return nil
 }

@@ -292,19 +292,16 @@ func (d *driver) schema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open store: read schema version: %w", err)
 	}
-	switch {
-	case cur > latest:
-		return fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
-	case cur < latest && d.opts.ReadOnly:
-		return fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate` (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)", cur, latest)
-	case cur < latest:
-		if err := Migrate(ctx, d.w); err != nil {
-			return err
-		}
-		d.adoptTokens = cur < tokenLeavesSchema && latest >= tokenLeavesSchema
-		if cur > 0 {
-			d.log.Info("migrated the database schema", "from", cur, "to", latest, "path", d.opts.Path)
-		}
+	migrate, err := sqlstore.NeedsMigration(cur, latest, d.opts.ReadOnly, " (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)")
+	if err != nil || !migrate {
+		return err
+	}
+	if err := Migrate(ctx, d.w); err != nil {
+		return err
+	}
+	d.adoptTokens = cur < tokenLeavesSchema && latest >= tokenLeavesSchema
+	if cur > 0 {
+		d.log.Info("migrated the database schema", "from", cur, "to", latest, "path", d.opts.Path)
 	}
 	return nil
 }

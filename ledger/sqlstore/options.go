@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -28,4 +29,19 @@ func FillDefaults(logger **slog.Logger, now *func() time.Time, ttl *time.Duratio
 	if *max <= 0 {
 		*max = DefaultIdempotencyMax
 	}
+}
+
+// NeedsMigration decides what an open does with a database at schema
+// version cur when the ledger knows versions up to latest: true to
+// migrate it, false to use it as it is. Errors refuse a newer schema (its
+// writer would not keep what newer migrations added) and, when readOnly,
+// an older one, the message ending with hint (how to migrate safely).
+func NeedsMigration(cur, latest int64, readOnly bool, hint string) (bool, error) {
+	switch {
+	case cur > latest:
+		return false, fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
+	case cur < latest && readOnly:
+		return false, fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate`%s", cur, latest, hint)
+	}
+	return cur < latest, nil
 }
