@@ -85,6 +85,7 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 	return a, nil
 }
 
+// Close releases the snapshot: its rows, transactions and connections.
 func (a *auditSrc) Close() {
 	for _, r := range []*sql.Rows{a.leafRows, a.nodeRows} {
 		if r != nil {

@@ -6,8 +6,11 @@
 // proofs and the audit. This package implements ledger.Driver and
 // ledger.Batch (driver.go, batch.go): one batch is one write transaction;
 // reads by range serve proofs and the audit (ledger.AuditSource,
-// audit.go). The projection queries (query.go) and tokens (tokens.go) are
-// its own.
+// audit.go). The projection queries, the tokens table and the audit's
+// checks of the projections are ledger/sqlstore's, shared with the
+// PostgreSQL driver under SQLite's dialect (query.go); what is SQLite's
+// own here is the connections, the batch's writes, the content-id tables
+// and the audit's snapshot.
 //
 // Layout: one writer connection (transactions BEGIN IMMEDIATE) used by the
 // engine's single sequencer goroutine, a pool of read-only connections,
