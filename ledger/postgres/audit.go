@@ -1,16 +1,15 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/transparency-dev/merkle/compact"
 )
 
@@ -22,27 +21,18 @@ import (
 // (each leaf's rows, and the table's row count) and tokens. It may run
 // while servers append: it audits the snapshot it sees at the start.
 func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
-	src, err := s.d.openAudit(ctx)
-	if err != nil {
-		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, dbErr("audit", err)
-	}
-	defer src.close()
-	rep, err := ledger.RunAudit[auditProj](ctx, src, s.VerifierKey(), s.Origin())
-	return rep, dbErr("audit", err)
+	return sqlstore.Audit[auditProj](ctx, dialect, s.d.openAudit, s.VerifierKey(), s.Origin())
 }
 
-// auditProj is the projection a leaf row carries: the evidence columns of
-// leaves, the heads_index row, the evidence_artifacts rows of the leaf
-// (name, digest pairs sorted, newline-separated, and their count), and
-// what CheckLeaf decoded of a token leaf.
+// auditProj is the projection a leaf row carries: sqlstore.Projection,
+// and the evidence_artifacts rows of the leaf (name, digest pairs sorted,
+// newline-separated, and their count).
 type auditProj struct {
-	eBackend, eStatus, eRepo, eC              sql.NullString
-	hRepo, hRef, hCommit, hVerdict, hDecision sql.NullString
-	arts                                      sql.NullString
-	nArts                                     sql.NullInt64
+	sqlstore.Projection
+	arts  sql.NullString
+	nArts sql.NullInt64
 
 	artifacts int64
-	tok       *ledger.TokenChange
 }
 
 type auditRow = ledger.AuditRow[auditProj]
@@ -68,34 +58,35 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 		return nil, err
 	}
 	if a.tx, err = a.conn.BeginTx(ctx, ro); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	var snap string
 	if err := a.tx.QueryRowContext(ctx, "SELECT pg_export_snapshot()").Scan(&snap); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if !snapshotID.MatchString(snap) {
-		a.close()
+		a.Close()
 		return nil, fmt.Errorf("unexpected snapshot id %q", snap)
 	}
 	if a.conn2, err = d.db.Conn(ctx); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if a.tx2, err = a.conn2.BeginTx(ctx, ro); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if _, err := a.tx2.ExecContext(ctx, "SET TRANSACTION SNAPSHOT '"+snap+"'"); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-func (a *auditSrc) close() {
+// Close releases the snapshot: its rows, transactions and connections.
+func (a *auditSrc) Close() {
 	for _, r := range []*sql.Rows{a.leafRows, a.nodeRows} {
 		if r != nil {
 			r.Close()
@@ -113,39 +104,16 @@ func (a *auditSrc) close() {
 	}
 }
 
-// Checkpoints implements ledger.AuditSource. A stored root that is not 32
-// bytes reads as all ones, which no signed root equals.
+// Checkpoints implements ledger.AuditSource.
 func (a *auditSrc) Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error) {
-	rows, err := a.tx.QueryContext(ctx, "SELECT size, root, note FROM checkpoints ORDER BY size")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ledger.Checkpoint
-	for rows.Next() {
-		var cp ledger.Checkpoint
-		var root []byte
-		var size int64
-		if err := rows.Scan(&size, &root, &cp.Note); err != nil {
-			return nil, err
-		}
-		cp.Size = uint64(size)
-		if len(root) == len(cp.Root) {
-			copy(cp.Root[:], root)
-		} else {
-			cp.Root = ledger.Hash(bytes.Repeat([]byte{0xff}, len(cp.Root)))
-		}
-		out = append(out, cp)
-	}
-	return out, rows.Err()
+	return dialect.AuditCheckpoints(ctx, a.tx)
 }
 
 // auditLeavesQuery streams every leaf with its projections in index
 // order; the artifact rows are grouped per leaf once (hash aggregate),
 // not looked up per leaf.
 const auditLeavesQuery = `SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.leaf, l.leaf_hash,
-	l.backend, l.status, l.repository, l.commit_id,
-	h.repository, h.ref, h.commit_id, h.verdict, h.decision, a.arts, a.n
+	` + sqlstore.AuditProjectionCols + `, a.arts, a.n
 	FROM leaves l LEFT JOIN heads_index h ON h.idx = l.idx
 	LEFT JOIN (SELECT idx, string_agg(name || E'\n' || digest, E'\n' ORDER BY name COLLATE "C") AS arts, COUNT(*) AS n
 		FROM evidence_artifacts GROUP BY idx) a ON a.idx = l.idx
@@ -163,8 +131,8 @@ func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow
 		var r auditRow
 		p := &r.Proj
 		var idx int64
-		if err := a.leafRows.Scan(&idx, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &r.Raw, &r.LeafHash, &p.eBackend, &p.eStatus, &p.eRepo, &p.eC,
-			&p.hRepo, &p.hRef, &p.hCommit, &p.hVerdict, &p.hDecision, &p.arts, &p.nArts); err != nil {
+		dest := append([]any{&idx, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &r.Raw, &r.LeafHash}, p.Columns()...)
+		if err := a.leafRows.Scan(append(dest, &p.arts, &p.nArts)...); err != nil {
 			return nil, err
 		}
 		r.Index = uint64(idx)
@@ -192,7 +160,7 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 	if err := a.nodeRows.Scan(&ord, &h); err != nil {
 		return compact.NodeID{}, nil, false, err
 	}
-	return ordNode(ord), h, true, nil
+	return sqlstore.OrdNode(ord), h, true, nil
 }
 
 // wantArts is the artifact rows a body implies, as auditLeavesQuery
@@ -213,52 +181,18 @@ func wantArts(arts map[string]string) string {
 	return sb.String()
 }
 
-// CheckLeaf implements ledger.AuditSource: the leaf's projection columns,
-// heads_index row and artifact rows against its body.
+// CheckLeaf implements ledger.AuditSource: the leaf's projection columns
+// and heads_index row (sqlstore.Projection.CheckLeaf) and artifact rows
+// against its body.
 func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 	p := &r.Proj
-	switch ledger.Kind(r.Kind) {
-	case ledger.KindEvidence:
-		return checkEvidenceRow(r, b)
-	case ledger.KindHead:
-		if !p.hRepo.Valid || p.hRepo.String != b.Repository || p.hRef.String != b.Ref || p.hCommit.String != b.Commit || p.hVerdict.String != b.Verdict || p.hDecision.String != b.Decision {
-			return "head index row does not match the leaf"
+	return p.Projection.CheckLeaf(&r.AuditLeaf, b, p.nArts.Valid, func() string {
+		if len(b.Subject.Artifacts) != int(p.nArts.Int64) || (len(b.Subject.Artifacts) > 0 && p.arts.String != wantArts(b.Subject.Artifacts)) {
+			return sqlstore.ArtifactsProblem(int64(r.Index))
 		}
-		if p.hasEvidenceColumns() || p.nArts.Valid {
-			return "head leaf has evidence projection columns"
-		}
-	default:
-		if p.hasEvidenceColumns() || p.hRepo.Valid || p.nArts.Valid {
-			return "non-evidence leaf has projection columns or an index row"
-		}
-		if k := ledger.Kind(r.Kind); k == ledger.KindToken || k == ledger.KindTokenRevocation {
-			return tokenLeafOf(r)
-		}
-	}
-	return ""
-}
-
-// checkEvidenceRow checks an evidence leaf's projection columns (the lane,
-// its key, was compared by the engine) and artifact rows.
-func checkEvidenceRow(r *auditRow, b *ledger.AuditBody) string {
-	p := &r.Proj
-	if !p.eBackend.Valid || !p.eStatus.Valid || !p.eRepo.Valid || !p.eC.Valid ||
-		p.eBackend.String != b.Backend || p.eStatus.String != b.Status ||
-		p.eRepo.String != b.Subject.Repository || p.eC.String != b.Subject.Commit {
-		return "evidence projection columns do not match the leaf"
-	}
-	if len(b.Subject.Artifacts) != int(p.nArts.Int64) || (len(b.Subject.Artifacts) > 0 && p.arts.String != wantArts(b.Subject.Artifacts)) {
-		return fmt.Sprintf("evidence_artifacts rows of leaf %d do not match its body's artifacts (a digest, name or index was edited)", r.Index)
-	}
-	p.artifacts = int64(len(b.Subject.Artifacts))
-	if p.hRepo.Valid {
-		return "evidence leaf has a head index row"
-	}
-	return ""
-}
-
-func (p *auditProj) hasEvidenceColumns() bool {
-	return p.eBackend.Valid || p.eStatus.Valid || p.eRepo.Valid || p.eC.Valid
+		p.artifacts = int64(len(b.Subject.Artifacts))
+		return ""
+	})
 }
 
 // AddLeaf implements ledger.AuditSource.
@@ -267,8 +201,8 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	if ledger.Kind(r.Kind) == ledger.KindHead {
 		a.wantHead++
 	}
-	if r.Proj.tok != nil {
-		a.tokens.Fold(*r.Proj.tok)
+	if r.Proj.Tok != nil {
+		a.tokens.Fold(*r.Proj.Tok)
 	}
 }
 
@@ -278,77 +212,17 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 // checked every id against its leaf's bytes.
 func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, error) {
 	f := ledger.AuditFinding{Index: -1, FirstDuplicate: -1}
-	var nHead, nArt int64
-	if err := a.tx.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM heads_index), (SELECT COUNT(*) FROM evidence_artifacts)").Scan(&nHead, &nArt); err != nil {
+	var err error
+	if f.Problem, err = sqlstore.AuditCounts(ctx, a.tx, a.wantHead, a.artifacts); err != nil || f.Problem != "" {
 		return f, err
 	}
-	switch {
-	case nHead != a.wantHead:
-		f.Problem = fmt.Sprintf("heads_index holds %d rows for %d head leaves (rows were added or deleted)", nHead, a.wantHead)
-		return f, nil
-	case nArt != a.artifacts:
-		f.Problem = fmt.Sprintf("evidence_artifacts holds %d rows for the %d artifacts the evidence leaves name (rows were added or deleted)", nArt, a.artifacts)
-		return f, nil
-	}
-	idx, problem, err := a.auditTokens(ctx)
+	idx, problem, err := sqlstore.AuditTokens(ctx, a.tx, &a.tokens)
 	f.Index, f.Problem = idx, problem
 	return f, err
-}
-
-// tokenLeafOf decodes the body of a token or token-revocation leaf row.
-func tokenLeafOf(r *auditRow) string {
-	var l ledger.Leaf
-	if err := json.Unmarshal(r.Raw, &l); err != nil {
-		return "token leaf does not parse"
-	}
-	c, _, err := ledger.DecodeTokenChange(r.Index, ledger.Kind(r.Kind), l.Body)
-	if err != nil {
-		return err.Error()
-	}
-	r.Proj.tok = &c
-	return ""
-}
-
-// auditTokens checks the tokens table against the token leaves
-// (ledger.TokenProjection.CheckTable).
-func (a *auditSrc) auditTokens(ctx context.Context) (int64, string, error) {
-	rows, err := a.tx.QueryContext(ctx, "SELECT "+tokenCols+", secret_hash, leaf_idx, revoked_idx FROM tokens ORDER BY id")
-	if err != nil {
-		return -1, "", err
-	}
-	defer rows.Close()
-	var table []ledger.TokenRow
-	for rows.Next() {
-		var hash []byte
-		var leafIdx, revIdx sql.NullInt64
-		t, err := scanToken(rows, &hash, &leafIdx, &revIdx)
-		if err != nil {
-			return -1, "", err
-		}
-		table = append(table, ledger.ScannedTokenRow(t, hash, leafIdx, revIdx))
-	}
-	if err := rows.Err(); err != nil {
-		return -1, "", err
-	}
-	idx, problem := a.tokens.CheckTable(table)
-	return idx, problem, nil
 }
 
 // KeyRotations implements ledger.KeyRotationSource: the snapshot's
 // key-rotation leaves in index order, read before the leaf stream.
 func (a *auditSrc) KeyRotations(ctx context.Context) ([]ledger.AuditLeaf, error) {
-	rows, err := a.tx.QueryContext(ctx, "SELECT idx, id, kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE kind = $1 ORDER BY idx", string(ledger.KindKeyRotation))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ledger.AuditLeaf
-	for rows.Next() {
-		var l ledger.AuditLeaf
-		if err := rows.Scan(&l.Index, &l.ID, &l.Kind, &l.Key, &l.RecordedAt, &l.Raw, &l.LeafHash); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return dialect.AuditKeyRotations(ctx, a.tx)
 }

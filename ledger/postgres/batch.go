@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/transparency-dev/merkle/compact"
@@ -84,7 +85,7 @@ type batch struct {
 	d                     *driver
 	tx                    *sql.Conn // in a transaction from BeginBatch to Commit or Rollback; nil after
 	leaf, node, art, head *rowBuf
-	tokOps                []tokenOp
+	tokOps                sqlstore.TokenOps
 	ids                   map[string]uint64 // content ids appended in this batch
 	reqIDs                []string          // of them, the current request's
 	sp                    bool
@@ -267,7 +268,7 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 		h := p.Head
 		b.head.add(int64(e.Index), h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
 	case p.Kind == ledger.KindToken || p.Kind == ledger.KindTokenRevocation:
-		b.addTokenLeaf(e.Index, p.Kind, p.Body)
+		b.tokOps.Add(e.Index, p.Kind, p.Body)
 	}
 }
 
@@ -275,7 +276,7 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 // kept in the leaves table.
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	if id.Level > 0 {
-		b.node.add(nodeOrd(id), hash)
+		b.node.add(sqlstore.NodeOrd(id), hash)
 	}
 }
 
@@ -445,32 +446,8 @@ func (r *rowBuf) queue(q *pgx.Batch) {
 	}
 }
 
-// nodeOrd is the tree_nodes key of a node: (end_exclusive << 6) | level,
-// which sorts nodes in the order an appending compact range completes them
-// (the same key as ledger/sqlite's, so rows copy unchanged).
-func nodeOrd(id compact.NodeID) int64 {
-	end := (id.Index + 1) << id.Level
-	return int64(end<<6 | uint64(id.Level))
-}
-
-// ordNode is the inverse of nodeOrd; an ord nodeOrd never gives decodes
-// to a node of level 255, which no tree has.
-func ordNode(ord int64) compact.NodeID {
-	level := uint(ord & 63)
-	end := uint64(ord) >> 6
-	id := compact.NewNodeID(level, (end>>level)-1)
-	if ord < 0 || end == 0 || end&(1<<level-1) != 0 || nodeOrd(id) != ord {
-		return compact.NodeID{Level: 255, Index: uint64(ord)}
-	}
-	return id
-}
-
 // queryer is what *sql.DB, *sql.Tx and *sql.Conn offer.
-type queryer interface {
-	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
-}
+type queryer = sqlstore.Execer
 
 // fetchNodes returns the hashes of the given perfect-subtree nodes: inner
 // nodes from tree_nodes, leaves' from leaves.leaf_hash, one query each.
@@ -483,7 +460,7 @@ func fetchNodes(ctx context.Context, q queryer, ids []compact.NodeID) ([][]byte,
 		if id.Level == 0 {
 			leaves = append(leaves, int64(id.Index))
 		} else {
-			inner = append(inner, nodeOrd(id))
+			inner = append(inner, sqlstore.NodeOrd(id))
 		}
 	}
 	got := make(map[int64][]byte, len(ids)) // by ord
@@ -493,15 +470,7 @@ func fetchNodes(ctx context.Context, q queryer, ids []compact.NodeID) ([][]byte,
 	if err := fetchAny(ctx, q, "SELECT idx, leaf_hash FROM leaves WHERE idx = ANY($1)", leaves, func(idx int64) int64 { return (idx + 1) << 6 }, got); err != nil {
 		return nil, lost("read the tree", err)
 	}
-	out := make([][]byte, len(ids))
-	for i, id := range ids {
-		h, ok := got[nodeOrd(id)]
-		if !ok || len(h) != 32 {
-			return nil, fmt.Errorf("tree node (level %d, index %d) is missing: the database is inconsistent, run ledger audit", id.Level, id.Index)
-		}
-		out[i] = h
-	}
-	return out, nil
+	return sqlstore.NodeHashes(ids, got)
 }
 
 func fetchAny(ctx context.Context, q queryer, query string, keys []int64, toOrd func(int64) int64, got map[int64][]byte) error {

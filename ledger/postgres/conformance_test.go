@@ -70,34 +70,9 @@ func TestConformance(t *testing.T) {
 // tamperSQL is each storetest.Edit as SQL on the tables of
 // migrations/postgres.
 func tamperSQL(edit storetest.Edit, i uint64) []string {
-	body := func(from, to string) string {
+	return storetest.TamperSQL(edit, i, func(from, to string, i uint64) string {
 		return fmt.Sprintf(`UPDATE leaves SET leaf = convert_to(replace(convert_from(leaf, 'UTF8'), '%s', '%s'), 'UTF8') WHERE idx = %d`, from, to, i)
-	}
-	switch edit {
-	case storetest.EditLeafBody:
-		return []string{body(`"cases_exact":216`, `"cases_exact":215`)}
-	case storetest.EditLeafBodyRehash:
-		return []string{body("test", "tess")}
-	case storetest.DeleteLeaf:
-		return []string{fmt.Sprintf("DELETE FROM evidence_artifacts WHERE idx = %d", i), fmt.Sprintf("DELETE FROM leaves WHERE idx = %d", i)}
-	case storetest.TruncateFrom:
-		return []string{fmt.Sprintf("DELETE FROM evidence_artifacts WHERE idx >= %d", i), fmt.Sprintf("DELETE FROM leaves WHERE idx >= %d", i)}
-	case storetest.SwapLeaves:
-		return []string{
-			fmt.Sprintf("UPDATE leaves SET idx = -1 WHERE idx = %d", i),
-			fmt.Sprintf("UPDATE leaves SET idx = %d WHERE idx = %d", i, i+8),
-			fmt.Sprintf("UPDATE leaves SET idx = %d WHERE idx = -1", i+8),
-		}
-	case storetest.InsertLeaf:
-		return []string{fmt.Sprintf("INSERT INTO leaves(idx, id, kind, key, recorded_at, leaf, leaf_hash) SELECT %d, 'forged', kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE idx = 0", i)}
-	case storetest.EditProjection:
-		return []string{fmt.Sprintf("UPDATE leaves SET status = CASE status WHEN 'failed' THEN 'passed' ELSE 'failed' END WHERE idx = %d", i)}
-	case storetest.EditCheckpoint:
-		return []string{fmt.Sprintf("UPDATE checkpoints SET root = decode(repeat('00', 32), 'hex') WHERE size = %d", i+1)}
-	case storetest.EditProjectionCommit:
-		return []string{fmt.Sprintf("UPDATE leaves SET commit_id = '%s' WHERE idx = %d", strings.Repeat("0", 40), i)}
-	}
-	panic(fmt.Sprintf("no SQL for %v", edit))
+	}, "decode(repeat('00', 32), 'hex')")
 }
 
 // rawExec runs statements on one connection with foreign keys off
@@ -130,20 +105,7 @@ func fixIDAndHash(t *testing.T, dsn string, idx int64) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var raw []byte
-	if err := db.QueryRow("SELECT leaf FROM leaves WHERE idx = $1", idx).Scan(&raw); err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.DecodeLeaf(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ID = ledger.EntryID(l.Kind, l.Body)
-	raw, _ = ledger.EncodeLeaf(l)
-	h := ledger.LeafHash(raw)
-	if _, err := db.Exec("UPDATE leaves SET leaf = $1, leaf_hash = $2, id = $3 WHERE idx = $4", raw, h[:], l.ID, idx); err != nil {
-		t.Fatal(err)
-	}
+	storetest.FixIDAndHash(t, db, idx, dialect.SQL)
 }
 
 // TestMigrationSetsInLockstep fails when the PostgreSQL migrations and the

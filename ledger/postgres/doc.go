@@ -19,6 +19,9 @@
 // go in pgx pipelines (one round trip each): BEGIN, the lock and the size
 // read; each request's rows of every table; the idempotency and checkpoint
 // rows with COMMIT. Only each request's content-id lookup stands alone.
+// The projection queries, the tokens table and the audit's checks of the
+// projections are ledger/sqlstore's, shared with the SQLite driver under
+// PostgreSQL's dialect (query.go).
 //
 // Tables (migrations/postgres, version for version the SQLite schema):
 // leaves (canonical bytes, leaf hash and the evidence projection columns),

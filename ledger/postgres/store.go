@@ -16,6 +16,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	pgmig "github.com/evidence-ledger/ledger/migrations/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -62,8 +63,8 @@ type Options struct {
 
 // Idempotency defaults (as in ledger/sqlite).
 const (
-	DefaultIdempotencyTTL = 24 * time.Hour
-	DefaultIdempotencyMax = 100_000
+	DefaultIdempotencyTTL = sqlstore.DefaultIdempotencyTTL
+	DefaultIdempotencyMax = sqlstore.DefaultIdempotencyMax
 	idemPruneEvery        = 1000
 	idemPruneAge          = time.Minute
 )
@@ -79,6 +80,8 @@ const SequencerLock int64 = 0x6c65646765720001 // "ledger" 0001
 // use.
 type Store struct {
 	*ledger.Log
+	sqlstore.Queries
+	sqlstore.TokenTable
 	d *driver
 }
 
@@ -135,22 +138,14 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Store{Log: l, d: d}, nil
+	return &Store{Log: l, d: d,
+		Queries:    sqlstore.Queries{DB: d.db, Dialect: dialect, LogOrigin: l.Origin},
+		TokenTable: sqlstore.TokenTable{Dialect: dialect, Lookup: d.db, List: d.db, ListOrder: "created_at, id", Now: opts.Now, AppendLeaves: l.Append},
+	}, nil
 }
 
 func withDefaults(opts Options) Options {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.IdempotencyTTL <= 0 {
-		opts.IdempotencyTTL = DefaultIdempotencyTTL
-	}
-	if opts.IdempotencyMax <= 0 {
-		opts.IdempotencyMax = DefaultIdempotencyMax
-	}
+	sqlstore.FillDefaults(&opts.Logger, &opts.Now, &opts.IdempotencyTTL, &opts.IdempotencyMax)
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 16
 	}
@@ -226,18 +221,15 @@ func (d *driver) schema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open store: read schema version: %w", err)
 	}
-	switch {
-	case cur > latest:
-		return fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
-	case cur < latest && d.opts.ReadOnly:
-		return fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate`", cur, latest)
-	case cur < latest:
-		if err := Migrate(ctx, d.db); err != nil {
-			return err
-		}
-		if cur > 0 {
-			d.log.Info("migrated the database schema", "from", cur, "to", latest, "db", d.where)
-		}
+	migrate, err := sqlstore.NeedsMigration(cur, latest, d.opts.ReadOnly, "")
+	if err != nil || !migrate {
+		return err
+	}
+	if err := Migrate(ctx, d.db); err != nil {
+		return err
+	}
+	if cur > 0 {
+		d.log.Info("migrated the database schema", "from", cur, "to", latest, "db", d.where)
 	}
 	return nil
 }
@@ -329,21 +321,14 @@ func (s *Store) Close() error {
 
 func (d *driver) close() error { return d.db.Close() }
 
-// dbErr translates database errors into application errors, in one place.
-func dbErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var le *ledger.Error
-	if errors.As(err, &le) {
-		return err
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return ledger.NotFound("%s: not found", op)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
+// dbErr translates database errors into application errors, in one place
+// (sqlstore.Dialect.Err with engineErr).
+func dbErr(op string, err error) error { return dialect.Err(op, err) }
+
+// engineErr translates PostgreSQL's own errors during op: a lost
+// connection (CodeUnavailable) and a full disk or temp file limit
+// (ledger.StorageFull); nil for any other.
+func engineErr(op string, err error) error {
 	if connLost(err) {
 		return unavailableErr(op, err)
 	}
@@ -352,10 +337,7 @@ func dbErr(op string, err error) error {
 		// disk_full, configuration_limit_exceeded (temp file limit)
 		return ledger.StorageFull(op, err)
 	}
-	if ledger.IsStorageFull(err) {
-		return ledger.StorageFull(op, err)
-	}
-	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
+	return nil
 }
 
 // connLost reports whether err is the loss of the connection to
@@ -412,14 +394,6 @@ func lost(op string, err error) error {
 		return unavailableErr(op, err)
 	}
 	return err
-}
-
-// args numbers a query's placeholders as values are added ($1, $2, ...).
-type args []any
-
-func (a *args) add(v any) string {
-	*a = append(*a, v)
-	return "$" + strconv.Itoa(len(*a))
 }
 
 // Redact returns dsn's server for messages, "host:port/database", or

@@ -1,14 +1,13 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/hex"
-	"fmt"
 	"sync"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/transparency-dev/merkle/compact"
 )
 
@@ -19,27 +18,17 @@ import (
 // pool and may run while the service appends (it audits the snapshot it
 // sees at the start).
 func (s *Store) Audit(ctx context.Context) (ledger.AuditReport, error) {
-	src, err := s.d.openAudit(ctx)
-	if err != nil {
-		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, dbErr("audit", err)
-	}
-	defer src.close()
-	rep, err := ledger.RunAudit[auditProj](ctx, src, s.VerifierKey(), s.Origin())
-	return rep, dbErr("audit", err)
+	return sqlstore.Audit[auditProj](ctx, dialect, s.d.openAudit, s.VerifierKey(), s.Origin())
 }
 
-// auditProj is the projection a leaf row carries (the evidence columns of
-// leaves, the heads_index row joined to it) and what the driver's check
-// derived from its body.
+// auditProj is the projection a leaf row carries (sqlstore.Projection)
+// and what the driver's check derived from its body.
 type auditProj struct {
-	eBackend, eStatus, eRepo, eC              sql.NullString // evidence projection (leaves columns; the lane is key)
-	hRepo, hRef, hCommit, hVerdict, hDecision sql.NullString // heads_index
+	sqlstore.Projection
 
 	idBytes   [16]byte
 	artifacts int64
 	artSum    artSum
-
-	tok *ledger.TokenChange // a token or token-revocation leaf's body (tokens.go)
 }
 
 type auditRow = ledger.AuditRow[auditProj]
@@ -77,12 +66,12 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 		return nil, err
 	}
 	if a.tx, err = a.conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	// The snapshot begins with this first read.
 	if err := a.tx.QueryRowContext(ctx, storedSizeQuery).Scan(&a.snapSize); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	// tree_nodes streams on another connection, whose snapshot may hold
@@ -90,11 +79,11 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 	// of snapSize leaves completes, and a node beyond them is looked for
 	// here, in the snapshot.
 	if err := a.tx.QueryRowContext(ctx, "SELECT MIN(ord) FROM tree_nodes WHERE ord >= ?", nodeBound(a.snapSize)).Scan(&a.beyond); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	if a.conn2, err = d.r.Conn(ctx); err != nil {
-		a.close()
+		a.Close()
 		return nil, err
 	}
 	// The artifact rows' multiset hash is summed on another connection
@@ -120,9 +109,9 @@ func (d *driver) openAudit(ctx context.Context) (*auditSrc, error) {
 	return a, nil
 }
 
-// close waits for the artifact sum (it uses the read pool) and releases
+// Close waits for the artifact sum (it uses the read pool) and releases
 // the connections.
-func (a *auditSrc) close() {
+func (a *auditSrc) Close() {
 	if a.waitArt != nil {
 		a.waitArt()
 	}
@@ -141,60 +130,23 @@ func (a *auditSrc) close() {
 	}
 }
 
-// Checkpoints implements ledger.AuditSource. A stored root that is not 32
-// bytes reads as all ones, which no signed root equals.
+// Checkpoints implements ledger.AuditSource.
 func (a *auditSrc) Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error) {
-	rows, err := a.tx.QueryContext(ctx, "SELECT size, root, note FROM checkpoints ORDER BY size")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ledger.Checkpoint
-	for rows.Next() {
-		var cp ledger.Checkpoint
-		var root []byte
-		if err := rows.Scan(&cp.Size, &root, &cp.Note); err != nil {
-			return nil, err
-		}
-		if len(root) == len(cp.Root) {
-			copy(cp.Root[:], root)
-		} else {
-			cp.Root = ledger.Hash(bytes.Repeat([]byte{0xff}, len(cp.Root)))
-		}
-		out = append(out, cp)
-	}
-	return out, rows.Err()
+	return dialect.AuditCheckpoints(ctx, a.tx)
 }
 
 // KeyRotations implements ledger.KeyRotationSource: the snapshot's
-// key-rotation leaves in index order (through the partial index
-// leaves_kind_key).
+// key-rotation leaves in index order.
 func (a *auditSrc) KeyRotations(ctx context.Context) ([]ledger.AuditLeaf, error) {
-	rows, err := a.tx.QueryContext(ctx, "SELECT idx, id, kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE kind = ? AND kind <> 'evidence' ORDER BY idx", string(ledger.KindKeyRotation))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ledger.AuditLeaf
-	for rows.Next() {
-		var l ledger.AuditLeaf
-		if err := rows.Scan(&l.Index, &l.ID, &l.Kind, &l.Key, &l.RecordedAt, &l.Raw, &l.LeafHash); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return dialect.AuditKeyRotations(ctx, a.tx)
 }
 
 // ReadLeaves implements ledger.AuditSource.
 func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow, error) {
 	if a.leafRows == nil {
 		var err error
-		a.leafRows, err = a.tx.QueryContext(ctx, `SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.leaf, l.leaf_hash,
-			l.backend, l.status, l.repository, l.commit_id,
-			h.repository, h.ref, h.commit_id, h.verdict, h.decision
-			FROM leaves l LEFT JOIN heads_index h ON h.idx = l.idx
-			ORDER BY l.idx`)
+		a.leafRows, err = a.tx.QueryContext(ctx, "SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.leaf, l.leaf_hash, "+sqlstore.AuditProjectionCols+
+			" FROM leaves l LEFT JOIN heads_index h ON h.idx = l.idx ORDER BY l.idx")
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +154,7 @@ func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow
 	for len(batch) < cap(batch) && a.leafRows.Next() {
 		var r auditRow
 		p := &r.Proj
-		if err := a.leafRows.Scan(&r.Index, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &r.Raw, &r.LeafHash, &p.eBackend, &p.eStatus, &p.eRepo, &p.eC, &p.hRepo, &p.hRef, &p.hCommit, &p.hVerdict, &p.hDecision); err != nil {
+		if err := a.leafRows.Scan(append([]any{&r.Index, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &r.Raw, &r.LeafHash}, p.Columns()...)...); err != nil {
 			return nil, err
 		}
 		batch = append(batch, r)
@@ -230,7 +182,7 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 			// Once: the node the snapshot holds past its last leaf.
 			ord := a.beyond.Int64
 			a.beyond.Valid = false
-			return ordNode(ord), nil, true, nil
+			return sqlstore.OrdNode(ord), nil, true, nil
 		}
 		return compact.NodeID{}, nil, false, nil
 	}
@@ -239,47 +191,24 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 	if err := a.nodeRows.Scan(&ord, &h); err != nil {
 		return compact.NodeID{}, nil, false, err
 	}
-	return ordNode(ord), h, true, nil
+	return sqlstore.OrdNode(ord), h, true, nil
 }
 
 // CheckLeaf implements ledger.AuditSource: the leaf's projection columns
-// and heads_index row against its body, and the artifact rows it implies.
+// and heads_index row against its body (sqlstore.Projection.CheckLeaf),
+// and the artifact rows it implies.
 func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 	p := &r.Proj
 	hex.Decode(p.idBytes[:], []byte(r.ID))
-	switch ledger.Kind(r.Kind) {
-	case ledger.KindEvidence:
-		// The key column (the lane) was compared by the engine.
-		if !p.eBackend.Valid || !p.eStatus.Valid || !p.eRepo.Valid || !p.eC.Valid ||
-			p.eBackend.String != b.Backend || p.eStatus.String != b.Status ||
-			p.eRepo.String != b.Subject.Repository || p.eC.String != b.Subject.Commit {
-			return "evidence projection columns do not match the leaf"
-		}
+	return p.Projection.CheckLeaf(&r.AuditLeaf, b, false, func() string {
 		// The rows evidence_artifacts must hold for this leaf, as a count
 		// and a multiset hash (auditart.go).
 		for name, dg := range b.Subject.Artifacts {
 			p.artSum.addRow(r.Index, name, dg)
 		}
 		p.artifacts = int64(len(b.Subject.Artifacts))
-		if p.hRepo.Valid {
-			return "evidence leaf has a head index row"
-		}
-	case ledger.KindHead:
-		if !p.hRepo.Valid || p.hRepo.String != b.Repository || p.hRef.String != b.Ref || p.hCommit.String != b.Commit || p.hVerdict.String != b.Verdict || p.hDecision.String != b.Decision {
-			return "head index row does not match the leaf"
-		}
-		if p.hasEvidenceColumns() {
-			return "head leaf has evidence projection columns"
-		}
-	default:
-		if p.hasEvidenceColumns() || p.hRepo.Valid {
-			return "non-evidence leaf has projection columns or an index row"
-		}
-		if k := ledger.Kind(r.Kind); k == ledger.KindToken || k == ledger.KindTokenRevocation {
-			return tokenLeafOf(r)
-		}
-	}
-	return ""
+		return ""
+	})
 }
 
 // AddLeaf implements ledger.AuditSource.
@@ -289,8 +218,8 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	if ledger.Kind(r.Kind) == ledger.KindHead {
 		a.wantHead++
 	}
-	if r.Proj.tok != nil {
-		a.tokens.Fold(*r.Proj.tok)
+	if r.Proj.Tok != nil {
+		a.tokens.Fold(*r.Proj.Tok)
 	}
 	a.idPairs = append(a.idPairs, idPair{id: r.Proj.idBytes, idx: r.Index})
 }
@@ -307,19 +236,10 @@ func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, e
 		f.Index, f.Problem = idx, problem
 		return f, nil
 	}
-	var nHead, nArt int64
-	if err := a.tx.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM heads_index), (SELECT COUNT(*) FROM evidence_artifacts)").Scan(&nHead, &nArt); err != nil {
+	if f.Problem, err = sqlstore.AuditCounts(ctx, a.tx, a.wantHead, a.artifacts); err != nil || f.Problem != "" {
 		return f, err
 	}
-	switch {
-	case nHead != a.wantHead:
-		f.Problem = fmt.Sprintf("heads_index holds %d rows for %d head leaves (rows were added or deleted)", nHead, a.wantHead)
-		return f, nil
-	case nArt != a.artifacts:
-		f.Problem = fmt.Sprintf("evidence_artifacts holds %d rows for the %d artifacts the evidence leaves name (rows were added or deleted)", nArt, a.artifacts)
-		return f, nil
-	}
-	if idx, problem, err := a.auditTokens(ctx); err != nil || problem != "" {
+	if idx, problem, err := sqlstore.AuditTokens(ctx, a.tx, &a.tokens); err != nil || problem != "" {
 		f.Index, f.Problem = idx, problem
 		return f, err
 	}
@@ -332,13 +252,7 @@ func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, e
 		if err != nil {
 			return f, err
 		}
-		f.Index, f.Problem = idx, fmt.Sprintf("evidence_artifacts rows of leaf %d do not match its body's artifacts (a digest, name or index was edited)", idx)
+		f.Index, f.Problem = idx, sqlstore.ArtifactsProblem(idx)
 	}
 	return f, nil
-}
-
-// hasEvidenceColumns reports whether any evidence projection column of
-// the row is set (it must not be, unless the leaf is evidence).
-func (p *auditProj) hasEvidenceColumns() bool {
-	return p.eBackend.Valid || p.eStatus.Valid || p.eRepo.Valid || p.eC.Valid
 }

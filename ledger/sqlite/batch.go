@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/transparency-dev/merkle/compact"
 )
 
@@ -219,7 +220,7 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 		h := p.Head
 		st.head.add(e.Index, h.Repository, h.Ref, h.Commit, string(h.Verdict), string(h.Decision))
 	case p.Kind == ledger.KindToken || p.Kind == ledger.KindTokenRevocation:
-		st.addTokenLeaf(e.Index, p.Kind, p.Body)
+		st.tokOps.Add(e.Index, p.Kind, p.Body)
 	}
 }
 
@@ -229,9 +230,9 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	st := b.st
 	if id.Level > 0 {
-		st.node.add(nodeOrd(id), hash)
+		st.node.add(sqlstore.NodeOrd(id), hash)
 	}
-	st.newOrds = append(st.newOrds, nodeOrd(id))
+	st.newOrds = append(st.newOrds, sqlstore.NodeOrd(id))
 	st.newHashes = append(st.newHashes, hash)
 }
 
@@ -400,7 +401,7 @@ type stmts struct {
 	size                       *sql.Stmt // the stored log size (storedSizeQuery)
 	cp                         *sql.Stmt // inserts a signed checkpoint
 	idemGet                    *sql.Stmt // an idempotency key's original answer
-	tokenRow                   *sql.Stmt // a tokens row with the token-leaf count (authRowQuery)
+	tokenRow                   *sql.Stmt // a tokens row with the token-leaf count (sqlstore.AuthRowQuery)
 	ids                        idLookup
 	// newOrds/newHashes are the tree nodes (leaves included) appended in
 	// this batch, published to the read cache after COMMIT.
@@ -408,7 +409,7 @@ type stmts struct {
 	newHashes [][]byte
 	reqOrds   int // len(newOrds) when the current request began
 	// tokOps are the tokens-table writes of buffered token leaves (tokens.go).
-	tokOps []tokenOp
+	tokOps sqlstore.TokenOps
 }
 
 func (st *stmts) bufs() []*rowBuf { return []*rowBuf{st.leaf, st.node, st.art, st.head, st.rid} }
@@ -480,11 +481,11 @@ func (d *driver) prepareStmts(ctx context.Context) (*stmts, error) {
 		q   string
 	}{
 		{&st.idem, "INSERT INTO idempotency(key, request_hash, entry_ids, size, created_at) VALUES (?,?,?,?,?)"},
-		{&st.entry, entryAtQuery},
+		{&st.entry, sqlstore.EntryAtQuery},
 		{&st.size, storedSizeQuery},
 		{&st.cp, "INSERT INTO checkpoints(size, root, note, created_at) VALUES (?,?,?,?)"},
 		{&st.idemGet, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = ? AND created_at >= ?"},
-		{&st.tokenRow, authRowQuery},
+		{&st.tokenRow, sqlstore.AuthRowQuery},
 	} {
 		if *p.dst, err = db.PrepareContext(ctx, p.q); err != nil {
 			st.close()

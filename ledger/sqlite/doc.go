@@ -6,8 +6,11 @@
 // proofs and the audit. This package implements ledger.Driver and
 // ledger.Batch (driver.go, batch.go): one batch is one write transaction;
 // reads by range serve proofs and the audit (ledger.AuditSource,
-// audit.go). The projection queries (query.go) and tokens (tokens.go) are
-// its own.
+// audit.go). The projection queries, the tokens table and the audit's
+// checks of the projections are ledger/sqlstore's, shared with the
+// PostgreSQL driver under SQLite's dialect (query.go); what is SQLite's
+// own here is the connections, the batch's writes, the content-id tables
+// and the audit's snapshot.
 //
 // Layout: one writer connection (transactions BEGIN IMMEDIATE) used by the
 // engine's single sequencer goroutine, a pool of read-only connections,
@@ -32,7 +35,7 @@
 // Tables (migrations/): leaves holds one row per leaf (the canonical leaf
 // bytes, their RFC 6962 hash, and, for evidence, the projection the
 // filters query: backend, status, repository, commit, with the lane as the
-// key column), tree_nodes the perfect-subtree hashes keyed by nodeOrd,
+// key column), tree_nodes the perfect-subtree hashes keyed by sqlstore.NodeOrd,
 // checkpoints the signed checkpoints, evidence_artifacts and heads_index
 // the projections with several rows per leaf or another shape. New
 // databases use 16 KiB pages (pageSize).

@@ -3,7 +3,7 @@ package sqlite
 import "sync"
 
 // nodeCache keeps the hashes of recently committed tree nodes (leaves
-// included, keyed by nodeOrd) so that the inclusion proofs answered right
+// included, keyed by sqlstore.NodeOrd) so that the inclusion proofs answered right
 // after an append, which need mostly the newest nodes, do not read them
 // back from the database. Nodes are immutable once committed, so a cached
 // hash is never stale; the writer publishes nodes only after its COMMIT

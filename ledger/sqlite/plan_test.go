@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"strings"
 	"testing"
 )
@@ -21,7 +22,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		{"SELECT l.idx FROM leaves l WHERE l.kind = ? AND l.kind <> 'evidence' AND l.key = ? ORDER BY l.idx DESC LIMIT 1", []any{"release", "1.0"}, "leaves_kind_key"},
 		{"SELECT a.idx FROM evidence_artifacts a WHERE a.digest >= ? AND a.digest < ?", []any{"sha256:ab", "sha256:abg"}, "PRIMARY KEY"},
 		// Every authentication runs it: the token-leaf count must not scan the leaves.
-		{authRowQuery, []any{[]byte{1}}, "SEARCH leaves USING COVERING INDEX leaves_kind_key (kind=?)"},
+		{sqlstore.AuthRowQuery, []any{[]byte{1}}, "SEARCH leaves USING COVERING INDEX leaves_kind_key (kind=?)"},
 	}
 	// The evidence queries as Evidence builds them.
 	commit := strings.Repeat("ab", 20)
@@ -41,7 +42,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		// stops at the page limit (no sort).
 		{ledger.EvidenceFilter{Backend: "cpu"}, "SCAN l"},
 	} {
-		q, args, _, err := evidenceQuery(f.filter)
+		q, args, _, err := dialect.EvidenceQuery(f.filter)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/evidence-ledger/ledger/migrations"
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -70,6 +71,8 @@ type Options struct {
 // queries, tokens and the audit. It is safe for concurrent use.
 type Store struct {
 	*ledger.Log
+	sqlstore.Queries
+	sqlstore.TokenTable
 	d *driver
 }
 
@@ -145,8 +148,8 @@ func dsn(path string, readonly bool) string {
 
 // Idempotency key defaults and the pruning pace (PutIdempotency).
 const (
-	DefaultIdempotencyTTL = 24 * time.Hour
-	DefaultIdempotencyMax = 100_000
+	DefaultIdempotencyTTL = sqlstore.DefaultIdempotencyTTL
+	DefaultIdempotencyMax = sqlstore.DefaultIdempotencyMax
 	idemPruneEvery        = 1000
 	idemPruneAge          = time.Minute
 )
@@ -195,7 +198,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{Log: l, d: d}
+	s := &Store{Log: l, d: d,
+		Queries:    sqlstore.Queries{DB: d.r, Dialect: dialect, LogOrigin: l.Origin},
+		TokenTable: sqlstore.TokenTable{Dialect: dialect, Lookup: d.w, List: d.r, ListOrder: "created_at", Now: opts.Now, AppendLeaves: l.Append},
+	}
 	if !opts.ReadOnly && d.adoptTokens {
 		if err := s.logUnloggedTokens(ctx); err != nil {
 			s.Close()
@@ -221,18 +227,7 @@ func createPrivate(path string) error {
 }
 
 func withDefaults(opts Options) Options {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.IdempotencyTTL <= 0 {
-		opts.IdempotencyTTL = DefaultIdempotencyTTL
-	}
-	if opts.IdempotencyMax <= 0 {
-		opts.IdempotencyMax = DefaultIdempotencyMax
-	}
+	sqlstore.FillDefaults(&opts.Logger, &opts.Now, &opts.IdempotencyTTL, &opts.IdempotencyMax)
 	if opts.RecentIDs <= 0 {
 		opts.RecentIDs = DefaultRecentIDs
 	}
@@ -297,19 +292,16 @@ func (d *driver) schema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open store: read schema version: %w", err)
 	}
-	switch {
-	case cur > latest:
-		return fmt.Errorf("open store: database schema version %d is newer than this ledger knows (%d): use the ledger version that wrote it, or a newer one", cur, latest)
-	case cur < latest && d.opts.ReadOnly:
-		return fmt.Errorf("open store: database schema version %d is older than this ledger's (%d): run `ledger migrate` (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)", cur, latest)
-	case cur < latest:
-		if err := Migrate(ctx, d.w); err != nil {
-			return err
-		}
-		d.adoptTokens = cur < tokenLeavesSchema && latest >= tokenLeavesSchema
-		if cur > 0 {
-			d.log.Info("migrated the database schema", "from", cur, "to", latest, "path", d.opts.Path)
-		}
+	migrate, err := sqlstore.NeedsMigration(cur, latest, d.opts.ReadOnly, " (back it up first with the older ledger's `ledger backup`, or stop it and copy the database file)")
+	if err != nil || !migrate {
+		return err
+	}
+	if err := Migrate(ctx, d.w); err != nil {
+		return err
+	}
+	d.adoptTokens = cur < tokenLeavesSchema && latest >= tokenLeavesSchema
+	if cur > 0 {
+		d.log.Info("migrated the database schema", "from", cur, "to", latest, "path", d.opts.Path)
 	}
 	return nil
 }
@@ -509,27 +501,6 @@ func (d *driver) close() error {
 		errs = append(errs, d.w.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// dbErr translates database errors into application errors, in one place.
-func dbErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var le *ledger.Error
-	if errors.As(err, &le) {
-		return err
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return ledger.NotFound("%s: not found", op)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if ledger.IsStorageFull(err) {
-		return ledger.StorageFull(op, err)
-	}
-	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }
 
 // checkpointInterval is how long the checkpointer lets commits accumulate

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/storetest"
 )
 
 // buildLog makes a closed database of n leaves appended one by one.
@@ -200,18 +201,5 @@ func fixID(t *testing.T, path string, idx int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var raw []byte
-	if err := db.QueryRow("SELECT leaf FROM leaves WHERE idx = ?", idx).Scan(&raw); err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.DecodeLeaf(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.ID = ledger.EntryID(l.Kind, l.Body)
-	raw, _ = ledger.EncodeLeaf(l)
-	h := ledger.LeafHash(raw)
-	if _, err := db.Exec("UPDATE leaves SET leaf = ?, leaf_hash = ?, id = ? WHERE idx = ?", raw, h[:], l.ID, idx); err != nil {
-		t.Fatal(err)
-	}
+	storetest.FixIDAndHash(t, db, int64(idx), dialect.SQL)
 }

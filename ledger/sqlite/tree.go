@@ -2,19 +2,11 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/ledger/sqlstore"
 	"github.com/transparency-dev/merkle/compact"
 )
-
-// nodeOrd is the tree_nodes key of a node: (end_exclusive << 6) | level,
-// which sorts nodes in the order an appending compact range completes them.
-func nodeOrd(id compact.NodeID) int64 {
-	end := (id.Index + 1) << id.Level
-	return int64(end<<6 | uint64(id.Level))
-}
 
 // nodeBound is the least ord of a node that a tree of size leaves has
 // not completed: a node's ord is end<<6 | level with end the tree size
@@ -23,11 +15,7 @@ func nodeOrd(id compact.NodeID) int64 {
 func nodeBound(size uint64) int64 { return int64((size + 1) << 6) }
 
 // queryer is what both *sql.DB and *sql.Tx offer.
-type queryer interface {
-	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
-}
+type queryer = sqlstore.Execer
 
 // fetchOrds loads the hashes of the given node keys into got, in chunks of
 // at most 500 placeholders (sizes are rounded up to a few fixed shapes so
@@ -112,31 +100,11 @@ func fetchNodes(ctx context.Context, q queryer, ids []compact.NodeID) ([][]byte,
 	}
 	ords := make([]int64, len(ids))
 	for i, id := range ids {
-		ords[i] = nodeOrd(id)
+		ords[i] = sqlstore.NodeOrd(id)
 	}
 	got := make(map[int64][]byte, len(ids))
 	if err := fetchOrds(ctx, q, ords, got); err != nil {
 		return nil, err
 	}
-	out := make([][]byte, len(ids))
-	for i, id := range ids {
-		h, ok := got[nodeOrd(id)]
-		if !ok || len(h) != 32 {
-			return nil, fmt.Errorf("tree node (level %d, index %d) is missing: the database is inconsistent, run ledger audit", id.Level, id.Index)
-		}
-		out[i] = h
-	}
-	return out, nil
-}
-
-// ordNode is the inverse of nodeOrd; an ord nodeOrd never gives decodes
-// to a node of level 255, which no tree has.
-func ordNode(ord int64) compact.NodeID {
-	level := uint(ord & 63)
-	end := uint64(ord) >> 6
-	id := compact.NewNodeID(level, (end>>level)-1)
-	if ord < 0 || end == 0 || end&(1<<level-1) != 0 || nodeOrd(id) != ord {
-		return compact.NodeID{Level: 255, Index: uint64(ord)}
-	}
-	return id
+	return sqlstore.NodeHashes(ids, got)
 }
