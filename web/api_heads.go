@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
@@ -125,7 +126,7 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := repositoryInScope(r, "repository", req.Repository); err != nil {
+	if err := admit.RepositoryInScope(principalOf(r), "repository", req.Repository); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -171,7 +172,7 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("objects", "required: the head's raw commit (and tag) objects"))
 		return
 	}
-	hv.RecordedBy = recorderFor(r)
+	hv.RecordedBy = principalOf(r).Recorder()
 	body, err := ledger.CanonicalBody(&hv)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/verify"
@@ -217,7 +218,7 @@ func (s *Server) queueRun(ctx context.Context, t ledger.Token, spec runs.Spec) (
 	if err := spec.Validate(); err != nil {
 		return runs.Run{}, err
 	}
-	if err := runCovered(t, spec); err != nil {
+	if err := admit.RunInScope(t, spec.Repository, spec.Lanes, spec.Backend); err != nil {
 		return runs.Run{}, err
 	}
 	run, err := rs.store.Create(ctx, spec, t.Name)
@@ -226,22 +227,6 @@ func (s *Server) queueRun(ctx context.Context, t ledger.Token, spec runs.Spec) (
 	}
 	rs.wakeAll()
 	return run, nil
-}
-
-// runCovered returns the CodeForbidden error of the first lane of spec
-// that token t's scope does not cover on spec's repository and backend.
-func runCovered(t ledger.Token, spec runs.Spec) error {
-	for i, l := range spec.Lanes {
-		if field, ok := t.Covers(spec.Repository, l, spec.Backend); !ok {
-			if field == "lane" {
-				field = fmt.Sprintf("lanes[%d]", i)
-			} else if field == "subject.repository" {
-				field = "repository"
-			}
-			return &ledger.Error{Code: ledger.CodeForbidden, Field: field, Message: "out of the scope of token " + quote(t.Name) + " (" + t.ScopeText() + "): nothing was queued"}
-		}
-	}
-	return nil
 }
 
 func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
@@ -324,11 +309,9 @@ func (s *Server) handleCancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, _ := TokenFrom(r.Context())
-	for _, l := range cur.Lanes {
-		if _, ok := t.Covers(cur.Repository, l, cur.Backend); !ok {
-			s.writeError(w, r, ledger.Errorf(ledger.CodeForbidden, "run %s is out of the scope of token %s (%s): not canceled", id, quote(t.Name), t.ScopeText()))
-			return
-		}
+	if err := admit.CancelInScope(t, id, cur.Repository, cur.Lanes, cur.Backend); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	rs.mu.Lock()
 	rs.staged.drop(id, nil)
@@ -409,7 +392,7 @@ type ApproveAnswer struct {
 // req.SpecDigest is too short or not hex; CodeNotFound when no agent of
 // that name registered; CodeConflict when the name has another live key.
 // Approving the live key again appends nothing.
-func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string, req runs.ApproveRequest, by string) (ledger.RunnerState, *ledger.AppendResult, runs.Agent, error) {
+func ApproveAgent(ctx context.Context, st admit.KeyLog, rs *runs.Store, name string, req runs.ApproveRequest, by string) (ledger.RunnerState, *ledger.AppendResult, runs.Agent, error) {
 	if d := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(req.SpecDigest)), "sha256:"); req.SpecDigest != "" && (len(d) != 64 || !ledger.LowerHex(d)) {
 		return ledger.RunnerState{}, nil, runs.Agent{}, ledger.FieldError("spec_digest", "must be the whole spec digest `ledger agent list` shows: sha256: and 64 hex digits (a prefix is not enough)")
 	}
@@ -432,7 +415,7 @@ func ApproveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name string
 			"%s is not agent %q's current spec digest (its registration now declares repository %s, commit %s, lanes %s, backend %s, labels %s): nothing was approved; compare the registration and its spec digest in `ledger agent list` before approving",
 			clipText(req.SpecDigest), name, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels))}
 	}
-	st2, res, err := addKeyLeaf(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent, a.SpecDigest, a.Labels)
+	st2, res, err := admit.AddKey(ctx, st, name, []byte(a.PublicKey), by, ledger.RunnerKindAgent, a.SpecDigest, a.Labels)
 	a.Approved = err == nil
 	return st2, res, a, err
 }
@@ -480,14 +463,14 @@ func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
 // A revoked key is never approved again: the agent registers with a new
 // key. CodeNotFound when there is neither a registration nor a live
 // agent key of that name; a live key of a plain runner is left alone.
-func RemoveAgent(ctx context.Context, st RunnerLog, rs *runs.Store, name, by string) (runs.RemoveAnswer, error) {
+func RemoveAgent(ctx context.Context, st admit.KeyLog, rs *runs.Store, name, by string) (runs.RemoveAnswer, error) {
 	out := runs.RemoveAnswer{Name: name}
 	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
 	if err != nil {
 		return out, err
 	}
 	if live, ok := reg.Live(name); ok && live.Kind == ledger.RunnerKindAgent {
-		_, res, err := RevokeRunner(ctx, st, name, "agent removed", by)
+		_, res, err := admit.RevokeRunner(ctx, st, name, "agent removed", by)
 		if err != nil {
 			return out, err
 		}
@@ -600,17 +583,12 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if tok, _ := TokenFrom(r.Context()); tok.Restricted() {
-		// The agent records through this token: a build or backend the
-		// token may not record for would never be served.
-		if len(tok.Repositories) > 0 && !slices.Contains(tok.Repositories, req.Spec.Repository) {
-			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: "spec.repository", Message: "out of the scope of token " + quote(tok.Name) + " (" + tok.ScopeText() + "): nothing was registered"})
-			return
-		}
-		if len(tok.Backends) > 0 && !slices.Contains(tok.Backends, req.Backend) {
-			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: "backend", Message: "out of the scope of token " + quote(tok.Name) + " (" + tok.ScopeText() + "): nothing was registered"})
-			return
-		}
+	// The agent records through this token: a build or backend the token
+	// may not record for would never be served.
+	tok, _ := TokenFrom(r.Context())
+	if err := admit.AgentInScope(tok, req.Spec.Repository, req.Backend); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	if req.Labels == nil {
 		req.Labels = map[string]string{}
@@ -845,23 +823,6 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// leaseTokenHolds refuses (403) a request about lease whose token is not
-// the one the lease was claimed with (runs.LeaseHolder): an agent's
-// heartbeats, staged evidence and finish go with the token it polled
-// with, so that its records stay within that token's scope and are
-// attributed to it. A lease the request misnames fails its lease check
-// after this.
-func leaseTokenHolds(r *http.Request, lease string) error {
-	holder := runs.LeaseHolder(lease)
-	if holder == "" {
-		return nil
-	}
-	if t, _ := TokenFrom(r.Context()); t.ID != holder {
-		return ledger.Errorf(ledger.CodeForbidden, "the lease was taken with token %s, and this request carries another: an agent heartbeats, stages and finishes with the token it polled with", clipText(holder))
-	}
-	return nil
-}
-
 // releaseHeld ends every lease agent a holds when it polls for a run: an
 // agent runs one run at a time, so one that polls has given up what it
 // held (it restarted, or could not finish). Each attempt is recorded as an
@@ -898,7 +859,7 @@ func (s *Server) handleAgentHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := chi.URLParam(r, "id")
-	if err := leaseTokenHolds(r, req.Lease); err != nil {
+	if err := admit.LeaseHolder(principalOf(r), req.Lease); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -951,7 +912,7 @@ func (s *Server) finishRun(r *http.Request, a runs.Agent, id string, req runs.Fi
 			return cur, http.StatusOK, nil // already finished by this agent: the same answer again
 		}
 	}
-	if err := leaseTokenHolds(r, req.Lease); err != nil {
+	if err := admit.LeaseHolder(principalOf(r), req.Lease); err != nil {
 		return cur, 0, err
 	}
 	run, err := rs.store.CheckLease(ctx, id, a.Name, req.Attempt, req.Lease)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
@@ -337,7 +338,7 @@ func (s *Server) queueMissing(w http.ResponseWriter, r *http.Request, p *release
 		if row.State != planQueue {
 			continue
 		}
-		if err := runCovered(tok, row.Spec); err != nil {
+		if err := admit.RunInScope(tok, row.Spec.Repository, row.Spec.Lanes, row.Spec.Backend); err != nil {
 			return 0, tok, rowError(row, "", err)
 		}
 	}

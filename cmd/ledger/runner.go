@@ -10,9 +10,9 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
-	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
 
@@ -33,7 +33,7 @@ func (l *localLedger) AddRunner(ctx context.Context, name string, keyFile []byte
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
-	st, res, err := web.AddRunner(ctx, l.Store, name, keyFile, who.Name)
+	st, res, err := admit.AddRunner(ctx, l.Store, name, keyFile, who.Name)
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
@@ -45,7 +45,7 @@ func (l *localLedger) RevokeRunner(ctx context.Context, name, reason string) (le
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
-	st, res, err := web.RevokeRunner(ctx, l.Store, name, reason, who.Name)
+	st, res, err := admit.RevokeRunner(ctx, l.Store, name, reason, who.Name)
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
