@@ -26,6 +26,21 @@ func Require(p Principal, need ledger.Scope) error {
 	return nil
 }
 
+// RequireForm is Require for a dashboard form, whose token is typed
+// into the form: CodeUnauthorized asks for one, CodeForbidden names the
+// form's need.
+func RequireForm(p Principal, need ledger.Scope) error {
+	switch {
+	case p.Kind == LocalAdmin:
+		return nil
+	case !p.hasToken():
+		return refuse(ReviewerChange, ledger.Errorf(ledger.CodeUnauthorized, "enter an API token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need))
+	case !p.Token.Scope.Allows(need):
+		return refuse(ReviewerChange, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this form needs %q", p.Token.Name, p.Token.Scope, need))
+	}
+	return nil
+}
+
 // stamp checks one posted evidence object (raw, a JSON object) against
 // token t and returns it with recorded_by set to rec:
 //   - a body that carries recorded_by itself is refused (CodeInvalid

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
@@ -138,16 +139,13 @@ func (s *Server) releaseForms(w http.ResponseWriter, r *http.Request, version st
 func (s *Server) formToken(w http.ResponseWriter, r *http.Request, need ledger.Scope) (ledger.Token, error) {
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	if secret == "" {
-		return ledger.Token{}, ledger.Errorf(ledger.CodeUnauthorized, "enter an API token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need)
+		return ledger.Token{}, admit.RequireForm(admit.Anon(), need)
 	}
 	t, err := s.authCheck(w, r, secret)
 	if err != nil {
 		return t, err
 	}
-	if !t.Scope.Allows(need) {
-		return t, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this form needs %q", t.Name, t.Scope, need)
-	}
-	return t, nil
+	return t, admit.RequireForm(admit.ByToken(t), need)
 }
 
 // checkFormText refuses a form whose values are not valid UTF-8 or carry

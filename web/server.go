@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
@@ -67,10 +68,10 @@ type Config struct {
 	Witnesser *witness.Witnesser
 	// RepoRoots are the directories under which an admin's request may
 	// name a repository on the server's disk (repo_path); none: no request
-	// reads the server's disk. See serverPath.
+	// reads the server's disk. See admit.ServerPath.
 	RepoRoots []string
 	// FileAccess, when set, is called with every server path a request
-	// leads the server to open, before it is opened (serverPath is the one
+	// leads the server to open, before it is opened (admit.ServerPath is the one
 	// place that happens): for audit logs and for tests that prove no
 	// caller-named path is opened.
 	FileAccess func(path string)
@@ -690,12 +691,12 @@ func (s *Server) admitToken(w http.ResponseWriter, r *http.Request, need ledger.
 		s.writeError(w, r, err)
 		return t, false
 	}
-	if !ok {
-		s.writeError(w, r, ledger.Errorf(ledger.CodeUnauthorized, "this request needs a bearer token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need))
-		return t, false
+	p := admit.Anon()
+	if ok {
+		p = admit.ByToken(t)
 	}
-	if !t.Scope.Allows(need) {
-		s.writeError(w, r, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this request needs %q", t.Name, t.Scope, need))
+	if err := admit.Require(p, need); err != nil {
+		s.writeError(w, r, err)
 		return t, false
 	}
 	return t, true
