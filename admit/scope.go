@@ -192,3 +192,13 @@ func CancelInScope(t ledger.Token, id, repo string, lanes []string, backend ledg
 	}
 	return nil
 }
+
+// RequireAs is Require for the local administrator acting as token t
+// (`--as NAME` on the local database): the token's scope still binds what
+// it may do, as over the API. CodeForbidden naming the need.
+func RequireAs(t ledger.Token, need ledger.Scope) error {
+	if !t.Scope.Allows(need) {
+		return refuse(ReviewerChange, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this needs %q (as over the API)", t.Name, t.Scope, need))
+	}
+	return nil
+}

@@ -36,7 +36,7 @@ const (
 	formWaiver   = "waiver"
 	formSignoff  = "signoff"
 	formApproval = "approval"
-	// formSupersede retracts one failing record (gates.RecordSupersede).
+	// formSupersede retracts one failing record (admit.Supersede).
 	formSupersede = "supersede"
 
 	csrfCookie = "ledger_csrf"
@@ -233,20 +233,20 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			tok, err = s.formToken(w, r, formScope[form])
 		}
 		if err == nil {
-			by := gates.Actor{Name: tok.Name, Roles: tok.Roles}
+			by := admit.ActorOf(tok)
 			now := s.cfg.Now()
 			switch form {
 			case formWaiver:
 				var exp time.Time
 				if exp, err = parseExpiry(v.Expires); err == nil {
-					_, _, err = gates.RecordWaiver(r.Context(), s.store, version, v.Gate, v.Reason, exp, by, now)
+					_, _, err = admit.Waiver(r.Context(), s.store, by, version, v.Gate, v.Reason, exp, now)
 				}
 			case formSignoff:
-				_, _, err = gates.RecordSignoff(r.Context(), s.store, version, v.Gate, v.Note, by, now)
+				_, _, err = admit.Signoff(r.Context(), s.store, by, version, v.Gate, v.Note, now)
 			case formApproval:
-				_, _, _, err = gates.RecordApproval(r.Context(), s.store, version, v.Note, by, now)
+				_, _, _, err = admit.Approval(r.Context(), s.store, by, version, v.Note, now)
 			case formSupersede:
-				_, _, err = gates.RecordSupersede(r.Context(), s.store, version, v.Entry, v.Reason, by, now)
+				_, _, err = admit.Supersede(r.Context(), s.store, by, version, v.Entry, v.Reason, now)
 			}
 		}
 		if err != nil {
