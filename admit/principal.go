@@ -57,16 +57,3 @@ func (p Principal) Recorder() *ledger.Recorder {
 	}
 	return &ledger.Recorder{Token: &ledger.RecorderToken{ID: p.Token.ID, Name: p.Token.Name}}
 }
-
-// Allows reports whether p may do what needs scope: the local
-// administrator may do anything, a token what its scope allows, the
-// anonymous nothing (ReviewerChange: a reader changes nothing).
-func (p Principal) Allows(scope ledger.Scope) bool {
-	switch {
-	case p.Kind == LocalAdmin:
-		return true
-	case p.hasToken():
-		return p.Token.Scope.Allows(scope)
-	}
-	return false
-}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
@@ -101,7 +102,7 @@ type Server struct {
 	authFails *httprate.RateLimiter
 	// appendAuth is the ingest route's token cache, guarded in each
 	// append's batch (appendauth.go).
-	appendAuth appendAuth
+	appendAuth admit.TokenCache
 	// listings is the semaphore of list answers in progress.
 	listings chan struct{}
 	storage  storageHealth
