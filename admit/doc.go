@@ -1,6 +1,7 @@
 // Package admit is the ledger's one admission path: given who asks (a
-// Principal: anonymous, a token, a runner key, an agent key, or the local
-// administrator of the database) and the decoded input (records, their
+// Principal: anonymous, a token, an agent key with its token, or the
+// local administrator of the database; runner keys sign the envelopes a
+// principal posts) and the decoded input (records, their
 // original bytes, their DSSE envelopes), it returns the records to append,
 // stamped with recorded_by (the token, plus the runner key for a verified
 // envelope), or a *Refusal naming the field and the TRUST.md rule

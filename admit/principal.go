@@ -11,9 +11,6 @@ const (
 	Anonymous Kind = iota
 	// TokenHolder is a request authenticated by a bearer token.
 	TokenHolder
-	// RunnerKey is a runner whose DSSE signature was verified; its
-	// records are stamped with the token that posted them, plus the key.
-	RunnerKey
 	// AgentKey is an approved agent whose request signature was
 	// verified, posting with the token it polled with.
 	AgentKey
@@ -22,10 +19,12 @@ const (
 	LocalAdmin
 )
 
-// Principal is who asks for an append.
+// Principal is who asks for an append. A runner key is not a principal
+// of its own: it signs DSSE envelopes that a principal posts, and Admit
+// verifies each envelope's signature and stamps the record with both.
 type Principal struct {
 	Kind  Kind
-	Token ledger.Token // TokenHolder, RunnerKey and AgentKey: the request's token
+	Token ledger.Token // TokenHolder and AgentKey: the request's token
 	Agent string       // AgentKey: the agent's name
 }
 
@@ -45,7 +44,7 @@ func ByAgent(name string, t ledger.Token) Principal {
 
 // hasToken reports whether p was authenticated by a token.
 func (p Principal) hasToken() bool {
-	return p.Kind == TokenHolder || p.Kind == RunnerKey || p.Kind == AgentKey
+	return p.Kind == TokenHolder || p.Kind == AgentKey
 }
 
 // Recorder is the recorded_by of p's records: the token that
