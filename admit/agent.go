@@ -219,3 +219,27 @@ func deviceText(d ledger.Device, m string) string {
 	k := strings.TrimPrefix(m, "attrs.")
 	return k + " " + strconv.Quote(runs.Visible(d.Attrs[k]))
 }
+
+// AgentServes is the filter of runs agent a may take with token t
+// (AgentUndeclared, CIScope): its backend, labels and build
+// (runs.Serves), every lane in its own configuration, and every lane in
+// t's scope.
+func AgentServes(a runs.Agent, t ledger.Token) func(runs.Run) bool {
+	return func(r runs.Run) bool {
+		if !runs.Serves(r, a.Backend, a.Labels, a.Spec.Commit) {
+			return false
+		}
+		if r.Repository != "" && r.Repository != a.Spec.Repository {
+			return false
+		}
+		for _, l := range r.Lanes {
+			if !slices.Contains(a.Spec.Lanes, l) && !slices.Contains(a.Spec.Lanes, ledger.LaneName(l)) {
+				return false
+			}
+			if _, ok := t.Covers(a.Spec.Repository, l, r.Backend); !ok {
+				return false
+			}
+		}
+		return true
+	}
+}

@@ -260,3 +260,41 @@ func runnerRecorder(rec *ledger.Recorder, body []byte) []byte {
 	}
 	return recorderBytes(&c)
 }
+
+// LocalRecords admits records the local administrator appends to the
+// database (`ledger record --db`, `ledger run`, `ledger copy`), as a
+// server does: an evidence record that is a DSSE envelope is verified
+// against the runner registry of keys and becomes its payload with its
+// signer (an error "record i: ..." otherwise); plain evidence that
+// carries a signer is refused (CodeInvalid naming "[i].signer", CIClaim),
+// since only a verified envelope may set it. Other kinds pass through. It
+// returns new records; recs is not modified.
+func LocalRecords(ctx context.Context, keys ledger.Queries, recs []ledger.Record) ([]ledger.Record, error) {
+	out := make([]ledger.Record, len(recs))
+	var reg *ledger.RunnerRegistry
+	for i, r := range recs {
+		out[i] = r
+		if r.Kind != ledger.KindEvidence {
+			continue
+		}
+		env, signer := ledger.EvidenceShape(r.Body)
+		switch {
+		case env:
+			if reg == nil {
+				loaded, err := ledger.LoadRunnerKeys(ctx, keys, 0)
+				if err != nil {
+					return nil, err
+				}
+				reg = &loaded
+			}
+			body, err := verify.VerifyEvidenceEnvelope(ctx, r.Body, *reg)
+			if err != nil {
+				return nil, fmt.Errorf("record %d: %w", i, err)
+			}
+			out[i].Body = body
+		case signer:
+			return nil, refuse(CIClaim, ledger.FieldError(fmt.Sprintf("[%d].%s", i, ledger.SignerField), "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)"))
+		}
+	}
+	return out, nil
+}

@@ -6,35 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
 )
-
-// agentServes is the filter of runs agent a may take with token t: its
-// backend, labels and build (runs.Serves), every lane in its own
-// configuration, and every lane in t's scope.
-func agentServes(a runs.Agent, t ledger.Token) func(runs.Run) bool {
-	return func(r runs.Run) bool {
-		if !runs.Serves(r, a.Backend, a.Labels, a.Spec.Commit) {
-			return false
-		}
-		if r.Repository != "" && r.Repository != a.Spec.Repository {
-			return false
-		}
-		for _, l := range r.Lanes {
-			if !slices.Contains(a.Spec.Lanes, l) && !slices.Contains(a.Spec.Lanes, ledger.LaneName(l)) {
-				return false
-			}
-			if _, ok := t.Covers(a.Spec.Repository, l, r.Backend); !ok {
-				return false
-			}
-		}
-		return true
-	}
-}
 
 func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 	a, body, err := s.agentBody(w, r)
@@ -62,7 +39,7 @@ func (s *Server) handleAgentPoll(w http.ResponseWriter, r *http.Request) {
 		_ = rs.store.Seen(r.Context(), a.Name, req.Health, "")
 		woken := rs.woken()
 		rs.claimMu.Lock()
-		run, err := rs.store.ClaimFor(r.Context(), a.Name, t.ID, agentServes(a, t), rs.ttl)
+		run, err := rs.store.ClaimFor(r.Context(), a.Name, t.ID, admit.AgentServes(a, t), rs.ttl)
 		rs.claimMu.Unlock()
 		if err != nil {
 			s.writeError(w, r, err)

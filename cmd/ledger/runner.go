@@ -63,31 +63,9 @@ func (l *localLedger) Runners(ctx context.Context) (ledger.RunnerRegistry, error
 // "[i].signer"), since only a verified envelope may set it. Other kinds
 // pass through.
 func (l *localLedger) Append(ctx context.Context, recs []ledger.Record, idemKey string) (*ledger.AppendResult, error) {
-	out := make([]ledger.Record, len(recs))
-	var reg *ledger.RunnerRegistry
-	for i, r := range recs {
-		out[i] = r
-		if r.Kind != ledger.KindEvidence {
-			continue
-		}
-		env, signer := ledger.EvidenceShape(r.Body)
-		switch {
-		case env:
-			if reg == nil {
-				loaded, err := ledger.LoadRunnerKeys(ctx, l.Store, 0)
-				if err != nil {
-					return nil, err
-				}
-				reg = &loaded
-			}
-			body, err := verify.VerifyEvidenceEnvelope(ctx, r.Body, *reg)
-			if err != nil {
-				return nil, fmt.Errorf("record %d: %w", i, err)
-			}
-			out[i].Body = body
-		case signer:
-			return nil, ledger.FieldError(fmt.Sprintf("[%d].%s", i, ledger.SignerField), "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)")
-		}
+	out, err := admit.LocalRecords(ctx, l.Store, recs)
+	if err != nil {
+		return nil, err
 	}
 	return l.Store.Append(ctx, out, idemKey)
 }
