@@ -27,7 +27,7 @@ type Evidence struct {
 	Prefix func(i int) string
 }
 
-// Evidence admits the elements of in from p and returns one evidence
+// Admit admits the elements of in from p and returns one evidence
 // record each, in order, to append atomically:
 //   - a DSSE envelope is verified against the runner registry of keys
 //     (verify.VerifyEvidenceEnvelope) and becomes its payload with the
