@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
@@ -54,7 +55,7 @@ gates:
 	}
 	agent := newKey(t)
 	pub := verify.AuthorizedKey(agent.Public().(ed25519.PublicKey))
-	if _, _, err := addRunnerKey(context.Background(), e.store, "h200-a", []byte(pub), "admin", ledger.RunnerKindAgent); err != nil {
+	if _, _, err := admit.AddKey(context.Background(), e.store, "h200-a", []byte(pub), "admin", ledger.RunnerKindAgent, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	env := sign(t, agent, run(3))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -52,7 +53,7 @@ func TestAgentCosignedEnvelopeRefused(t *testing.T) {
 	e := newRunnerEnv(t)
 	agent := newKey(t)
 	pub := verify.AuthorizedKey(agent.Public().(ed25519.PublicKey))
-	if _, _, err := addRunnerKey(context.Background(), e.store, "h200-a", []byte(pub), "admin", ledger.RunnerKindAgent); err != nil {
+	if _, _, err := admit.AddKey(context.Background(), e.store, "h200-a", []byte(pub), "admin", ledger.RunnerKindAgent, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	ev := sign(t, e.mac, testEvidence(1))

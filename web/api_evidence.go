@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
@@ -216,7 +217,7 @@ func appendEntryFields(b []byte, e AppendedJSON) ([]byte, error) {
 // original result. An element of a JSON body may be a DSSE envelope of
 // evidence signed by a registered runner key (Content-Type
 // ledger.ContentTypeDSSE, or detected by its payloadType member): it is
-// verified and recorded with its signer (signedRecords). Every record,
+// verified and recorded with its signer (admit.Admit). Every record,
 // whatever its format, passes the same checks: server markers refused,
 // the token's scope, recorded_by stamped (ingestRecords).
 func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
@@ -258,7 +259,7 @@ func (s *Server) handlePostEvidence(w http.ResponseWriter, r *http.Request) {
 }
 
 // nativeRecords reads a body of the ledger's own JSON: an evidence object,
-// an envelope of one, or an array of them (signedRecords checks each).
+// an envelope of one, or an array of them (admit.Admit checks each).
 // single reports a body that was one object.
 func (s *Server) nativeRecords(r *http.Request, body []byte) ([]ledger.Record, bool, error) {
 	if err := requireJSON(r); err != nil {
@@ -285,13 +286,12 @@ func (s *Server) nativeRecords(r *http.Request, body []byte) ([]ledger.Record, b
 		return nil, false, ledger.FieldError("", "body must be a JSON object or array")
 	}
 	dsseOnly := mediaType(r) == ledger.ContentTypeDSSE
-	tok, _ := TokenFrom(r.Context())
-	recs, err := s.signedRecords(r, raws, dsseOnly, false, tok, recorderFor(r), func(i int) string {
+	recs, err := admit.Admit(r.Context(), s.store, principalOf(r), admit.Evidence{Raws: raws, DSSEOnly: dsseOnly, Prefix: func(i int) string {
 		if single {
 			return ""
 		}
 		return fmt.Sprintf("[%d].", i)
-	})
+	}})
 	return recs, single, err
 }
 

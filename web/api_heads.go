@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
@@ -67,8 +68,8 @@ type VerifyHeadRequest struct {
 // headPolicy resolves the policy of a head verification request and
 // defaults its repository from the release's component.
 func (s *Server) headPolicy(r *http.Request, req *VerifyHeadRequest) (*verify.Policy, error) {
-	if req.PolicyPath != "" {
-		return nil, ledger.FieldError("policy_path", "not accepted: the server reads no policy file; an admin registers policies (`ledger policy apply`) and the release names one")
+	if err := admit.HeadPolicy(req.PolicyPath, req.Policy, req.Release); err != nil {
+		return nil, err
 	}
 	if req.Release == "" {
 		if req.Component != "" {
@@ -79,9 +80,6 @@ func (s *Server) headPolicy(r *http.Request, req *VerifyHeadRequest) (*verify.Po
 		}
 		p, _, err := s.loadPolicy(r, req.Policy)
 		return p, err
-	}
-	if req.Policy != "" {
-		return nil, ledger.FieldError("policy", "not accepted with release: the release binds its policy")
 	}
 	if !gates.ValidVersion(req.Release) {
 		return nil, ledger.FieldError("release", "not a release version")
@@ -125,7 +123,7 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := repositoryInScope(r, "repository", req.Repository); err != nil {
+	if err := admit.RepositoryInScope(principalOf(r), "repository", req.Repository); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -135,15 +133,15 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("repo_path", "give objects or repo_path, not both"))
 		return
 	case req.RepoPath != "":
-		if t, ok := TokenFrom(r.Context()); !ok || !t.Scope.Allows(ledger.ScopeAdmin) {
-			s.writeError(w, r, &ledger.Error{Code: ledger.CodeForbidden, Field: "repo_path", Message: "reading a repository on the server's disk needs an admin token; upload the head's objects instead"})
+		if err := admit.RepoPath(principalOf(r)); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
 		if req.ObjectFormat != "" && req.ObjectFormat != verify.FormatSHA1 {
 			s.writeError(w, r, ledger.FieldError("object_format", "repositories on the server's disk are read as sha1"))
 			return
 		}
-		dir, err := s.serverPath("repo_path", req.RepoPath)
+		dir, err := admit.ServerPath(s.cfg.RepoRoots, s.cfg.FileAccess, "repo_path", req.RepoPath)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -171,7 +169,7 @@ func (s *Server) handleVerifyHead(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("objects", "required: the head's raw commit (and tag) objects"))
 		return
 	}
-	hv.RecordedBy = recorderFor(r)
+	hv.RecordedBy = principalOf(r).Recorder()
 	body, err := ledger.CanonicalBody(&hv)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/verify"
 	"github.com/go-chi/chi/v5"
 	"golang.org/x/sync/semaphore"
 )
@@ -42,13 +41,13 @@ func evidenceFormat(r *http.Request) (string, error) {
 // ingestParams reads what a format lacks from the query string of
 // POST /api/v1/evidence: lane, backend, repository, commit, tree, and
 // artifact=NAME=sha256:HEX (repeatable); and wires what the server
-// holds: the runner-key registry for DSSE envelopes (runnerEnvelopes) and
+// holds: the runner-key registry for DSSE envelopes (admit.RunnerEnvelopes) and
 // the Sigstore trust setting for bundles.
 func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 	q := r.URL.Query()
 	p := ingest.Params{Lane: q.Get("lane"), Backend: ledger.Backend(q.Get("backend")),
 		Repository: q.Get("repository"), Commit: q.Get("commit"), Tree: q.Get("tree"), Now: s.cfg.Now(),
-		Envelopes: RunnerEnvelopes(s.store), SigstoreTrust: s.cfg.Sigstore}
+		Envelopes: admit.RunnerEnvelopes(s.store), SigstoreTrust: s.cfg.Sigstore}
 	if t, ok := TokenFrom(r.Context()); ok {
 		p.Token = t.Name
 	}
@@ -60,87 +59,26 @@ func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 	return p, nil
 }
 
-// RunnerEnvelopes is the ingest.EnvelopeVerifier over the runner-key
-// registry of log (ledger.LoadRunnerKeys at the latest size) and the
-// ledger's one DSSE verifier (verify.VerifyRunnerEnvelope): the same
-// registry and checks as an envelope of native evidence, and an approved
-// agent's signature refused as there (refuseAgentSigner,
-// RefuseAgentSignature).
-func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
-	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {
-		reg, err := ledger.LoadRunnerKeys(ctx, log, 0)
-		if err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		payload, signer, err := verify.VerifyRunnerEnvelope(ctx, env, payloadType, reg)
-		if err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		if err := refuseAgentSigner(reg, signer, ""); err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		if err := RefuseAgentSignature(reg, env, payloadType, ""); err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		return payload, signer, nil
-	}
-}
-
 // ingestRecords decodes body of format (not the native one) into the
-// records of one atomic append, the original first, and puts every
-// evidence record through the checks plain JSON evidence gets
-// (IngestChecks). Nothing is returned to append on any error.
+// records of one atomic append, the original first, and admits them
+// (admit.IngestScope, then admit.Decoded: the checks plain JSON evidence
+// gets). Nothing is returned to append on any error.
 func (s *Server) ingestRecords(r *http.Request, format string, body []byte) ([]ledger.Record, error) {
 	p, err := s.ingestParams(r)
 	if err != nil {
 		return nil, err
 	}
-	tok, _ := TokenFrom(r.Context())
-	// Scope first, as far as the flags tell it (the input may carry the
-	// repository: IngestChecks checks the decoded record's), so a token
-	// out of scope learns nothing about signatures or parsing.
-	early := tok
-	if p.Repository == "" {
-		early.Repositories = nil
-	}
-	if field, ok := early.Covers(p.Repository, p.Lane, p.Backend); !ok {
-		return nil, &ledger.Error{Code: ledger.CodeForbidden, Field: field,
-			Message: "out of the scope of token " + quote(tok.Name) + " (" + tok.ScopeText() + "): nothing was recorded"}
+	// Scope first, as far as the parameters tell it, so a token out of
+	// scope learns nothing about signatures or parsing.
+	pr := principalOf(r)
+	if err := admit.IngestScope(pr, p.Repository, p.Lane, p.Backend); err != nil {
+		return nil, err
 	}
 	res, err := ingest.DecodeFormat(r.Context(), format, body, p)
 	if err != nil {
 		return nil, err
 	}
-	return IngestChecks(res.Records, tok, recorderFor(r))
-}
-
-// IngestChecks puts the evidence records of a decoded input through what
-// plain JSON evidence goes through (signedRecords): server markers
-// (gates.RefuseServerMarkers) and a run claim (ledger.RefuseRunClaim) refused, the token's scope checked on the
-// record's own repository, lane and backend, and recorded_by stamped with
-// rec (plus the runner that signed it, for a verified envelope; rec nil
-// stamps nothing, as locally). Records of other kinds (the original) pass
-// unchanged. It returns new records; recs is not modified.
-func IngestChecks(recs []ledger.Record, tok ledger.Token, rec *ledger.Recorder) ([]ledger.Record, error) {
-	out := make([]ledger.Record, len(recs))
-	for i, r := range recs {
-		out[i] = r
-		if r.Kind != ledger.KindEvidence {
-			continue
-		}
-		if err := gates.RefuseServerMarkers(r.Body, ""); err != nil {
-			return nil, err
-		}
-		if err := ledger.RefuseRunClaim(r.Body, ""); err != nil {
-			return nil, err
-		}
-		body, err := stampEvidence(tok, runnerRecorder(rec, r.Body), r.Body, "")
-		if err != nil {
-			return nil, err
-		}
-		out[i].Body = body
-	}
-	return out, nil
+	return admit.Decoded(res.Records, pr)
 }
 
 // originalByID loads the original an id names: an original entry's own

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
@@ -128,13 +129,8 @@ func (s *Server) handleReadiness(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
-func actorOf(r *http.Request) (gates.Actor, error) {
-	t, ok := TokenFrom(r.Context())
-	if !ok {
-		return gates.Actor{}, ledger.Errorf(ledger.CodeUnauthorized, "this request needs a bearer token")
-	}
-	return gates.Actor{Name: t.Name, Roles: t.Roles}, nil
-}
+// actorOf is the release actor of r's principal (admit.Actor).
+func actorOf(r *http.Request) (gates.Actor, error) { return admit.Actor(principalOf(r)) }
 
 // WaiverRequest is the body of POST /releases/{version}/waivers; the
 // author is the token's name.
@@ -155,7 +151,7 @@ func (s *Server) handlePostWaiver(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	wv, e, err := gates.RecordWaiver(r.Context(), s.store, chi.URLParam(r, "version"), req.Gate, req.Reason, req.Expires, who, s.cfg.Now())
+	wv, e, err := admit.Waiver(r.Context(), s.store, who, chi.URLParam(r, "version"), req.Gate, req.Reason, req.Expires, s.cfg.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -182,7 +178,7 @@ func (s *Server) handlePostSignoff(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	so, e, err := gates.RecordSignoff(r.Context(), s.store, chi.URLParam(r, "version"), req.Gate, req.Note, who, s.cfg.Now())
+	so, e, err := admit.Signoff(r.Context(), s.store, who, chi.URLParam(r, "version"), req.Gate, req.Note, s.cfg.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -221,7 +217,7 @@ func (s *Server) handlePostApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ap, e, sv, err := gates.RecordApproval(r.Context(), s.store, chi.URLParam(r, "version"), req.Note, who, s.cfg.Now())
+	ap, e, sv, err := admit.Approval(r.Context(), s.store, who, chi.URLParam(r, "version"), req.Note, s.cfg.Now())
 	if err != nil {
 		if ledger.ErrorCode(err) == ledger.CodePrecondition && sv != nil {
 			_, body := errorBody(err)

@@ -3,7 +3,7 @@ package web
 import (
 	"net/http"
 
-	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
 )
@@ -33,7 +33,7 @@ func (s *Server) handlePostSupersede(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sp, e, err := gates.RecordSupersede(r.Context(), s.store, chi.URLParam(r, "version"), req.Entry, req.Reason, who, s.cfg.Now())
+	sp, e, err := admit.Supersede(r.Context(), s.store, who, chi.URLParam(r, "version"), req.Entry, req.Reason, s.cfg.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return

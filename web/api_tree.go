@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
@@ -60,7 +61,7 @@ func (s *Server) handleVerifyTree(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, ledger.FieldError("component", "required: release %s has %d components", rel.Version, len(rel.Components)))
 		return
 	}
-	if err := repositoryInScope(r, "component", c.Repository); err != nil {
+	if err := admit.RepositoryInScope(principalOf(r), "component", c.Repository); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -94,7 +95,7 @@ func (s *Server) handleVerifyTree(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Lane = req.Lane
-	ev.RecordedBy = recorderFor(r)
+	ev.RecordedBy = principalOf(r).Recorder()
 	body, err := ledger.CanonicalBody(&ev)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
@@ -167,7 +168,7 @@ func BenchmarkReleasePageRuns(b *testing.B) {
 			Labels: map[string]string{}, Spec: runs.AgentSpec{Lanes: lanes, Repository: pgRepo, Commit: pgCommit}, Health: "ok"}); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := addRunnerKey(ctx, st.(RunnerLog), name, []byte(pub), "admin", ledger.RunnerKindAgent); err != nil {
+		if _, _, err := admit.AddKey(ctx, st.(admit.KeyLog), name, []byte(pub), "admin", ledger.RunnerKindAgent, "", nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/go-chi/chi/v5"
@@ -35,7 +36,7 @@ const (
 	formWaiver   = "waiver"
 	formSignoff  = "signoff"
 	formApproval = "approval"
-	// formSupersede retracts one failing record (gates.RecordSupersede).
+	// formSupersede retracts one failing record (admit.Supersede).
 	formSupersede = "supersede"
 
 	csrfCookie = "ledger_csrf"
@@ -138,16 +139,13 @@ func (s *Server) releaseForms(w http.ResponseWriter, r *http.Request, version st
 func (s *Server) formToken(w http.ResponseWriter, r *http.Request, need ledger.Scope) (ledger.Token, error) {
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	if secret == "" {
-		return ledger.Token{}, ledger.Errorf(ledger.CodeUnauthorized, "enter an API token with scope %q (create one with `ledger token create --scope %s --name NAME`)", need, need)
+		return ledger.Token{}, admit.RequireForm(admit.Anon(), need)
 	}
 	t, err := s.authCheck(w, r, secret)
 	if err != nil {
 		return t, err
 	}
-	if !t.Scope.Allows(need) {
-		return t, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this form needs %q", t.Name, t.Scope, need)
-	}
-	return t, nil
+	return t, admit.RequireForm(admit.ByToken(t), need)
 }
 
 // checkFormText refuses a form whose values are not valid UTF-8 or carry
@@ -235,20 +233,20 @@ func (s *Server) postReleaseForm(form string) http.HandlerFunc {
 			tok, err = s.formToken(w, r, formScope[form])
 		}
 		if err == nil {
-			by := gates.Actor{Name: tok.Name, Roles: tok.Roles}
+			by := admit.ActorOf(tok)
 			now := s.cfg.Now()
 			switch form {
 			case formWaiver:
 				var exp time.Time
 				if exp, err = parseExpiry(v.Expires); err == nil {
-					_, _, err = gates.RecordWaiver(r.Context(), s.store, version, v.Gate, v.Reason, exp, by, now)
+					_, _, err = admit.Waiver(r.Context(), s.store, by, version, v.Gate, v.Reason, exp, now)
 				}
 			case formSignoff:
-				_, _, err = gates.RecordSignoff(r.Context(), s.store, version, v.Gate, v.Note, by, now)
+				_, _, err = admit.Signoff(r.Context(), s.store, by, version, v.Gate, v.Note, now)
 			case formApproval:
-				_, _, _, err = gates.RecordApproval(r.Context(), s.store, version, v.Note, by, now)
+				_, _, _, err = admit.Approval(r.Context(), s.store, by, version, v.Note, now)
 			case formSupersede:
-				_, _, err = gates.RecordSupersede(r.Context(), s.store, version, v.Entry, v.Reason, by, now)
+				_, _, err = admit.Supersede(r.Context(), s.store, by, version, v.Entry, v.Reason, now)
 			}
 		}
 		if err != nil {

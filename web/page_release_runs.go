@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
@@ -87,7 +88,7 @@ func (p runPlan) Queueable() int {
 // subject (GateSubject), with no labels. A need already covered by an
 // active run of the same lane, backend, repository and commit (or by an
 // earlier row) is planActive; one that no online approved agent serves
-// (agentServes: backend, build commit and repository, lanes in its own
+// (admit.AgentServes: backend, build commit and repository, lanes in its own
 // configuration; for a gate with signed_by, only the agents it names) is
 // planNoAgent; one whose subject a run cannot name (a release
 // repository that is not a repository name: runs.Spec.Validate) is
@@ -217,7 +218,7 @@ func hasLabels(have, want map[string]string) bool {
 }
 
 // servingAgents names the online approved agents that would take a run of
-// spec (agentServes, with the agent's token scope unknown here) and whose
+// spec (admit.AgentServes, with the agent's token scope unknown here) and whose
 // evidence gate g counts by signer (signed_by names them, when set).
 func servingAgents(agents []runs.AgentInfo, spec runs.Spec, g *gates.Gate) []string {
 	run := runs.Run{Backend: spec.Backend, Lanes: spec.Lanes, Labels: spec.Labels, Repository: spec.Repository, Commit: spec.Commit}
@@ -226,7 +227,7 @@ func servingAgents(agents []runs.AgentInfo, spec runs.Spec, g *gates.Gate) []str
 		if !a.Online || !a.Approved || (len(g.SignedBy) > 0 && !slices.Contains(g.SignedBy, a.Name)) {
 			continue
 		}
-		if agentServes(a.Agent, ledger.Token{})(run) {
+		if admit.AgentServes(a.Agent, ledger.Token{})(run) {
 			names = append(names, a.Name)
 		}
 	}
@@ -337,7 +338,7 @@ func (s *Server) queueMissing(w http.ResponseWriter, r *http.Request, p *release
 		if row.State != planQueue {
 			continue
 		}
-		if err := runCovered(tok, row.Spec); err != nil {
+		if err := admit.RunInScope(tok, row.Spec.Repository, row.Spec.Lanes, row.Spec.Backend); err != nil {
 			return 0, tok, rowError(row, "", err)
 		}
 	}

@@ -57,7 +57,9 @@ func (s *Server) routes() chi.Router {
 		api.With(admin).Post("/runners/{name}/revoke", s.handleRevokeRunner)
 
 		// Runs (api_runs.go): queued with a run token; agents take them
-		// with a record token and a request signed by their approved key.
+		// with a record token and a request signed by their approved key
+		// (api_agents.go: the admin's list, approve and remove; the
+		// agent's own routes in api_agent_{register,poll,heartbeat,stage,finish}.go).
 		api.With(run).Post("/runs", s.handleCreateRun)
 		api.With(read).Get("/runs", s.handleListRuns)
 		api.With(read).Get("/runs/{id}", s.handleGetRun)

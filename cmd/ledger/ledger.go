@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
@@ -110,10 +111,10 @@ func (l *localLedger) actor(ctx context.Context, need ledger.Scope) (gates.Actor
 	}
 	for _, t := range ts {
 		if t.Name == l.as && t.RevokedAt == nil {
-			if !t.Scope.Allows(need) {
-				return gates.Actor{}, ledger.Errorf(ledger.CodeForbidden, "token %q has scope %q; this needs %q (as over the API)", t.Name, t.Scope, need)
+			if err := admit.RequireAs(t, need); err != nil {
+				return gates.Actor{}, err
 			}
-			return gates.Actor{Name: t.Name, Roles: t.Roles}, nil
+			return admit.ActorOf(t), nil
 		}
 	}
 	return gates.Actor{}, ledger.Errorf(ledger.CodeUnauthorized, "no live token named %q (create it with `ledger token create --name %s ...`)", l.as, l.as)
@@ -173,7 +174,7 @@ func (l *localLedger) Waive(ctx context.Context, version, gate, reason string, e
 	if err != nil {
 		return gates.Waiver{}, ledger.Entry{}, err
 	}
-	return gates.RecordWaiver(ctx, l.Store, version, gate, reason, expires, who, time.Now())
+	return admit.Waiver(ctx, l.Store, who, version, gate, reason, expires, time.Now())
 }
 
 func (l *localLedger) Signoff(ctx context.Context, version, gate, note string) (gates.Signoff, ledger.Entry, error) {
@@ -181,7 +182,7 @@ func (l *localLedger) Signoff(ctx context.Context, version, gate, note string) (
 	if err != nil {
 		return gates.Signoff{}, ledger.Entry{}, err
 	}
-	return gates.RecordSignoff(ctx, l.Store, version, gate, note, who, time.Now())
+	return admit.Signoff(ctx, l.Store, who, version, gate, note, time.Now())
 }
 
 func (l *localLedger) Approve(ctx context.Context, version, note string) (gates.Approval, ledger.Entry, *gates.SignedVerdict, error) {
@@ -189,7 +190,7 @@ func (l *localLedger) Approve(ctx context.Context, version, note string) (gates.
 	if err != nil {
 		return gates.Approval{}, ledger.Entry{}, nil, err
 	}
-	return gates.RecordApproval(ctx, l.checked(), version, note, who, time.Now())
+	return admit.Approval(ctx, l.checked(), who, version, note, time.Now())
 }
 
 // checked is the store with every leaf it reads checked (ledger.VerifiedStore),

@@ -11,12 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/client"
-	"github.com/evidence-ledger/ledger/verify"
-	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
 
@@ -252,7 +250,7 @@ func clipFlag(s string) string {
 // recordNative records the ledger's own JSON (an object or an array),
 // signed with the runner key in signKey when it is set. Locally, every
 // record first passes the refusals POST /api/v1/evidence applies
-// (refuseLocal), so the local database takes exactly what a server would.
+// (admit.Local), so the local database takes exactly what a server would.
 func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem string) (*ledger.AppendResult, error) {
 	trimmed := bytes.TrimSpace(data)
 	var raws []json.RawMessage
@@ -268,7 +266,7 @@ func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem s
 		raws = []json.RawMessage{trimmed}
 	}
 	if local, ok := l.(*localLedger); ok {
-		if err := refuseLocal(ctx, local, raws, trimmed[0] != '['); err != nil {
+		if err := admit.Local(ctx, local.Store, raws, trimmed[0] != '['); err != nil {
 			return nil, err
 		}
 	}
@@ -279,69 +277,10 @@ func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem s
 	return appendSigned(ctx, l, bodies, signKey, idem)
 }
 
-// refuseLocal refuses, for the local database, the ledger JSON records a
-// server refuses on POST /api/v1/evidence (web's signedRecords and
-// stampEvidence), with the same fields: details carrying the server's
-// tree-check marker (gates.RefuseServerMarkers, "details.computed_by"), a
-// record naming a run (ledger.RefuseRunClaim; in an envelope, its signed
-// payload as it is), an envelope signed by an approved agent's key (an
-// agent records only through its runs), a plain record carrying signer,
-// and a record carrying recorded_by (set only by the server; a local
-// record has none). A DSSE envelope is verified
-// against the local runner registry and its payload checked the same way.
-// Fields are prefixed "[i]." in an array, as the server's are; single is a
-// body that was one object. No error quotes the records.
-func refuseLocal(ctx context.Context, l *localLedger, raws []json.RawMessage, single bool) error {
-	var reg *ledger.RunnerRegistry
-	for i, raw := range raws {
-		prefix := ""
-		if !single {
-			prefix = fmt.Sprintf("[%d].", i)
-		}
-		body := []byte(raw)
-		env, signer := ledger.EvidenceShape(raw)
-		switch {
-		case env:
-			if reg == nil {
-				loaded, err := ledger.LoadRunnerKeys(ctx, l.Store, 0)
-				if err != nil {
-					return err
-				}
-				reg = &loaded
-			}
-			if _, signed, err := ledger.DecodeEnvelope(raw); err == nil {
-				if err := ledger.RefuseRunClaim(signed, prefix); err != nil {
-					return err
-				}
-			}
-			payload, err := verify.VerifyEvidenceEnvelope(ctx, raw, *reg)
-			if err != nil {
-				return fmt.Errorf("record %d: %w", i, err)
-			}
-			if err := web.RefuseAgentSignature(*reg, raw, ledger.PayloadTypeEvidence, prefix); err != nil {
-				return err
-			}
-			body = payload
-		case signer:
-			return ledger.FieldError(prefix+ledger.SignerField, "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)")
-		}
-		if err := gates.RefuseServerMarkers(body, prefix); err != nil {
-			return err
-		}
-		if err := ledger.RefuseRunClaim(body, prefix); err != nil {
-			return err
-		}
-		if ledger.HasMember(body, ledger.RecordedByField) {
-			return ledger.FieldError(prefix+ledger.RecordedByField, "is set only by the server (the token or runner key that recorded the record); remove it")
-		}
-	}
-	return nil
-}
-
 // recordFormat records an input of another format: through a server, the
 // bytes as they are (the server decodes, verifies and checks them); locally,
 // decoded here with the local runner-key registry and put through the
-// checks the server applies (web.IngestChecks, without a token), then
+// checks the server applies (admit.Decoded, as the local administrator), then
 // appended as one batch, the original first.
 func recordFormat(ctx context.Context, l theLedger, format, mediaType string, data []byte, p ingest.Params, artifacts []string, idem string) (*ledger.AppendResult, error) {
 	switch l := l.(type) {
@@ -349,12 +288,12 @@ func recordFormat(ctx context.Context, l theLedger, format, mediaType string, da
 		return l.Ingest(ctx, mediaType, data, client.IngestParams{Lane: p.Lane, Backend: string(p.Backend),
 			Repository: p.Repository, Commit: p.Commit, Tree: p.Tree, Artifacts: artifacts}, idem)
 	case *localLedger:
-		p.Envelopes = web.RunnerEnvelopes(l.Store)
+		p.Envelopes = admit.RunnerEnvelopes(l.Store)
 		dec, err := ingest.DecodeFormat(ctx, format, data, p)
 		if err != nil {
 			return nil, err
 		}
-		recs, err := web.IngestChecks(dec.Records, ledger.Token{}, nil)
+		recs, err := admit.Decoded(dec.Records, admit.Administrator())
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runner"
 	"github.com/schollz/progressbar/v3"
@@ -186,8 +188,16 @@ func appendEvidence(ctx context.Context, l theLedger, evs []ledger.Evidence, sig
 		return nil, err
 	}
 	bodies := make([][]byte, len(recs))
+	raws := make([]json.RawMessage, len(recs))
 	for i, r := range recs {
-		bodies[i] = r.Body
+		bodies[i], raws[i] = r.Body, r.Body
+	}
+	// Locally, the records are admitted as `ledger record --db` admits
+	// them; a server admits what it is sent.
+	if local, ok := l.(*localLedger); ok {
+		if err := admit.Local(ctx, local.Store, raws, false); err != nil {
+			return nil, err
+		}
 	}
 	res, err := appendSigned(ctx, l, bodies, signKey, "")
 	if err != nil {

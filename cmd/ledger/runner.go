@@ -10,9 +10,9 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/verify"
-	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
 )
 
@@ -33,7 +33,7 @@ func (l *localLedger) AddRunner(ctx context.Context, name string, keyFile []byte
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
-	st, res, err := web.AddRunner(ctx, l.Store, name, keyFile, who.Name)
+	st, res, err := admit.AddRunner(ctx, l.Store, name, keyFile, who.Name)
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
@@ -45,7 +45,7 @@ func (l *localLedger) RevokeRunner(ctx context.Context, name, reason string) (le
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
-	st, res, err := web.RevokeRunner(ctx, l.Store, name, reason, who.Name)
+	st, res, err := admit.RevokeRunner(ctx, l.Store, name, reason, who.Name)
 	if err != nil {
 		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
 	}
@@ -63,31 +63,9 @@ func (l *localLedger) Runners(ctx context.Context) (ledger.RunnerRegistry, error
 // "[i].signer"), since only a verified envelope may set it. Other kinds
 // pass through.
 func (l *localLedger) Append(ctx context.Context, recs []ledger.Record, idemKey string) (*ledger.AppendResult, error) {
-	out := make([]ledger.Record, len(recs))
-	var reg *ledger.RunnerRegistry
-	for i, r := range recs {
-		out[i] = r
-		if r.Kind != ledger.KindEvidence {
-			continue
-		}
-		env, signer := ledger.EvidenceShape(r.Body)
-		switch {
-		case env:
-			if reg == nil {
-				loaded, err := ledger.LoadRunnerKeys(ctx, l.Store, 0)
-				if err != nil {
-					return nil, err
-				}
-				reg = &loaded
-			}
-			body, err := verify.VerifyEvidenceEnvelope(ctx, r.Body, *reg)
-			if err != nil {
-				return nil, fmt.Errorf("record %d: %w", i, err)
-			}
-			out[i].Body = body
-		case signer:
-			return nil, ledger.FieldError(fmt.Sprintf("[%d].%s", i, ledger.SignerField), "only a verified DSSE envelope sets signer: record the envelope (or sign with --sign-key)")
-		}
+	out, err := admit.LocalRecords(ctx, l.Store, recs)
+	if err != nil {
+		return nil, err
 	}
 	return l.Store.Append(ctx, out, idemKey)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/spf13/cobra"
@@ -59,5 +60,5 @@ func (l *localLedger) Supersede(ctx context.Context, version, entry, reason stri
 	if err != nil {
 		return gates.Supersede{}, ledger.Entry{}, err
 	}
-	return gates.RecordSupersede(ctx, l.checked(), version, entry, reason, who, time.Now())
+	return admit.Supersede(ctx, l.checked(), who, version, entry, reason, time.Now())
 }

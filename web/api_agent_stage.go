@@ -8,12 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/go-chi/chi/v5"
@@ -198,7 +197,7 @@ func (s *Server) handleAgentStage(w http.ResponseWriter, r *http.Request) {
 	}
 	id := chi.URLParam(r, "id")
 	rs := s.runs
-	if err := leaseTokenHolds(r, req.Lease); err != nil {
+	if err := admit.LeaseHolder(principalOf(r), req.Lease); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -236,103 +235,23 @@ func (s *Server) handleAgentStage(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, runs.StageAnswer{Digest: digest, Lane: lrs[0].lane, Evidence: lrs[0].id})
 }
 
-// checkEnvelopes checks envelopes of evidence from agent a for run: each a
-// DSSE envelope signed by the agent's own approved key (not another
-// runner's), in the request token's scope, for a lane of the run on its
-// backend, commit and repository, within what the agent declared (its
-// lanes, backend, build repository and commit), naming the run and its
-// current attempt (evidence.run), and started no earlier than the attempt
-// could begin and finished no later than the server's clock, each less
-// runs.MaxSkew; stamped and prepared as an append would. field(i) names the i-th envelope in errors. It does not check
-// that lanes are distinct or complete (finishEvidence does).
+// checkEnvelopes admits envelopes of evidence from agent a for run
+// (admit.RunEvidence: the agent's own key, the run's and the agent's
+// declared lanes, backend and build, the attempt's time window; stamped
+// and prepared as an append would). field(i) names the i-th envelope in
+// errors. It does not check that lanes are distinct or complete
+// (finishEvidence does).
 func (s *Server) checkEnvelopes(r *http.Request, a runs.Agent, run runs.Run, envs []json.RawMessage, field func(int) string) ([]laneRecord, error) {
 	tok, _ := TokenFrom(r.Context())
-	recs, err := s.signedRecords(r, envs, true, true, tok, recorderFor(r), func(i int) string { return field(i) + "." })
+	recs, err := admit.RunEvidence(r.Context(), s.store, admit.ByAgent(a.Name, tok), a, run, envs, s.cfg.Now(), field)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]laneRecord, len(recs))
-	floor, now := attemptFloor(run), s.cfg.Now()
-	for i, rec := range recs {
-		p, err := ledger.PrepareOne(rec)
-		if err != nil {
-			return nil, prefixed(err, field(i)+".")
-		}
-		e := p.Evidence
-		f := field(i)
-		switch {
-		case e.Signer == nil || e.Signer.Runner != a.Name || e.Signer.KeyID != a.KeyID:
-			return nil, ledger.FieldError(f+".signatures", "must be signed by agent %s's own key", a.Name)
-		case !slices.Contains(run.Lanes, e.Lane) && !slices.Contains(run.Lanes, ledger.LaneName(e.Lane)):
-			return nil, ledger.FieldError(f+".lane", "lane %q is not a lane of run %s", e.Lane, run.ID)
-		case e.Backend != run.Backend:
-			return nil, ledger.FieldError(f+".backend", "run %s is for backend %s, not %s", run.ID, run.Backend, e.Backend)
-		case run.Commit != "" && e.Subject.Commit != run.Commit:
-			return nil, ledger.FieldError(f+".subject.commit", "run %s is for commit %s", run.ID, run.Commit)
-		case run.Repository != "" && e.Subject.Repository != run.Repository:
-			return nil, ledger.FieldError(f+".subject.repository", "run %s is for repository %s", run.ID, run.Repository)
-		// What the agent declared binds as the run does: an agent records
-		// only its own build, lanes and backend (TRUST.md), also for a run
-		// that names no repository or commit. A registration stored
-		// without a repository or commit (registration refuses one now)
-		// matches no evidence: empty declares nothing, not "any".
-		case !slices.Contains(a.Spec.Lanes, e.Lane) && !slices.Contains(a.Spec.Lanes, ledger.LaneName(e.Lane)):
-			return nil, ledger.FieldError(f+".lane", "lane %q is not in agent %s's declared configuration", e.Lane, a.Name)
-		case e.Backend != a.Backend:
-			return nil, ledger.FieldError(f+".backend", "agent %s declared backend %s, not %s", a.Name, a.Backend, e.Backend)
-		case a.Spec.Repository == "" || a.Spec.Commit == "":
-			return nil, ledger.FieldError(f+".subject", "agent %s declared no build (spec.repository and spec.commit), so it records nothing: an admin removes it (`ledger agent remove %s`) and it registers again", a.Name, a.Name)
-		case e.Subject.Repository != a.Spec.Repository:
-			return nil, ledger.FieldError(f+".subject.repository", "agent %s declared builds of repository %s", a.Name, a.Spec.Repository)
-		case e.Subject.Commit != a.Spec.Commit:
-			return nil, ledger.FieldError(f+".subject.commit", "agent %s declared a build of commit %s", a.Name, a.Spec.Commit)
-		}
-		// The hardware a record names is the hardware approved: an agent
-		// records lanes of its own device.
-		if m := runs.DeviceChange(a.Spec.Device, e.Device); m != "" {
-			return nil, ledger.FieldError(f+".device."+m, "agent %s registered (and was approved with) other hardware: %s", a.Name, deviceText(a.Spec.Device, m))
-		}
-		if err := checkAttemptOf(f, e, a, run, floor, now); err != nil {
-			return nil, err
-		}
-		// appendFinish's Append does not prepare it again.
-		out[i] = laneRecord{rec: p.Record(), id: p.ID, lane: e.Lane, passed: e.Status == ledger.StatusPassed}
+	for i, rr := range recs {
+		out[i] = laneRecord{rec: rr.Record, id: rr.ID, lane: rr.Lane, passed: rr.Passed}
 	}
 	return out, nil
-}
-
-// checkAttemptOf checks that evidence e (field f of agent a's finish or
-// staging for run) was run for the attempt the agent holds: it names that
-// run and attempt, so evidence of another run or attempt (a replay, or one
-// set of lanes offered to two runs) is not this one's; it started no
-// earlier than floor (attemptFloor) and finished no later than now, by
-// the agent's clock, which its signed requests keep within runs.MaxSkew
-// of the server's.
-func checkAttemptOf(f string, e *ledger.Evidence, a runs.Agent, run runs.Run, floor, now time.Time) error {
-	switch {
-	case e.Run == nil:
-		return ledger.FieldError(f+".run", "required: the run and attempt the lane was run for (run %s, attempt %d)", run.ID, run.Attempt)
-	case e.Run.ID != run.ID || e.Run.Attempt != run.Attempt:
-		return ledger.FieldError(f+".run", "names run %s attempt %d, not run %s attempt %d, whose lease agent %s holds: evidence run for another run or attempt is not recorded for this one", e.Run.ID, e.Run.Attempt, run.ID, run.Attempt, a.Name)
-	case e.StartedAt.Before(floor.Add(-runs.MaxSkew)):
-		return ledger.FieldError(f+".started_at", "is %s, before attempt %d of run %s could begin (%s, less %s of clock skew): a run records only lanes run under its lease", e.StartedAt.UTC().Format(time.RFC3339), run.Attempt, run.ID, floor.UTC().Format(time.RFC3339), runs.MaxSkew)
-	case e.FinishedAt.After(now.Add(runs.MaxSkew)):
-		return ledger.FieldError(f+".finished_at", "is %s, more than %s after the server's clock (%s)", e.FinishedAt.UTC().Format(time.RFC3339), runs.MaxSkew, now.UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// attemptFloor is the earliest time run's current attempt can have
-// begun: when the previous attempt ended (its lease expired or its agent
-// gave it up), or, for the first, when the run was queued.
-func attemptFloor(run runs.Run) time.Time {
-	floor := run.CreatedAt
-	for _, at := range run.Attempts {
-		if at.At.After(floor) {
-			floor = at.At
-		}
-	}
-	return floor
 }
 
 // runVersion is the version GET /api/v1/runs/{id} answers a run with: the
@@ -365,17 +284,4 @@ func runWait(r *http.Request) (time.Duration, string, error) {
 		return 0, "", ledger.FieldError("since", "must be the version of a previous answer (hex)")
 	}
 	return min(d, maxRunWait), since, nil
-}
-
-// deviceText names member m (from runs.DeviceChange) of registered device
-// d as it was registered, escaped.
-func deviceText(d ledger.Device, m string) string {
-	switch m {
-	case "model":
-		return "model " + strconv.Quote(runs.Visible(d.Model))
-	case "cores":
-		return "cores " + strconv.Itoa(d.Cores)
-	}
-	k := strings.TrimPrefix(m, "attrs.")
-	return k + " " + strconv.Quote(runs.Visible(d.Attrs[k]))
 }
