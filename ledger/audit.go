@@ -446,7 +446,7 @@ func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
 			a.bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, a.latest)
 			return true, nil
 		case r.problem != "":
-			a.bad(int64(idx), "leaf %d (kind %s, %s check): %s", idx, clip(r.Kind), r.failure, r.problem)
+			a.bad(int64(idx), "leaf %d (kind %s, %s check): %s", idx, Clip(r.Kind), r.failure, r.problem)
 			a.rep.BadKind, a.rep.Failure = r.Kind, r.failure
 			return true, nil
 		}
@@ -539,7 +539,7 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 	if err := DecodeAuditBody(Kind(r.Kind), body, &b); err != nil {
 		// The bytes hash to the signed leaf: this build cannot read a
 		// layout the log holds (a reading fault), which is no edit.
-		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, clip(err.Error()))
+		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, Clip(err.Error()))
 		r.failure = FailureLayout
 		return
 	}

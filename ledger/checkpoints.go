@@ -18,13 +18,3 @@ type CheckpointLister interface {
 	// error naming "cursor".
 	Checkpoints(ctx context.Context, f CheckpointFilter) (cps []Checkpoint, next string, err error)
 }
-
-// Checkpoints implements CheckpointLister when the wrapped store does
-// (CodeInternal otherwise); each checkpoint's origin is the log's.
-func (v *VerifiedStore) Checkpoints(ctx context.Context, f CheckpointFilter) ([]Checkpoint, string, error) {
-	cl, ok := v.Store.(CheckpointLister)
-	if !ok {
-		return nil, "", Errorf(CodeInternal, "the store keeps no checkpoint history")
-	}
-	return cl.Checkpoints(ctx, f)
-}

@@ -140,7 +140,7 @@ const RunField = "run"
 // Validate checks r's shape; errors name run.id or run.attempt.
 func (r *RunRef) Validate() error {
 	if !ValidRunID(r.ID) {
-		return FieldError(RunField+".id", "must be a run id (run_ and 32 lowercase hex digits), got %q", clip(r.ID))
+		return FieldError(RunField+".id", "must be a run id (run_ and 32 lowercase hex digits), got %q", Clip(r.ID))
 	}
 	if r.Attempt < 1 || r.Attempt > MaxRunAttempts {
 		return FieldError(RunField+".attempt", "must be 1 to %d, got %d", MaxRunAttempts, r.Attempt)
@@ -323,10 +323,10 @@ func (s Subject) Validate(prefix string) error {
 		return err
 	}
 	if !ValidObjectID(s.Commit) {
-		return FieldError(prefix+"commit", "must be 40 or 64 lowercase hex digits, got %q", clip(s.Commit))
+		return FieldError(prefix+"commit", "must be 40 or 64 lowercase hex digits, got %q", Clip(s.Commit))
 	}
 	if !ValidObjectID(s.Tree) {
-		return FieldError(prefix+"tree", "must be 40 or 64 lowercase hex digits, got %q", clip(s.Tree))
+		return FieldError(prefix+"tree", "must be 40 or 64 lowercase hex digits, got %q", Clip(s.Tree))
 	}
 	if len(s.Commit) != len(s.Tree) {
 		return FieldError(prefix+"tree", "tree id and commit id must use the same hash (both 40 or both 64 hex)")
@@ -336,10 +336,10 @@ func (s Subject) Validate(prefix string) error {
 	}
 	for name, d := range s.Artifacts {
 		if !validName(name) {
-			return FieldError(prefix+"artifacts", "artifact name %q is not a valid name", clip(name))
+			return FieldError(prefix+"artifacts", "artifact name %q is not a valid name", Clip(name))
 		}
 		if !ValidDigest(d) {
-			return FieldError(prefix+"artifacts."+name, "digest must be sha256:<64 lowercase hex>, got %q", clip(d))
+			return FieldError(prefix+"artifacts."+name, "digest must be sha256:<64 lowercase hex>, got %q", Clip(d))
 		}
 	}
 	return nil
@@ -363,13 +363,13 @@ func (e *Evidence) Validate() error {
 // validateIdentity checks the lane, subject, backend, device and runner.
 func (e *Evidence) validateIdentity() error {
 	if !ValidLane(e.Lane) {
-		return FieldError("lane", "must look like name/vN (lowercase), got %q", clip(e.Lane))
+		return FieldError("lane", "must look like name/vN (lowercase), got %q", Clip(e.Lane))
 	}
 	if err := e.Subject.Validate("subject."); err != nil {
 		return err
 	}
 	if !e.Backend.Valid() {
-		return FieldError("backend", "must be one of %s, got %q", BackendList(), clip(string(e.Backend)))
+		return FieldError("backend", "must be one of %s, got %q", BackendList(), Clip(string(e.Backend)))
 	}
 	if e.Device.Cores < 0 || len(e.Device.Attrs) > 64 {
 		return FieldError("device", "cores >= 0, at most 64 attrs")
@@ -386,7 +386,7 @@ func (e *Evidence) validateIdentity() error {
 		if err := CheckText("device.attrs", k, MaxShortText, true, false); err != nil {
 			return err
 		}
-		if err := CheckText("device.attrs."+clip(k), v, MaxIdentifier, false, false); err != nil {
+		if err := CheckText("device.attrs."+Clip(k), v, MaxIdentifier, false, false); err != nil {
 			return err
 		}
 	}
@@ -416,7 +416,7 @@ func (e *Evidence) validateCounts() error {
 			return err
 		}
 		if seen[id] {
-			return FieldError(fmt.Sprintf("failing_cases[%d]", i), "duplicate case id %q", clip(id))
+			return FieldError(fmt.Sprintf("failing_cases[%d]", i), "duplicate case id %q", Clip(id))
 		}
 		seen[id] = true
 	}
@@ -428,7 +428,7 @@ func (e *Evidence) validateOutcome() error {
 	switch e.Control {
 	case ControlCaught, ControlNotCaught, ControlNone:
 	default:
-		return FieldError("control", "must be caught, not_caught or none, got %q", clip(string(e.Control)))
+		return FieldError("control", "must be caught, not_caught or none, got %q", Clip(string(e.Control)))
 	}
 	switch e.Status {
 	case StatusPassed:
@@ -443,7 +443,7 @@ func (e *Evidence) validateOutcome() error {
 		}
 	case StatusFailed, StatusInconclusive, StatusError:
 	default:
-		return FieldError("status", "must be passed, failed, inconclusive or error, got %q", clip(string(e.Status)))
+		return FieldError("status", "must be passed, failed, inconclusive or error, got %q", Clip(string(e.Status)))
 	}
 	return nil
 }
@@ -537,7 +537,9 @@ func (e *Evidence) Normalize() {
 	}
 }
 
-func clip(s string) string {
+// Clip returns s cut to its first 80 bytes with "…" appended when it is
+// longer, for quoting a caller's value in an error message.
+func Clip(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "…"
 	}

@@ -166,7 +166,7 @@ func (l *Log) auditProjections(ctx context.Context, a Auditor, size uint64, now 
 	return l.tampered(uint64(rep.FirstBadIndex), "fails the audit: "+rep.Problem, now())
 }
 
-// scanProblem is leafProblem without decoding JSON: the bytes must hash
+// scanProblem is LeafProblem without decoding JSON: the bytes must hash
 // to the leaf hash and be exactly the canonical envelope of the entry's
 // index, kind, id and time around a body that hashes to its id (the
 // audit's check, leafBody). "" when they are.

@@ -80,12 +80,12 @@ func (h *HeadVerification) Validate() error {
 	switch h.Verdict {
 	case VerdictGood, VerdictBad, VerdictUnknownKey, VerdictExpiredKey, VerdictExpiredSignature, VerdictRevoked, VerdictUnsigned, VerdictError:
 	default:
-		return FieldError("verdict", "unknown verdict %q", clip(string(h.Verdict)))
+		return FieldError("verdict", "unknown verdict %q", Clip(string(h.Verdict)))
 	}
 	switch h.Decision {
 	case DecisionTrusted, DecisionUntrusted, DecisionNoPolicy:
 	default:
-		return FieldError("decision", "unknown decision %q", clip(string(h.Decision)))
+		return FieldError("decision", "unknown decision %q", Clip(string(h.Decision)))
 	}
 	if h.VerifiedAt.IsZero() {
 		return FieldError("verified_at", "required")

@@ -216,7 +216,7 @@ func RotationLeaves(ctx context.Context, q EntriesLister, size uint64) ([]Rotati
 			if size > 0 && e.Index >= size {
 				continue
 			}
-			if p := leafProblem(e); p != "" {
+			if p := LeafProblem(e); p != "" {
 				return nil, fmt.Errorf("key rotation leaf %d %s", e.Index, p)
 			}
 			out = append(out, RotationLeaf{Index: e.Index, Body: e.Body})

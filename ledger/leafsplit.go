@@ -101,7 +101,7 @@ func LeafBody(raw []byte) (json.RawMessage, error) {
 	if _, body, ok := SplitLeaf(raw); ok {
 		return body, nil
 	}
-	l, err := decodeLeafJSON(raw)
+	l, err := DecodeLeafJSON(raw)
 	return l.Body, err
 }
 
@@ -115,16 +115,35 @@ func leafHead(raw []byte) (LeafHead, []byte, time.Time, error) {
 		}
 		return h, body, t, nil
 	}
-	l, err := decodeLeafJSON(raw)
+	l, err := DecodeLeafJSON(raw)
 	return LeafHead{Index: l.Index, Kind: l.Kind, ID: l.ID}, l.Body, l.RecordedAt, err
 }
 
-// decodeLeafJSON decodes raw as a Leaf with encoding/json, for bytes
+// DecodeLeafJSON decodes raw as a Leaf with encoding/json, for bytes
 // outside SplitLeaf's layout; its error is errLeafJSON.
-func decodeLeafJSON(raw []byte) (Leaf, error) {
+func DecodeLeafJSON(raw []byte) (Leaf, error) {
 	var l Leaf
 	if err := json.Unmarshal(raw, &l); err != nil {
 		return Leaf{}, errLeafJSON
 	}
 	return l, nil
+}
+
+// LeafProblem checks an entry against its own bytes: the leaf hash of
+// Raw, and the index, kind, id and body the bytes carry. "" when it holds.
+func LeafProblem(e Entry) string {
+	if LeafHash(e.Raw) != e.LeafHash {
+		return "does not match its leaf hash"
+	}
+	h, body, at, err := leafHead(e.Raw)
+	if err != nil {
+		return "is not a leaf"
+	}
+	if h.Index != e.Index || h.Kind != e.Kind || h.ID != e.ID || !at.Equal(e.RecordedAt) {
+		return "does not match the index, kind, id or time its bytes carry"
+	}
+	if EntryID(h.Kind, body) != h.ID {
+		return "does not match its content id"
+	}
+	return ""
 }

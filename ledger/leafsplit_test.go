@@ -101,7 +101,7 @@ func TestLeafProblemEditedLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := Entry{Index: 27, ID: EntryID(KindEvidence, []byte(body)), Kind: KindEvidence, RecordedAt: at, Raw: raw, LeafHash: LeafHash(raw)}
-	if p := leafProblem(e); p != "" {
+	if p := LeafProblem(e); p != "" {
 		t.Fatalf("genuine leaf: %s", p)
 	}
 	passed := `{"lane":"x/v1","status":"passed"}`
@@ -123,7 +123,7 @@ func TestLeafProblemEditedLeaf(t *testing.T) {
 		if b, err := LeafBody(ed.Raw); err == nil && json.Valid(b) && name == "body changed" {
 			ed.ID = EntryID(KindEvidence, b)
 		}
-		if p := leafProblem(ed); p == "" {
+		if p := LeafProblem(ed); p == "" {
 			t.Errorf("%s: %s taken as genuine", name, edited)
 		}
 	}

@@ -62,7 +62,7 @@ func jsonError(err error) error {
 			}
 			return FieldError(field, "wrong type: got JSON %s, want %s", got, se.GoType)
 		case se.Err != nil:
-			return FieldError(field, "%s", clip(se.Err.Error()))
+			return FieldError(field, "%s", Clip(se.Err.Error()))
 		}
 		return FieldError(field, "cannot decode JSON %s into %v", kindName(se.JSONKind), se.GoType)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -150,7 +150,7 @@ func PrepareRecord(k Kind, body []byte) ([]byte, error) {
 	case KindKeyRotation:
 		return nil, FieldError("kind", "key-rotation leaves are appended only by `ledger key rotate` (Log.Rotate), never through Append")
 	}
-	return nil, FieldError("kind", "unknown entry kind %q", clip(string(k)))
+	return nil, FieldError("kind", "unknown entry kind %q", Clip(string(k)))
 }
 
 // PrepareEvidence decodes body strictly, validates and normalizes it, and

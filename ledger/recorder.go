@@ -49,7 +49,7 @@ func (r *Recorder) Validate() error {
 	}
 	if t := r.Token; t != nil {
 		if !tokenNameRe.MatchString(t.ID) {
-			return FieldError(RecordedByField+".token.id", "must be a token id (tok_ and 12 lowercase hex for tokens made since schema 7), got %q", clip(t.ID))
+			return FieldError(RecordedByField+".token.id", "must be a token id (tok_ and 12 lowercase hex for tokens made since schema 7), got %q", Clip(t.ID))
 		}
 		if t.Name == "" || len(t.Name) > 64 {
 			return FieldError(RecordedByField+".token.name", "must be 1-64 characters")

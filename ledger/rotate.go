@@ -169,12 +169,12 @@ func (l *Log) checkSignerInForce(ctx context.Context, b Batch, latest Checkpoint
 	if e.Kind == KindKeyRotation {
 		var r KeyRotation
 		if err := json.Unmarshal(e.Body, &r); err != nil || r.NewKey != cur.vkey {
-			return fmt.Errorf("the log's last leaf rotates its key to another key than this process holds (%s): restart with the log's key", keyID(cur.vkey))
+			return fmt.Errorf("the log's last leaf rotates its key to another key than this process holds (%s): restart with the log's key", KeyID(cur.vkey))
 		}
 		return nil
 	}
 	if _, err := note.Open([]byte(latest.Note), note.VerifierList(cur.verifier)); err != nil {
-		return fmt.Errorf("the latest checkpoint (size %d) is not signed by this process's key (%s): the key was rotated or replaced by another process; restart with the log's key", latest.Size, keyID(cur.vkey))
+		return fmt.Errorf("the latest checkpoint (size %d) is not signed by this process's key (%s): the key was rotated or replaced by another process; restart with the log's key", latest.Size, KeyID(cur.vkey))
 	}
 	return nil
 }

@@ -65,22 +65,22 @@ type RunOutcome struct {
 // field.
 func (o *RunOutcome) Validate() error {
 	if !ValidRunID(o.Run) {
-		return FieldError("run", "must be a run id (run_ and 32 hex digits), got %q", clip(o.Run))
+		return FieldError("run", "must be a run id (run_ and 32 hex digits), got %q", Clip(o.Run))
 	}
 	switch o.State {
 	case RunDone, RunFailed, RunCanceled, RunExpired:
 	default:
-		return FieldError("state", "must be done, failed, canceled or expired, got %q", clip(o.State))
+		return FieldError("state", "must be done, failed, canceled or expired, got %q", Clip(o.State))
 	}
 	if !o.Backend.Valid() {
-		return FieldError("backend", "must be one of %s, got %q", BackendList(), clip(string(o.Backend)))
+		return FieldError("backend", "must be one of %s, got %q", BackendList(), Clip(string(o.Backend)))
 	}
 	if len(o.Lanes) == 0 || len(o.Lanes) > 64 {
 		return FieldError("lanes", "1 to 64 lanes required, got %d", len(o.Lanes))
 	}
 	for i, l := range o.Lanes {
 		if !lanePartRe.MatchString(l) {
-			return FieldError(fmt.Sprintf("lanes[%d]", i), "must be a lane name or name/vN, got %q", clip(l))
+			return FieldError(fmt.Sprintf("lanes[%d]", i), "must be a lane name or name/vN, got %q", Clip(l))
 		}
 	}
 	for _, id := range o.Evidence {
@@ -101,7 +101,7 @@ func (o *RunOutcome) Validate() error {
 		switch a.Outcome {
 		case "finished", "infrastructure", "canceled":
 		default:
-			return FieldError(fmt.Sprintf("attempts[%d].outcome", i), "must be finished, infrastructure or canceled, got %q", clip(a.Outcome))
+			return FieldError(fmt.Sprintf("attempts[%d].outcome", i), "must be finished, infrastructure or canceled, got %q", Clip(a.Outcome))
 		}
 		if len(a.Reason) > 1024 {
 			return FieldError(fmt.Sprintf("attempts[%d].reason", i), "at most 1024 characters")

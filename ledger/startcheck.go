@@ -184,16 +184,16 @@ func (l *Log) checkKeyChain(ctx context.Context, q EntriesLister, n uint64, stat
 	}
 	cur := l.VerifierKey()
 	if i := chain.Index(cur); i < 0 {
-		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) is not a key of the log's key chain (now %s): the signing key was replaced or lost, or this database is another log's; a log keeps its key until `ledger key rotate` records a new one", keyID(cur), keyID(chain.Head()))}
+		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) is not a key of the log's key chain (now %s): the signing key was replaced or lost, or this database is another log's; a log keeps its key until `ledger key rotate` records a new one", KeyID(cur), KeyID(chain.Head()))}
 	} else if i < len(chain)-1 {
 		e := chain[i+1]
-		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) was retired by the key rotation leaf %d: the log's key since size %d is %s. Put that key in place; if `ledger key rotate` was interrupted, run it again (it finishes from %s)", keyID(cur), e.RotationIndex, e.From, keyID(chain.Head()), NextKeyFile)}
+		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) was retired by the key rotation leaf %d: the log's key since size %d is %s. Put that key in place; if `ledger key rotate` was interrupted, run it again (it finishes from %s)", KeyID(cur), e.RotationIndex, e.From, KeyID(chain.Head()), NextKeyFile)}
 	}
 	if state == nil {
 		return nil
 	}
 	if jk, ok := state.LastKey(); ok && chain.Index(jk.Key) < 0 {
-		return &StartError{Msg: fmt.Sprintf("the signed-state journal %s records the key %s (from size %d), which the log's key chain does not hold: this database is another log's, or its rotation leaves were removed", state.Path(), keyID(jk.Key), jk.Size)}
+		return &StartError{Msg: fmt.Sprintf("the signed-state journal %s records the key %s (from size %d), which the log's key chain does not hold: this database is another log's, or its rotation leaves were removed", state.Path(), KeyID(jk.Key), jk.Size)}
 	}
 	return nil
 }
@@ -219,7 +219,7 @@ func (l *Log) checkTail(ctx context.Context, r EntryAtReader, from uint64, lates
 			}
 			return &StartError{Msg: fmt.Sprintf("tail check: leaf %d does not read back (%v): run `ledger audit`", i, err)}
 		}
-		if p := leafProblem(e); p != "" {
+		if p := LeafProblem(e); p != "" {
 			return &StartError{Msg: fmt.Sprintf("tail check: leaf %d %s: run `ledger audit`", i, p)}
 		}
 		if err := rng.Append(e.LeafHash[:], nil); err != nil {
@@ -230,23 +230,4 @@ func (l *Log) checkTail(ctx context.Context, r EntryAtReader, from uint64, lates
 		return &StartError{Msg: fmt.Sprintf("tail check: the leaves %d..%d and the stored tree do not give the root signed at size %d: run `ledger audit`", from, latest.Size, latest.Size)}
 	}
 	return nil
-}
-
-// leafProblem checks an entry against its own bytes: the leaf hash of
-// Raw, and the index, kind, id and body the bytes carry. "" when it holds.
-func leafProblem(e Entry) string {
-	if LeafHash(e.Raw) != e.LeafHash {
-		return "does not match its leaf hash"
-	}
-	h, body, at, err := leafHead(e.Raw)
-	if err != nil {
-		return "is not a leaf"
-	}
-	if h.Index != e.Index || h.Kind != e.Kind || h.ID != e.ID || !at.Equal(e.RecordedAt) {
-		return "does not match the index, kind, id or time its bytes carry"
-	}
-	if EntryID(h.Kind, body) != h.ID {
-		return "does not match its content id"
-	}
-	return ""
 }

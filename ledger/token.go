@@ -72,16 +72,16 @@ var (
 // an expiry not after it is refused.
 func (s *TokenSpec) Validate(now time.Time) error {
 	if !tokenNameRe.MatchString(s.Name) {
-		return FieldError("name", "token name must be 1-64 of [A-Za-z0-9._-], got %q", clip(s.Name))
+		return FieldError("name", "token name must be 1-64 of [A-Za-z0-9._-], got %q", Clip(s.Name))
 	}
 	switch s.Scope {
 	case ScopeRead, ScopeRecord, ScopeAdmin, ScopeRun:
 	default:
-		return FieldError("scope", "must be read, record, run or admin, got %q", clip(string(s.Scope)))
+		return FieldError("scope", "must be read, record, run or admin, got %q", Clip(string(s.Scope)))
 	}
 	for _, r := range s.Roles {
 		if !tokenNameRe.MatchString(r) {
-			return FieldError("roles", "role must be 1-64 of [A-Za-z0-9._-], got %q", clip(r))
+			return FieldError("roles", "role must be 1-64 of [A-Za-z0-9._-], got %q", Clip(r))
 		}
 	}
 	for _, r := range s.Repositories {
@@ -91,12 +91,12 @@ func (s *TokenSpec) Validate(now time.Time) error {
 	}
 	for _, l := range s.Lanes {
 		if !lanePartRe.MatchString(l) {
-			return FieldError("lane", "must be a lane name or name/vN (lowercase), got %q", clip(l))
+			return FieldError("lane", "must be a lane name or name/vN (lowercase), got %q", Clip(l))
 		}
 	}
 	for _, b := range s.Backends {
 		if !b.Valid() {
-			return FieldError("backend", "must be one of %s, got %q", BackendList(), clip(string(b)))
+			return FieldError("backend", "must be one of %s, got %q", BackendList(), Clip(string(b)))
 		}
 	}
 	if s.ExpiresAt != nil {
