@@ -31,12 +31,3 @@ func guardFrom(ctx context.Context) AppendGuard {
 	g, _ := ctx.Value(guardKey{}).(AppendGuard)
 	return g
 }
-
-// TokenRowBatch is a Batch that reads a tokens row inside its
-// transaction: the row whose secret hash is secretHash (SHA-256 of the
-// secret) with the number of token and token-revocation leaves, as
-// TokenRowAuthenticator.AuthenticateRow reads them, or a CodeUnauthorized
-// error when no row has it. ledger/sqlite's batch implements it.
-type TokenRowBatch interface {
-	TokenRow(ctx context.Context, secretHash []byte) (TokenRow, error)
-}
