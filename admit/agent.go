@@ -11,6 +11,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/verify"
 )
@@ -21,7 +22,7 @@ import (
 // each record against the run's lanes and backend and the agent's
 // declared configuration (AgentUndeclared). CodeForbidden naming
 // prefix + "signer".
-func RefuseAgentSigner(reg ledger.RunnerRegistry, s ledger.Signer, prefix string) error {
+func RefuseAgentSigner(reg auth.RunnerRegistry, s ledger.Signer, prefix string) error {
 	if st, ok := reg.ByEntry(s.KeyEntry); ok && st.Kind == ledger.RunnerKindAgent {
 		return &Refusal{Rule: AgentUndeclared, Err: &ledger.Error{Code: ledger.CodeForbidden, Field: prefix + ledger.SignerField,
 			Message: fmt.Sprintf("signed by agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", s.Runner)}}
@@ -35,7 +36,7 @@ func RefuseAgentSigner(reg ledger.RunnerRegistry, s ledger.Signer, prefix string
 // verifies under one: verify.SignatureOfKind) beside a runner's is
 // refused, CodeForbidden naming prefix + "signatures[i]"
 // (AgentUndeclared).
-func RefuseAgentSignature(reg ledger.RunnerRegistry, envelope []byte, payloadType, prefix string) error {
+func RefuseAgentSignature(reg auth.RunnerRegistry, envelope []byte, payloadType, prefix string) error {
 	if i, st, ok := verify.SignatureOfKind(envelope, payloadType, reg, ledger.RunnerKindAgent); ok {
 		return &Refusal{Rule: AgentUndeclared, Err: &ledger.Error{Code: ledger.CodeForbidden, Field: fmt.Sprintf("%ssignatures[%d]", prefix, i),
 			Message: fmt.Sprintf("a signature of agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", st.Name)}}
@@ -44,14 +45,14 @@ func RefuseAgentSignature(reg ledger.RunnerRegistry, envelope []byte, payloadTyp
 }
 
 // RunnerEnvelopes is the ingest.EnvelopeVerifier over the runner-key
-// registry of log (ledger.LoadRunnerKeys at the latest size) and the
+// registry of log (auth.LoadRunnerKeys at the latest size) and the
 // ledger's one DSSE verifier (verify.VerifyRunnerEnvelope): the same
 // registry and checks as an envelope of native evidence (Admit), and an
 // approved agent's signature refused as there (RefuseAgentSigner,
 // RefuseAgentSignature).
 func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
 	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {
-		reg, err := ledger.LoadRunnerKeys(ctx, log, 0)
+		reg, err := auth.LoadRunnerKeys(ctx, log, 0)
 		if err != nil {
 			return nil, ledger.Signer{}, err
 		}

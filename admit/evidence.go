@@ -7,6 +7,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 )
 
@@ -49,14 +50,14 @@ func Admit(ctx context.Context, keys ledger.Queries, p Principal, in Evidence) (
 	recs := make([]ledger.Record, len(in.Raws))
 	rec := p.Recorder()
 	tok := p.Token
-	var reg *ledger.RunnerRegistry
+	var reg *auth.RunnerRegistry
 	for i, raw := range in.Raws {
 		prefix := in.Prefix(i)
 		env, signer := ledger.EvidenceShape(raw)
 		switch {
 		case env:
 			if reg == nil {
-				r, err := ledger.LoadRunnerKeys(ctx, keys, 0)
+				r, err := auth.LoadRunnerKeys(ctx, keys, 0)
 				if err != nil {
 					return nil, err
 				}
@@ -138,7 +139,7 @@ func Admit(ctx context.Context, keys ledger.Queries, p Principal, in Evidence) (
 // quotes the records. The records are appended as they are (nothing is
 // stamped).
 func Local(ctx context.Context, keys ledger.Queries, raws []json.RawMessage, single bool) error {
-	var reg *ledger.RunnerRegistry
+	var reg *auth.RunnerRegistry
 	for i, raw := range raws {
 		prefix := ""
 		if !single {
@@ -149,7 +150,7 @@ func Local(ctx context.Context, keys ledger.Queries, raws []json.RawMessage, sin
 		switch {
 		case env:
 			if reg == nil {
-				loaded, err := ledger.LoadRunnerKeys(ctx, keys, 0)
+				loaded, err := auth.LoadRunnerKeys(ctx, keys, 0)
 				if err != nil {
 					return err
 				}
@@ -271,7 +272,7 @@ func runnerRecorder(rec *ledger.Recorder, body []byte) []byte {
 // returns new records; recs is not modified.
 func LocalRecords(ctx context.Context, keys ledger.Queries, recs []ledger.Record) ([]ledger.Record, error) {
 	out := make([]ledger.Record, len(recs))
-	var reg *ledger.RunnerRegistry
+	var reg *auth.RunnerRegistry
 	for i, r := range recs {
 		out[i] = r
 		if r.Kind != ledger.KindEvidence {
@@ -281,7 +282,7 @@ func LocalRecords(ctx context.Context, keys ledger.Queries, recs []ledger.Record
 		switch {
 		case env:
 			if reg == nil {
-				loaded, err := ledger.LoadRunnerKeys(ctx, keys, 0)
+				loaded, err := auth.LoadRunnerKeys(ctx, keys, 0)
 				if err != nil {
 					return nil, err
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // tokenCacheMax bounds the tokens a TokenCache holds; past it a token is
@@ -89,7 +90,7 @@ func (c *TokenCache) Drop(h [32]byte) {
 // with. The handler then authenticates through the store again.
 var ErrTokenChanged = errors.New("the token's row changed since the request was authenticated")
 
-// TokenGuard is the ledger.AppendGuard of an ingest request: the token it
+// TokenGuard is the tlog.AppendGuard of an ingest request: the token it
 // was admitted with must still be the tokens row of its secret hash in
 // the batch; leaves, for a cached token, the count of token leaves it was
 // cached at. fill: the token was authenticated through the store, and is
@@ -102,7 +103,7 @@ type TokenGuard struct {
 	Fill   bool
 }
 
-// Key implements ledger.AppendGuard: one check per secret and expectation
+// Key implements tlog.AppendGuard: one check per secret and expectation
 // per batch.
 func (g *TokenGuard) Key() string {
 	if g.Fill {
@@ -111,8 +112,8 @@ func (g *TokenGuard) Key() string {
 	return "token:" + hex.EncodeToString(g.Hash[:]) + ":" + strconv.FormatUint(g.Leaves, 10)
 }
 
-// Check implements ledger.AppendGuard.
-func (g *TokenGuard) Check(ctx context.Context, b ledger.Batch) error {
+// Check implements tlog.AppendGuard.
+func (g *TokenGuard) Check(ctx context.Context, b tlog.Batch) error {
 	tb, ok := b.(ledger.TokenRowBatch)
 	if !ok {
 		g.Cache.off.Store(true)

@@ -18,6 +18,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // benchDBVersion keys the cached benchmark database; bump it when the data
@@ -228,7 +229,7 @@ func BenchmarkReadinessSigned(b *testing.B) {
 }
 
 // BenchmarkReadinessVerified evaluates the 50-gate release through
-// ledger.VerifiedStore, as the server does, over 200,000 and 1,000,000
+// tlog.VerifiedStore, as the server does, over 200,000 and 1,000,000
 // evidence records: every leaf a gate reads is checked against the signed
 // tree. The first evaluation of a store is left out (see
 // BenchmarkReadinessVerifiedFirst).
@@ -236,7 +237,7 @@ func BenchmarkReadinessVerified(b *testing.B) {
 	for _, n := range []int{200_000, benchRecords} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			s := benchStoreSQLite(b, n)
-			v := ledger.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			v := tlog.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			rel := benchRelease()
 			if err := rel.Validate(); err != nil {
 				b.Fatal(err)
@@ -263,7 +264,7 @@ func BenchmarkReadinessVerified(b *testing.B) {
 }
 
 // BenchmarkReadinessVerifiedFirst is the first evaluation through a new
-// ledger.VerifiedStore (a server's first readiness answer after a start,
+// tlog.VerifiedStore (a server's first readiness answer after a start,
 // or one `ledger release check --db`), with the heap the store holds
 // afterwards (index-MiB; GC and memory statistics are read outside the
 // timed work only approximately: run it with a small -benchtime).
@@ -282,7 +283,7 @@ func BenchmarkReadinessVerifiedFirst(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				v := ledger.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				v := tlog.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 				if _, err := Evaluate(ctx, v, rel, EvalOptions{Now: t0}); err != nil {
 					b.Fatal(err)
 				}

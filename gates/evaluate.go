@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 )
 
 // EvalOptions controls Evaluate.
@@ -574,7 +575,7 @@ func (ev *evaluator) resolvePolicy() error {
 	case ev.rel.PolicyDigest != "":
 		ev.policy = ev.rel.PolicyDigest
 	case ev.rel.Policy != "":
-		p, err := ledger.ResolvePolicy(ev.ctx, ev.store, ev.rel.Policy, ev.asOf)
+		p, err := auth.ResolvePolicy(ev.ctx, ev.store, ev.rel.Policy, ev.asOf)
 		switch {
 		case ledger.ErrorCode(err) == ledger.CodeNotFound:
 			ev.noPolicy = fmt.Sprintf("the release's policy %q is not registered (ledger policy apply)", ev.rel.Policy)

@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
-// indexedOnly is a store that fails the test on any query ledger.VerifiedStore
+// indexedOnly is a store that fails the test on any query tlog.VerifiedStore
 // would answer from the store's projection columns rather than from its
-// index of the verified leaves (ledger.IndexedEvidence, IndexedEntries,
+// index of the verified leaves (tlog.IndexedEvidence, IndexedEntries,
 // IndexedHeads), and counts the queries it saw.
 type indexedOnly struct {
 	ledger.Store
@@ -20,7 +21,7 @@ type indexedOnly struct {
 
 func (s *indexedOnly) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger.EvidenceEntry, string, error) {
 	s.queries.Add(1)
-	if !ledger.IndexedEvidence(f) {
+	if !tlog.IndexedEvidence(f) {
 		s.t.Errorf("evidence read by %+v: not a query the verified index answers", f)
 	}
 	return s.Store.Evidence(ctx, f)
@@ -28,7 +29,7 @@ func (s *indexedOnly) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]
 
 func (s *indexedOnly) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Entry, string, error) {
 	s.queries.Add(1)
-	if !ledger.IndexedEntries(f) {
+	if !tlog.IndexedEntries(f) {
 		s.t.Errorf("entries read by %+v: not a query the verified index answers", f)
 	}
 	return s.Store.Entries(ctx, f)
@@ -36,7 +37,7 @@ func (s *indexedOnly) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledg
 
 func (s *indexedOnly) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEntry, string, error) {
 	s.queries.Add(1)
-	if !ledger.IndexedHeads(f) {
+	if !tlog.IndexedHeads(f) {
 		s.t.Errorf("heads read by %+v: not a query the verified index answers", f)
 	}
 	return s.Store.Heads(ctx, f)
@@ -45,7 +46,7 @@ func (s *indexedOnly) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.
 // TestReadinessReadsOnlyIndexedQueries: every query that loading a
 // release, evaluating it (every gate kind, a policy named, signed_by with
 // runner: agent, waivers, sign-offs, supersedes) and recording an
-// approval makes is one ledger.VerifiedStore answers from its index of
+// approval makes is one tlog.VerifiedStore answers from its index of
 // verified leaves, so that on the server no verdict, approval or release
 // page counts or omits a record on the strength of a projection row. A
 // new query by another filter fails here until the index answers it.

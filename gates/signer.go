@@ -8,13 +8,14 @@ import (
 	"sync"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 )
 
 // runnerCache is the runner-key registry as of an evaluation's size,
 // loaded on first use by a gate with signed_by (most releases have none).
 type runnerCache struct {
 	once sync.Once
-	reg  ledger.RunnerRegistry
+	reg  auth.RunnerRegistry
 	err  error
 }
 
@@ -136,7 +137,7 @@ func (ev *evaluator) signerMismatch(id string, e *ledger.Evidence, g *Gate) stri
 	if len(g.SignedBy) > 0 && !slices.Contains(g.SignedBy, s.Runner) {
 		return fmt.Sprintf("signed by runner %s, not by %s (signed_by)", s.Runner, want)
 	}
-	ev.runners.once.Do(func() { ev.runners.reg, ev.runners.err = ledger.LoadRunnerKeys(ev.ctx, ev.store, ev.asOf) })
+	ev.runners.once.Do(func() { ev.runners.reg, ev.runners.err = auth.LoadRunnerKeys(ev.ctx, ev.store, ev.asOf) })
 	if ev.runners.err != nil {
 		return fmt.Sprintf("runner keys could not be read: %v", ev.runners.err)
 	}

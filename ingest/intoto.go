@@ -53,7 +53,7 @@ type TestResult struct {
 // EnvelopeVerifier verifies a DSSE envelope whose payload type must be
 // payloadType against the ledger's runner-key registry and returns the
 // payload and the Signer the decoded record carries (in the ledger it is
-// verify.VerifyRunnerEnvelope over ledger.LoadRunnerKeys: one registry
+// verify.VerifyRunnerEnvelope over auth.LoadRunnerKeys: one registry
 // and one verifier for every signed input). Implementations must be safe
 // for concurrent use.
 type EnvelopeVerifier func(ctx context.Context, envelope []byte, payloadType string) (payload []byte, signer ledger.Signer, err error)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 )
 
@@ -17,7 +18,7 @@ import (
 // server wires it.
 func testRegistry(t testing.TB, runners map[string]ed25519.PublicKey) EnvelopeVerifier {
 	t.Helper()
-	var reg ledger.RunnerRegistry
+	var reg auth.RunnerRegistry
 	names := make([]string, 0, len(runners))
 	for n := range runners {
 		names = append(names, n)
@@ -25,7 +26,7 @@ func testRegistry(t testing.TB, runners map[string]ed25519.PublicKey) EnvelopeVe
 	sort.Strings(names)
 	for i, n := range names {
 		pub := runners[n]
-		reg.Runners = append(reg.Runners, ledger.RunnerState{Name: n, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub),
+		reg.Runners = append(reg.Runners, auth.RunnerState{Name: n, KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub),
 			Entry: fmt.Sprintf("%032x", i+1), Index: uint64(i)})
 	}
 	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {

@@ -13,7 +13,7 @@ import (
 )
 
 // KindKeyRotation is the entry kind of a signing-key rotation
-// (KeyRotation). Only Log.Rotate appends it; Append refuses it.
+// (KeyRotation). Only tlog.Log.Rotate appends it; Append refuses it.
 const KindKeyRotation Kind = "key-rotation"
 
 // KeyRotation is the body of a KindKeyRotation leaf: the log's signing key

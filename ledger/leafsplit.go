@@ -25,7 +25,7 @@ type LeafHead struct {
 // JSON, raw is a JSON object with exactly Leaf's fields and json.Unmarshal
 // gives the same index, kind, id, time text and body (FuzzSplitLeaf). A
 // caller that trusts the bytes' content checks them against the leaf hash
-// and the content id (VerifiedStore does). Safe for concurrent use.
+// and the content id (tlog.VerifiedStore does). Safe for concurrent use.
 func SplitLeaf(raw []byte) (h LeafHead, body []byte, ok bool) {
 	p, ok := cutPrefix(raw, `{"v":1,"index":`)
 	if !ok {

@@ -92,7 +92,7 @@ func FuzzSplitLeaf(f *testing.F) {
 // as the entry it claims to be, whether or not the edit keeps SplitLeaf's
 // layout. An edit of the bytes alone (an escape, another key order) that
 // keeps the content passes this check; its new leaf hash is then not in the
-// signed tree, which VerifiedStore.check refuses (ledger/sqlite/verifyread_test.go).
+// signed tree, which tlog.VerifiedStore.check refuses (ledger/sqlite/verifyread_test.go).
 func TestLeafProblemEditedLeaf(t *testing.T) {
 	body := `{"lane":"x/v1","status":"failed"}`
 	at := time.Unix(1700000000, 5).UTC()

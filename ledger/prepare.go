@@ -28,7 +28,7 @@ type Prepared struct {
 }
 
 // Record returns p as a Record of its canonical body. When p was made by
-// PrepareOne, appending the Record (Log.Append, PrepareRecords) takes p as
+// PrepareOne, appending the Record (tlog.Log.Append, PrepareRecords) takes p as
 // it is instead of preparing the body again, as long as the Record's Kind
 // and Body are unchanged; a Prepared built by hand is prepared anew.
 func (p Prepared) Record() Record {

@@ -271,7 +271,7 @@ type Store interface {
 
 // EntriesAtReader reads the stored leaves at the indexes idx in one round
 // trip, in any order; indexes with no leaf are absent from the answer.
-// VerifiedStore reads the leaves its query index selects through it.
+// tlog.VerifiedStore reads the leaves its query index selects through it.
 type EntriesAtReader interface {
 	EntriesAt(ctx context.Context, idx []uint64) ([]Entry, error)
 }

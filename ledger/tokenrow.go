@@ -10,7 +10,7 @@ import (
 // leaves that define it. Token is the row's columns; SecretSHA256 is the
 // row's secret hash in lowercase hex; LeafIndex and RevokedIndex are the
 // row's leaf_idx and revoked_idx: a LeafIndex of -1 marks a token made
-// before schema 7 and not yet logged, NullLeafIndex a NULL leaf_idx; a
+// before schema 7 and not yet logged, tlog.NullLeafIndex a NULL leaf_idx; a
 // RevokedIndex of -1 a NULL revoked_idx. TokenLeaves is
 // the number of token and token-revocation leaves in the log, read in the
 // same statement as the row: the guard's cache key. ReadAt is the

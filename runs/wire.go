@@ -10,7 +10,7 @@ import (
 )
 
 // The bodies and answers of the agents' routes (POST /api/v1/agent/...)
-// and of GET /api/v1/agents, shared by package web and ledger/client.
+// and of GET /api/v1/agents, shared by package web and client.
 
 // RegisterRequest is the body of POST /api/v1/agent/register: the
 // agent's name, its Ed25519 public key (OpenSSH line), backend, labels,

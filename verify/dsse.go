@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"golang.org/x/crypto/ssh"
 )
@@ -177,7 +178,7 @@ func SignEvidence(ctx context.Context, priv ed25519.PrivateKey, evidence []byte)
 // verify is ErrEnvelopeSignature; no registered key at all is
 // ErrUnknownRunnerKey. Every error is a CodeInvalid *ledger.Error naming the
 // member (payloadType, payload..., signatures). Safe for concurrent use.
-func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg ledger.RunnerRegistry) ([]byte, error) {
+func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg auth.RunnerRegistry) ([]byte, error) {
 	_, payload, err := ledger.DecodeEnvelope(envelope)
 	if err != nil {
 		return nil, err
@@ -206,13 +207,13 @@ func VerifyEvidenceEnvelope(ctx context.Context, envelope []byte, reg ledger.Run
 // Signer a record made from it carries (runner name, key id, the
 // runner-key entry and the envelope in canonical form). Errors are those
 // of VerifyEvidenceEnvelope. Safe for concurrent use.
-func VerifyRunnerEnvelope(ctx context.Context, envelope []byte, payloadType string, reg ledger.RunnerRegistry) ([]byte, ledger.Signer, error) {
+func VerifyRunnerEnvelope(ctx context.Context, envelope []byte, payloadType string, reg auth.RunnerRegistry) ([]byte, ledger.Signer, error) {
 	env, payload, err := ledger.DecodeEnvelopeOf(envelope, payloadType)
 	if err != nil {
 		return nil, ledger.Signer{}, err
 	}
 	var verifiers []dsse.Verifier
-	live := map[string]ledger.RunnerState{}
+	live := map[string]auth.RunnerState{}
 	for _, s := range reg.Runners {
 		if s.Revoked {
 			continue
@@ -267,13 +268,13 @@ func VerifyRunnerEnvelope(ctx context.Context, envelope []byte, payloadType stri
 // checks every signature with this. An envelope that does not decode
 // reports none (ok false): VerifyRunnerEnvelope refuses it. Safe for
 // concurrent use.
-func SignatureOfKind(envelope []byte, payloadType string, reg ledger.RunnerRegistry, kind string) (i int, st ledger.RunnerState, ok bool) {
+func SignatureOfKind(envelope []byte, payloadType string, reg auth.RunnerRegistry, kind string) (i int, st auth.RunnerState, ok bool) {
 	env, payload, err := ledger.DecodeEnvelopeOf(envelope, payloadType)
 	if err != nil {
-		return 0, ledger.RunnerState{}, false
+		return 0, auth.RunnerState{}, false
 	}
 	type key struct {
-		st  ledger.RunnerState
+		st  auth.RunnerState
 		pub ed25519.PublicKey
 	}
 	var live []key
@@ -303,7 +304,7 @@ func SignatureOfKind(envelope []byte, payloadType string, reg ledger.RunnerRegis
 			}
 		}
 	}
-	return 0, ledger.RunnerState{}, false
+	return 0, auth.RunnerState{}, false
 }
 
 // SignRunnerEnvelope wraps payload in a DSSE envelope of payloadType
@@ -340,7 +341,7 @@ func prefix(err error, p string) error {
 // be the key it names and must not have been revoked before the record,
 // and the envelope must verify under that key and carry the record's
 // payload. It returns nil for an unsigned record.
-func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.RunnerRegistry) error {
+func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg auth.RunnerRegistry) error {
 	s := e.Evidence.Signer
 	if s == nil {
 		return nil
@@ -352,7 +353,7 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 	if r.Revoked && r.RevokedIndex < e.Index {
 		return fmt.Errorf("entry %s (index %d): signed by %q's key %s, revoked at index %d before it", e.ID, e.Index, s.Runner, s.KeyID, r.RevokedIndex)
 	}
-	only := ledger.RunnerRegistry{Runners: []ledger.RunnerState{r}}
+	only := auth.RunnerRegistry{Runners: []auth.RunnerState{r}}
 	only.Runners[0].Revoked = false
 	if ledger.EnvelopePayloadType(s.Envelope) == ledger.PayloadTypeInToto {
 		return reverifyInToto(ctx, e, only)
@@ -387,7 +388,7 @@ func ReverifySigned(ctx context.Context, e ledger.EvidenceEntry, reg ledger.Runn
 // Statement (package ingest): the kept envelope verifies under the
 // runner's key, and the record binds what the Statement names
 // (ledger.PrepareEvidence checks the record's pins against its subjects).
-func reverifyInToto(ctx context.Context, e ledger.EvidenceEntry, only ledger.RunnerRegistry) error {
+func reverifyInToto(ctx context.Context, e ledger.EvidenceEntry, only auth.RunnerRegistry) error {
 	s := e.Evidence.Signer
 	if _, got, err := VerifyRunnerEnvelope(ctx, s.Envelope, ledger.PayloadTypeInToto, only); err != nil {
 		return fmt.Errorf("entry %s (index %d): %w", e.ID, e.Index, err)

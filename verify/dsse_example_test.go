@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 )
 
@@ -25,7 +26,7 @@ func ExampleVerifyEvidenceEnvelope() {
 	if err != nil {
 		panic(err)
 	}
-	reg := ledger.RunnerRegistry{Runners: []ledger.RunnerState{{
+	reg := auth.RunnerRegistry{Runners: []auth.RunnerState{{
 		Name: "ci-mac", KeyID: verify.RunnerKeyID(pub), PublicKey: verify.AuthorizedKey(pub), Entry: strings.Repeat("0", 32),
 	}}}
 	body, err := verify.VerifyEvidenceEnvelope(ctx, envelope, reg)
@@ -38,7 +39,7 @@ func ExampleVerifyEvidenceEnvelope() {
 	}
 	fmt.Println("signed by", e.Signer.Runner, e.Signer.KeyID)
 
-	_, err = verify.VerifyEvidenceEnvelope(ctx, envelope, ledger.RunnerRegistry{})
+	_, err = verify.VerifyEvidenceEnvelope(ctx, envelope, auth.RunnerRegistry{})
 	fmt.Println(errors.Is(err, verify.ErrUnknownRunnerKey))
 	// Output:
 	// signed by ci-mac SHA256:tAXFyTXI8xtDaujAEcwJslAYc9/6FKcUkd2Lw0xDhPo

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -98,8 +99,8 @@ func testEvidenceJSON(commit string) []byte {
 		`"started_at":"2026-11-29T10:00:00Z","finished_at":"2026-11-29T10:00:05Z"}`)
 }
 
-func registry(name string, pub ed25519.PublicKey, revoked bool) ledger.RunnerRegistry {
-	return ledger.RunnerRegistry{Runners: []ledger.RunnerState{{Name: name, KeyID: RunnerKeyID(pub), PublicKey: AuthorizedKey(pub), Entry: strings.Repeat("ab", 16), Index: 3, Revoked: revoked, RevokedIndex: 9}}}
+func registry(name string, pub ed25519.PublicKey, revoked bool) auth.RunnerRegistry {
+	return auth.RunnerRegistry{Runners: []auth.RunnerState{{Name: name, KeyID: RunnerKeyID(pub), PublicKey: AuthorizedKey(pub), Entry: strings.Repeat("ab", 16), Index: 3, Revoked: revoked, RevokedIndex: 9}}}
 }
 
 // TestEvidenceEnvelope: a signed record verifies and comes back with its
@@ -128,7 +129,7 @@ func TestEvidenceEnvelope(t *testing.T) {
 	if err := ReverifySigned(ctx, ledger.EvidenceEntry{Entry: ledger.Entry{ID: "x", Index: 5, Body: canon}, Evidence: e}, reg); err != nil {
 		t.Fatalf("reverify: %v", err)
 	}
-	if err := ReverifySigned(ctx, ledger.EvidenceEntry{Entry: ledger.Entry{ID: "x", Index: 2, Body: canon}, Evidence: e}, ledger.RunnerRegistry{}); err == nil {
+	if err := ReverifySigned(ctx, ledger.EvidenceEntry{Entry: ledger.Entry{ID: "x", Index: 2, Body: canon}, Evidence: e}, auth.RunnerRegistry{}); err == nil {
 		t.Fatal("reverify against a registry without the key passed")
 	}
 
@@ -163,7 +164,7 @@ func TestEvidenceEnvelope(t *testing.T) {
 	})
 	for name, c := range map[string]struct {
 		env      []byte
-		reg      ledger.RunnerRegistry
+		reg      auth.RunnerRegistry
 		sentinel error
 		field    string
 	}{
@@ -171,7 +172,7 @@ func TestEvidenceEnvelope(t *testing.T) {
 		"payload edited, no keyid": {noKeyID, reg, ErrUnknownRunnerKey, "signatures"},
 		"other key":                {otherEnv, reg, ErrUnknownRunnerKey, "signatures"},
 		"revoked key":              {env, registry("ci-mac", pub, true), ErrRevokedRunnerKey, "signatures[0]"},
-		"no keys":                  {env, ledger.RunnerRegistry{}, ErrUnknownRunnerKey, "signatures"},
+		"no keys":                  {env, auth.RunnerRegistry{}, ErrUnknownRunnerKey, "signatures"},
 		"other key registered":     {env, registry("x", other, false), ErrUnknownRunnerKey, "signatures"},
 	} {
 		_, err := VerifyEvidenceEnvelope(ctx, c.env, c.reg)
@@ -208,7 +209,7 @@ func TestRunnerRegistryFold(t *testing.T) {
 		}
 		return r
 	}
-	var reg ledger.RunnerRegistry
+	var reg auth.RunnerRegistry
 	var log memQueries
 	steps := []struct {
 		k       ledger.RunnerKey
@@ -235,7 +236,7 @@ func TestRunnerRegistryFold(t *testing.T) {
 			t.Fatal(err)
 		}
 		log = append(log, ledger.Entry{ID: ledger.EntryID(ledger.KindRunnerKey, body), Index: uint64(i), Kind: ledger.KindRunnerKey, Body: body})
-		if reg, err = ledger.LoadRunnerKeys(context.Background(), log, 0); err != nil {
+		if reg, err = auth.LoadRunnerKeys(context.Background(), log, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

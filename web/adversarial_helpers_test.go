@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
@@ -392,7 +393,7 @@ func newTokenEnv(t *testing.T, cfg Config) *tokenEnv {
 	// Served as `ledger serve` serves it: through the verified reads,
 	// whose Authenticate checks each tokens row against its leaves.
 	e.counted, e.logBuf = &countingStore{Store: st}, &syncBuffer{}
-	cfg.Store = ledger.NewVerifiedStore(e.counted, st.Log, slog.New(slog.NewTextHandler(e.logBuf, nil)))
+	cfg.Store = tlog.NewVerifiedStore(e.counted, st.Log, slog.New(slog.NewTextHandler(e.logBuf, nil)))
 	cfg.Now = e.clock
 	s, err := New(cfg)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/go-chi/chi/v5"
@@ -794,7 +795,7 @@ func TestDSSEEnvelopeExploits(t *testing.T) {
 	// check) names ci-mac's registration correctly, but its envelope was
 	// signed by another key: the gate checks the signature and does not
 	// count it.
-	reg0, err := ledger.LoadRunnerKeys(ctx, e.store, 0)
+	reg0, err := auth.LoadRunnerKeys(ctx, e.store, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -835,7 +836,7 @@ func TestDSSEEnvelopeExploits(t *testing.T) {
 	if code, page := e.do(t, http.MethodGet, "/evidence/"+ans.ID, "", nil); code != http.StatusOK || !strings.Contains(string(page), "runner <strong>ci-mac</strong>") {
 		t.Errorf("evidence page: %d; want it to name the signer", code)
 	}
-	reg, err := ledger.LoadRunnerKeys(ctx, e.store, 0)
+	reg, err := auth.LoadRunnerKeys(ctx, e.store, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1267,7 +1268,7 @@ func TestRunnerRegistryRoutes(t *testing.T) {
 	}
 	e.do(t, http.MethodPost, "/api/v1/runners/ci-mac/revoke", e.admin, map[string]string{"reason": "rotated"})
 	code, body := e.do(t, http.MethodGet, "/api/v1/runners", "", nil)
-	var reg ledger.RunnerRegistry
+	var reg auth.RunnerRegistry
 	if code != http.StatusOK || json.Unmarshal(body, &reg) != nil || len(reg.Runners) != 2 || !reg.Runners[0].Revoked || reg.Runners[0].Reason != "rotated" || reg.Runners[1].Revoked {
 		t.Fatalf("list: %d %s", code, body)
 	}

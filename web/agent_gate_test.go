@@ -11,6 +11,7 @@ import (
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 )
 
@@ -71,7 +72,7 @@ gates:
 	}
 	// The same record put in the log past the API (as a restored or
 	// edited database could hold it): the gate still does not count it.
-	reg, err := ledger.LoadRunnerKeys(context.Background(), e.store, 0)
+	reg, err := auth.LoadRunnerKeys(context.Background(), e.store, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/verify"
 )
@@ -35,7 +36,7 @@ func (s *Server) agentRequest(w http.ResponseWriter, r *http.Request, pub ed2551
 		if a, err = s.runs.store.GetAgent(r.Context(), name); err != nil {
 			return a, ledger.Errorf(ledger.CodeForbidden, "agent %q is not registered: start `ledger agent`, then an admin approves it", name)
 		}
-		reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, 0)
+		reg, err := auth.LoadRunnerKeys(r.Context(), s.store, 0)
 		if err != nil {
 			return a, err
 		}
@@ -120,7 +121,7 @@ func (s *Server) handleAgentRegister(w http.ResponseWriter, r *http.Request) {
 // the error naming the field).
 func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent) (runs.Agent, error) {
 	defer rs.LockAgents()()
-	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
+	reg, err := auth.LoadRunnerKeys(ctx, s.store, 0)
 	if err != nil {
 		return a, err
 	}
@@ -172,7 +173,7 @@ func (s *Server) registerAgent(ctx context.Context, rs *runs.Store, a runs.Agent
 // without its agents table, or a row deleted) the stored one cannot be
 // compared with, and a is taken only when it is exactly the registration
 // approved: its spec digest is the one the approval recorded.
-func approvedHardware(ctx context.Context, rs *runs.Store, live ledger.RunnerState, a runs.Agent) error {
+func approvedHardware(ctx context.Context, rs *runs.Store, live auth.RunnerState, a runs.Agent) error {
 	again := fmt.Sprintf("an admin removes it (`ledger agent remove %s`, which revokes its key) and approves it again registered with a new key", a.Name)
 	// An approval made before approvals recorded labels records none;
 	// its agent's labels are held to the stored row alone (and count for
@@ -223,7 +224,7 @@ const MaxWaitingAgents = 256
 // under another name (a key is one name's, approved or not), or when a is
 // not approved, its name is not registered yet and MaxWaitingAgents
 // registrations already wait for approval (no live agent key in reg).
-func waitingRoom(ctx context.Context, rs *runs.Store, reg ledger.RunnerRegistry, a runs.Agent, approved bool) error {
+func waitingRoom(ctx context.Context, rs *runs.Store, reg auth.RunnerRegistry, a runs.Agent, approved bool) error {
 	all, err := rs.Agents(ctx)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/go-chi/chi/v5"
 )
@@ -26,7 +27,7 @@ func (s *Server) agentsWithApproval(ctx context.Context) ([]runs.AgentInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	reg, err := ledger.LoadRunnerKeys(ctx, s.store, 0)
+	reg, err := auth.LoadRunnerKeys(ctx, s.store, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -74,18 +75,18 @@ type ApproveAnswer struct {
 // req.SpecDigest is too short or not hex; CodeNotFound when no agent of
 // that name registered; CodeConflict when the name has another live key.
 // Approving the live key again appends nothing.
-func ApproveAgent(ctx context.Context, st admit.KeyLog, rs *runs.Store, name string, req runs.ApproveRequest, by string) (ledger.RunnerState, *ledger.AppendResult, runs.Agent, error) {
+func ApproveAgent(ctx context.Context, st admit.KeyLog, rs *runs.Store, name string, req runs.ApproveRequest, by string) (auth.RunnerState, *ledger.AppendResult, runs.Agent, error) {
 	if d := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(req.SpecDigest)), "sha256:"); req.SpecDigest != "" && (len(d) != 64 || !ledger.LowerHex(d)) {
-		return ledger.RunnerState{}, nil, runs.Agent{}, ledger.FieldError("spec_digest", "must be the whole spec digest `ledger agent list` shows: sha256: and 64 hex digits (a prefix is not enough)")
+		return auth.RunnerState{}, nil, runs.Agent{}, ledger.FieldError("spec_digest", "must be the whole spec digest `ledger agent list` shows: sha256: and 64 hex digits (a prefix is not enough)")
 	}
 	defer rs.LockAgents()()
 	a, err := rs.GetAgent(ctx, name)
 	if err != nil {
-		return ledger.RunnerState{}, nil, a, err
+		return auth.RunnerState{}, nil, a, err
 	}
 	a.SpecDigest = runs.SpecDigestOf(a)
 	if req.KeyID != "" && req.KeyID != a.KeyID {
-		return ledger.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "key_id", Message: fmt.Sprintf(
+		return auth.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "key_id", Message: fmt.Sprintf(
 			"agent %q is registered with key %s, not %s: nothing was approved; if that is not the agent's key, remove the registration (`ledger agent remove %s`)", name, a.KeyID, clipText(req.KeyID), name)}
 	}
 	if req.SpecDigest != "" && !runs.MatchSpecDigest(req.SpecDigest, a.SpecDigest) {
@@ -93,7 +94,7 @@ func ApproveAgent(ctx context.Context, st admit.KeyLog, rs *runs.Store, name str
 		// it from here would approve what they did not check. It is read,
 		// beside the registration it digests, from `ledger agent list`.
 		v := a.Visible()
-		return ledger.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "spec_digest", Message: fmt.Sprintf(
+		return auth.RunnerState{}, nil, a, &ledger.Error{Code: ledger.CodeConflict, Field: "spec_digest", Message: fmt.Sprintf(
 			"%s is not agent %q's current spec digest (its registration now declares repository %s, commit %s, lanes %s, backend %s, labels %s): nothing was approved; compare the registration and its spec digest in `ledger agent list` before approving",
 			clipText(req.SpecDigest), name, v.Spec.Repository, v.Spec.Commit, strings.Join(v.Spec.Lanes, ","), v.Backend, runs.SortedLabels(v.Labels))}
 	}
@@ -147,7 +148,7 @@ func (s *Server) handleApproveAgent(w http.ResponseWriter, r *http.Request) {
 // agent key of that name; a live key of a plain runner is left alone.
 func RemoveAgent(ctx context.Context, st admit.KeyLog, rs *runs.Store, name, by string) (runs.RemoveAnswer, error) {
 	out := runs.RemoveAnswer{Name: name}
-	reg, err := ledger.LoadRunnerKeys(ctx, st, 0)
+	reg, err := auth.LoadRunnerKeys(ctx, st, 0)
 	if err != nil {
 		return out, err
 	}

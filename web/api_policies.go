@@ -8,6 +8,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/go-chi/chi/v5"
 )
@@ -100,7 +101,7 @@ func (s *Server) handleListPolicies(w http.ResponseWriter, r *http.Request) {
 // handleGetPolicy answers the newest policy of a name, or the policy of a
 // digest, with its content (public key material only).
 func (s *Server) handleGetPolicy(w http.ResponseWriter, r *http.Request) {
-	pe, err := ledger.ResolvePolicy(r.Context(), s.store, chi.URLParam(r, "ref"), 0)
+	pe, err := auth.ResolvePolicy(r.Context(), s.store, chi.URLParam(r, "ref"), 0)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -197,7 +198,7 @@ func (c *policyRefs) resolve(ctx context.Context, st ledger.Store, ref string) (
 	if pe, ok := c.byRef[ref]; ok {
 		return pe, nil
 	}
-	pe, err := ledger.ResolvePolicy(ctx, st, ref, cp.Size)
+	pe, err := auth.ResolvePolicy(ctx, st, ref, cp.Size)
 	if err != nil {
 		return pe, err
 	}

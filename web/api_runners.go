@@ -6,6 +6,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -25,8 +26,8 @@ type RunnerRevokeRequest struct {
 // RunnerAnswer is the answer of a runner-key append: the runner's state
 // and the appended entry.
 type RunnerAnswer struct {
-	Runner ledger.RunnerState `json:"runner"`
-	Entry  AppendedJSON       `json:"entry"`
+	Runner auth.RunnerState `json:"runner"`
+	Entry  AppendedJSON     `json:"entry"`
 }
 
 func (s *Server) handleAddRunner(w http.ResponseWriter, r *http.Request) {
@@ -67,14 +68,14 @@ func (s *Server) handleRevokeRunner(w http.ResponseWriter, r *http.Request) {
 	s.runnerAnswer(w, st, res)
 }
 
-func (s *Server) runnerAnswer(w http.ResponseWriter, st ledger.RunnerState, res *ledger.AppendResult) {
+func (s *Server) runnerAnswer(w http.ResponseWriter, st auth.RunnerState, res *ledger.AppendResult) {
 	status, a := s.runnerAnswerOf(st, res)
 	s.writeJSON(w, status, a)
 }
 
 // runnerAnswerOf is the status (201, or 200 when nothing was appended)
 // and answer of a runner-key append, counting the leaf in the metrics.
-func (s *Server) runnerAnswerOf(st ledger.RunnerState, res *ledger.AppendResult) (int, RunnerAnswer) {
+func (s *Server) runnerAnswerOf(st auth.RunnerState, res *ledger.AppendResult) (int, RunnerAnswer) {
 	e := res.Entries[0]
 	status := http.StatusOK
 	if !e.Existing {
@@ -90,7 +91,7 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	reg, err := ledger.LoadRunnerKeys(r.Context(), s.store, asOf)
+	reg, err := auth.LoadRunnerKeys(r.Context(), s.store, asOf)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

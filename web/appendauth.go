@@ -9,6 +9,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // guardCtxKey carries a request's *admit.TokenGuard to appendGuarded.
@@ -51,7 +52,7 @@ func (s *Server) requireAppend(next http.Handler) http.Handler {
 			g.Token = t
 		}
 		ctx := context.WithValue(context.WithValue(r.Context(), tokenKey, g.Token), guardCtxKey{}, g)
-		next.ServeHTTP(w, r.WithContext(ledger.WithAppendGuard(ctx, g)))
+		next.ServeHTTP(w, r.WithContext(tlog.WithAppendGuard(ctx, g)))
 	})
 }
 
@@ -78,7 +79,7 @@ func (s *Server) appendGuarded(w http.ResponseWriter, r *http.Request, recs []le
 	if !reflect.DeepEqual(tok, g.Token) && !g.Fill {
 		return nil, ledger.Errorf(ledger.CodeUnauthorized, "token %q changed while the request ran: send it again", tok.Name)
 	}
-	res, err = s.store.Append(ledger.WithAppendGuard(ctx, &admit.TokenGuard{Cache: &s.appendAuth, Hash: g.Hash, Token: tok, Fill: true}), recs, idem)
+	res, err = s.store.Append(tlog.WithAppendGuard(ctx, &admit.TokenGuard{Cache: &s.appendAuth, Hash: g.Hash, Token: tok, Fill: true}), recs, idem)
 	if errors.Is(err, admit.ErrTokenChanged) {
 		return nil, ledger.Errorf(ledger.CodeUnauthorized, "token %q changed while the request ran: send it again", tok.Name)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/ledger/storetest/teststore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // TestAppendAuthCachesGuardedTokens: the ingest route authenticates a
@@ -115,7 +116,7 @@ func TestAppendAuthRevokedBeforeAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooked := &hookedAuth{Store: ledger.NewVerifiedStore(st, st.Log, nil), after: func() {
+	hooked := &hookedAuth{Store: tlog.NewVerifiedStore(st, st.Log, nil), after: func() {
 		other, err := sqlite.Open(ctx, sqlite.Options{Path: path})
 		if err != nil {
 			t.Error(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // statusOf is the one table mapping application error codes to HTTP
@@ -37,7 +38,7 @@ type APIError struct {
 // errorBody returns the status and body for err. Internal errors are logged
 // by the caller and shown as "internal error".
 func errorBody(err error) (int, APIError) {
-	var te *ledger.TamperError
+	var te *tlog.TamperError
 	if errors.As(err, &te) {
 		return http.StatusInternalServerError, APIError{Code: ledger.CodeInternal, Message: te.Error()}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // writeJSON writes v with status, rendering into a buffer first.
@@ -53,7 +54,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if body.Code == ledger.CodeStorageFull {
 		s.storage.degrade(body.Message, s.cfg.Now())
 	}
-	var te *ledger.TamperError
+	var te *tlog.TamperError
 	switch {
 	case body.Code == ledger.CodeUnavailable && !errors.As(err, &te) && w.Header().Get("Retry-After") != "" || errorRetries(err):
 		// Load shedding or a database that is away: the answer says when

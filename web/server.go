@@ -12,6 +12,7 @@ import (
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/witness"
 	"github.com/go-chi/chi/v5"
@@ -74,10 +75,10 @@ type Config struct {
 	// (default 30s); PollWait caps an agent's long poll (default 25s).
 	LeaseTTL time.Duration
 	PollWait time.Duration
-	// Integrity, when set, reports the log's tamper state (ledger.Log's
+	// Integrity, when set, reports the log's tamper state (tlog.Log's
 	// Tampered): while set, /healthz answers 503 degraded naming the leaf
 	// (the store refuses appends and signatures itself).
-	Integrity func() (ledger.TamperState, bool)
+	Integrity func() (tlog.TamperState, bool)
 	// Sigstore is the Sigstore trust setting (trusted root and identity
 	// rules) Sigstore bundles are verified with; nil refuses every bundle
 	// with a 409 naming the missing setting.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // TestTamperedStateServesNoViews: once the full verification reports the
@@ -19,11 +20,11 @@ import (
 // the raw log (checkpoint, leaves, proofs) is still served.
 func TestTamperedStateServesNoViews(t *testing.T) {
 	var bad atomic.Bool
-	e := newAPIEnv(t, Config{Integrity: func() (ledger.TamperState, bool) {
+	e := newAPIEnv(t, Config{Integrity: func() (tlog.TamperState, bool) {
 		if !bad.Load() {
-			return ledger.TamperState{}, false
+			return tlog.TamperState{}, false
 		}
-		return ledger.TamperState{Index: 1, Problem: "projection columns do not match the leaf", Since: time.Now()}, true
+		return tlog.TamperState{Index: 1, Problem: "projection columns do not match the leaf", Since: time.Now()}, true
 	}})
 	if code, body := e.do(t, "POST", "/api/v1/evidence", e.record, testEvidence(1)); code != http.StatusCreated {
 		t.Fatalf("append: %d %s", code, body)

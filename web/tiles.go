@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/compact"
 )
 
@@ -130,7 +131,7 @@ func (s *Server) handleTile(w http.ResponseWriter, r *http.Request) {
 
 // hashTile reads the width node hashes of level 8·lv from index first.
 func (s *Server) hashTile(r *http.Request, lv int, first uint64, width int) ([]byte, error) {
-	nr, ok := s.store.(ledger.NodeReader)
+	nr, ok := s.store.(tlog.NodeReader)
 	if !ok {
 		return nil, ledger.Errorf(ledger.CodeInternal, "this store serves no tiles")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -24,9 +25,9 @@ import (
 // runAudit audits the database at path without changing it, with the
 // verifier key file pubPath alone: PRAGMA integrity_check first (a
 // damaged file is reported as such), then the key against the key that
-// signed the checkpoints, the whole log (ledger.RunAudit), and, when
+// signed the checkpoints, the whole log (tlog.RunAudit), and, when
 // statePath names a signed-state journal, every checkpoint size it
-// recorded (ledger.AuditSignedState). noState is true when statePath was
+// recorded (tlog.AuditSignedState). noState is true when statePath was
 // given but no journal is there.
 func runAudit(ctx context.Context, db, pubPath, statePath string) (rep ledger.AuditReport, noState bool, err error) {
 	failed := func(format string, args ...any) ledger.AuditReport {
@@ -60,14 +61,14 @@ func runAudit(ctx context.Context, db, pubPath, statePath string) (rep ledger.Au
 	if rep, err = st.Audit(ctx); err != nil || !rep.OK || statePath == "" {
 		return rep, false, err
 	}
-	ents, err := ledger.ReadSignedState(statePath)
+	ents, err := tlog.ReadSignedState(statePath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return rep, true, nil
 	}
 	if err != nil {
 		return rep, false, err
 	}
-	p, at, err := ledger.AuditSignedState(ctx, st, rep.Leaves, ents)
+	p, at, err := tlog.AuditSignedState(ctx, st, rep.Leaves, ents)
 	if err != nil {
 		return rep, false, err
 	}
@@ -145,7 +146,7 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 			}
 			statePath := state
 			if statePath == "" {
-				statePath = filepath.Join(a.dataDir(), ledger.SignedStateFile)
+				statePath = filepath.Join(a.dataDir(), tlog.SignedStateFile)
 			}
 			rep, noState, err := runAudit(cmd.Context(), a.DB, a.keyPath(key), statePath)
 			if errors.Is(err, fs.ErrNotExist) && !isPostgres(a.DB) {

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // maxSavedCheckpoint caps a saved checkpoint file or download.
@@ -21,8 +21,8 @@ const maxSavedCheckpoint = 1 << 20
 
 // loadSaved reads each --against source: a file, or an http(s) URL
 // fetched with a 30 s timeout. Errors name the source, never its content.
-func loadSaved(ctx context.Context, sources []string) ([]ledger.SavedCheckpoint, error) {
-	var out []ledger.SavedCheckpoint
+func loadSaved(ctx context.Context, sources []string) ([]tlog.SavedCheckpoint, error) {
+	var out []tlog.SavedCheckpoint
 	for _, src := range sources {
 		var b []byte
 		var err error
@@ -34,11 +34,11 @@ func loadSaved(ctx context.Context, sources []string) ([]ledger.SavedCheckpoint,
 		if err != nil {
 			return nil, fmt.Errorf("--against %s: %w", src, err)
 		}
-		n, err := ledger.ParseSavedCheckpoint(b)
+		n, err := tlog.ParseSavedCheckpoint(b)
 		if err != nil {
 			return nil, fmt.Errorf("--against %s: %w", src, err)
 		}
-		out = append(out, ledger.SavedCheckpoint{Source: src, Note: n})
+		out = append(out, tlog.SavedCheckpoint{Source: src, Note: n})
 	}
 	return out, nil
 }
@@ -112,7 +112,7 @@ func runAuditAgainst(ctx context.Context, a *app, sources []string, keyFlag stri
 	if err != nil {
 		return errExit(2, "audit: %v", err)
 	}
-	var log ledger.CheckpointReader
+	var log tlog.CheckpointReader
 	if a.Server != "" {
 		c, err := client.New(a.Server, client.Options{Token: a.Token, Timeout: a.Timeout})
 		if err != nil {
@@ -132,7 +132,7 @@ func runAuditAgainst(ctx context.Context, a *app, sources []string, keyFlag stri
 		defer st.Close()
 		log = st
 	}
-	rep, err := ledger.AuditAgainst(ctx, log, vkey, saved)
+	rep, err := tlog.AuditAgainst(ctx, log, vkey, saved)
 	if err != nil {
 		return errExit(2, "audit: %v", err)
 	}
@@ -143,7 +143,7 @@ func runAuditAgainst(ctx context.Context, a *app, sources []string, keyFlag stri
 			fmt.Fprintf(a.stdout, "audit against saved checkpoints FAILED: %s\n", rep.Problem)
 		}
 		for _, r := range rep.Results {
-			if r.Status == ledger.AgainstOK {
+			if r.Status == tlog.AgainstOK {
 				fmt.Fprintf(a.stdout, "ok %s: size %d is extended by the log (size %d)\n", r.Source, r.Size, rep.Size)
 			} else {
 				fmt.Fprintf(a.stdout, "FAILED %s: %s: %s\n", r.Source, r.Status, r.Problem)

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/verify"
 )

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/verify"
 )

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -27,14 +27,14 @@ import (
 //     (a key is generated only for a new log);
 //   - a key that did not sign the latest checkpoint, a database behind or
 //     disagreeing with the signed-state journal, a tail that fails its
-//     check (ledger.Log.CheckStart).
+//     check (tlog.Log.CheckStart).
 //
 // The store records every new checkpoint in the journal (keyDir's
 // signed-state) before answering the append that made it. With
 // acceptRollback, a database behind or disagreeing with the journal is
-// opened anyway and returned with the *ledger.StartError (only `ledger
+// opened anyway and returned with the *tlog.StartError (only `ledger
 // restore --accept-rollback` asks for it).
-func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*Store, *ledger.SignedState, error) {
+func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, acceptRollback bool, idemTTL time.Duration) (*Store, *tlog.SignedState, error) {
 	dbExists := false
 	if isPostgres(db) {
 		dbExists = true // its size is read below when the key is missing
@@ -87,7 +87,7 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 			return nil, nil, err
 		}
 	}
-	state, err := ledger.OpenSignedState(filepath.Join(keyDir, ledger.SignedStateFile))
+	state, err := tlog.OpenSignedState(filepath.Join(keyDir, tlog.SignedStateFile))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -96,7 +96,7 @@ func openChecked(ctx context.Context, db, keyDir string, log *slog.Logger, accep
 		return nil, nil, err
 	}
 	latest, err := st.CheckStart(ctx, st, state)
-	var se *ledger.StartError
+	var se *tlog.StartError
 	if err != nil {
 		if acceptRollback && errors.As(err, &se) && se.Rollback {
 			return st, state, err
@@ -135,7 +135,7 @@ func refuseForeignDataDir(ctx context.Context, db, keyDir string, log *slog.Logg
 			"A second ledger needs a data directory of its own: create %s (found by the database's name from then on), or pass --data-dir DIR (LEDGER_DATA_DIR)",
 			dbName(db), keyDir, owner, KeyOwnerFile, ownDirHint(db))
 	}
-	ents, err := ledger.ReadSignedState(filepath.Join(keyDir, ledger.SignedStateFile))
+	ents, err := tlog.ReadSignedState(filepath.Join(keyDir, tlog.SignedStateFile))
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(ents) == 0) {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	_ "modernc.org/sqlite"
 )
 
@@ -37,11 +38,11 @@ func integrityTemplate(t *testing.T, n int) string {
 	if out, se, code := runBin(t, "", "--db", db, "backup", tmpl+string(filepath.Separator)); code != 0 {
 		t.Fatalf("backup: %s %s", out, se)
 	}
-	j, err := os.ReadFile(filepath.Join(dir, "live", ledger.SignedStateFile))
+	j, err := os.ReadFile(filepath.Join(dir, "live", tlog.SignedStateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tmpl, ledger.SignedStateFile), j, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(tmpl, tlog.SignedStateFile), j, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return tmpl
@@ -55,7 +56,7 @@ func copyDir(t *testing.T, tmpl string) string {
 	if err := os.CopyFS(dst, os.DirFS(tmpl)); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"ledger.key", ledger.SignedStateFile} {
+	for _, f := range []string{"ledger.key", tlog.SignedStateFile} {
 		os.Chmod(filepath.Join(dst, f), 0o600)
 	}
 	return filepath.Join(dst, "ledger.db")

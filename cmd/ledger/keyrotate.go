@@ -10,9 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -44,7 +45,7 @@ type rotation struct {
 // log already holds the rotation to ledger.key.next, only step 3 runs.
 func runKeyRotate(ctx context.Context, a *app) (rotation, error) {
 	dir := a.dataDir()
-	nextPath := filepath.Join(dir, ledger.NextKeyFile)
+	nextPath := filepath.Join(dir, tlog.NextKeyFile)
 	var next keys.Key
 	var nextText string
 	if b, err := os.ReadFile(nextPath); err == nil {
@@ -127,7 +128,7 @@ func rotatedTo(ctx context.Context, a *app, vkey string) (rotation, bool, error)
 // finishRotation records the key change in the journal, replaces
 // ledger.pub atomically and renames ledger.key.next over ledger.key.
 func finishRotation(dir string, r rotation) error {
-	state, err := ledger.OpenSignedState(filepath.Join(dir, ledger.SignedStateFile))
+	state, err := tlog.OpenSignedState(filepath.Join(dir, tlog.SignedStateFile))
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func finishRotation(dir string, r rotation) error {
 	if err := keys.WriteAtomic(filepath.Join(dir, keys.PubFile), []byte(r.NewKey+"\n"), 0o644); err != nil {
 		return err
 	}
-	if err := os.Rename(filepath.Join(dir, ledger.NextKeyFile), filepath.Join(dir, keys.KeyFile)); err != nil {
+	if err := os.Rename(filepath.Join(dir, tlog.NextKeyFile), filepath.Join(dir, keys.KeyFile)); err != nil {
 		return fmt.Errorf("put the new key in place: %w", err)
 	}
 	return keys.SyncDir(dir)

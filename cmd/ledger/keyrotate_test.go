@@ -12,6 +12,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -77,10 +78,10 @@ func TestKeyRotation(t *testing.T) {
 	if readTrim(t, filepath.Join(dir, "ledger.key")) == oldSkey {
 		t.Fatal("ledger.key was not replaced")
 	}
-	if _, err := os.Stat(filepath.Join(dir, ledger.NextKeyFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, tlog.NextKeyFile)); err == nil {
 		t.Fatal("ledger.key.next left behind")
 	}
-	if j := readTrim(t, filepath.Join(dir, ledger.SignedStateFile)); !strings.Contains(j, "key "+itoa(before+2)+" "+newPub) {
+	if j := readTrim(t, filepath.Join(dir, tlog.SignedStateFile)); !strings.Contains(j, "key "+itoa(before+2)+" "+newPub) {
 		t.Fatalf("journal lacks the key line: %s", j)
 	}
 
@@ -228,7 +229,7 @@ func TestKeyRotationBadSignature(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			state, err := ledger.OpenSignedState(filepath.Join(dir, ledger.SignedStateFile))
+			state, err := tlog.OpenSignedState(filepath.Join(dir, tlog.SignedStateFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -259,7 +260,7 @@ func TestKeyRotationBadSignature(t *testing.T) {
 			if _, err := ledger.ParseKeyRotation(e.Body, e.Index, next.Signer.Name(), old.VerifierKey); err == nil {
 				t.Fatal("the bad rotation verifies")
 			}
-			os.WriteFile(filepath.Join(dir, ledger.NextKeyFile), []byte(skey+"\n"), 0o600)
+			os.WriteFile(filepath.Join(dir, tlog.NextKeyFile), []byte(skey+"\n"), 0o600)
 			if err := finishRotation(dir, rotation{NewKey: next.VerifierKey, TakeoverSize: e.Index + 2}); err != nil {
 				t.Fatal(err)
 			}

@@ -6,9 +6,10 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/admit"
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // theLedger is what the commands that record and read through a ledger get:
@@ -193,11 +194,11 @@ func (l *localLedger) Approve(ctx context.Context, version, note string) (gates.
 	return admit.Approval(ctx, l.checked(), who, version, note, time.Now())
 }
 
-// checked is the store with every leaf it reads checked (ledger.VerifiedStore),
+// checked is the store with every leaf it reads checked (tlog.VerifiedStore),
 // as the server reads it: verdicts and approvals are never computed over
 // edited leaves.
-func (l *localLedger) checked() *ledger.VerifiedStore {
-	return ledger.NewVerifiedStore(l.Store, l.Store.Log, nil)
+func (l *localLedger) checked() *tlog.VerifiedStore {
+	return tlog.NewVerifiedStore(l.Store, l.Store.Log, nil)
 }
 
 // appendedJSON is the --json shape of an append, for a local or a remote

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/verify"
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // restoreSeq numbers the evidence of the restore tests (distinct records).
@@ -135,7 +136,7 @@ func TestMultiServerRestoreNoFork(t *testing.T) {
 	t.Run("own journals", func(t *testing.T) {
 		dsn, dirA, token := setup(t)
 		dirB := t.TempDir()
-		for _, f := range []string{keys.KeyFile, keys.PubFile, ledger.SignedStateFile} {
+		for _, f := range []string{keys.KeyFile, keys.PubFile, tlog.SignedStateFile} {
 			b, err := os.ReadFile(filepath.Join(dirA, f))
 			if err != nil {
 				t.Fatal(err)

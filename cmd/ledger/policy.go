@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/spf13/cobra"
 )
@@ -125,7 +126,7 @@ func policyShowCmd(a *app) *cobra.Command {
 					return errExit(2, "%v", err)
 				}
 			} else {
-				pe, err := ledger.ResolvePolicy(cmd.Context(), l, args[0], 0)
+				pe, err := auth.ResolvePolicy(cmd.Context(), l, args[0], 0)
 				if err != nil {
 					return errExit(2, "%v", err)
 				}

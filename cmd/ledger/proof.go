@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger/tlogproof"
 	"github.com/evidence-ledger/ledger/witness"
 )

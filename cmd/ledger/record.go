@@ -12,9 +12,9 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/admit"
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/spf13/cobra"
 )
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +39,7 @@ type LogEvent struct {
 // journal.
 func runRestore(ctx context.Context, a *app, by, reason string) (string, error) {
 	st, state, err := openChecked(ctx, a.DB, a.dataDir(), a.log, true, 0)
-	var se *ledger.StartError
+	var se *tlog.StartError
 	if err == nil {
 		st.Close()
 		return "nothing to accept: the database agrees with the last checkpoint this log signed", nil

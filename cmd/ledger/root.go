@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/spf13/cobra"
 )
 

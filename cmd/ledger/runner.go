@@ -12,6 +12,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/admit"
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/spf13/cobra"
 )
@@ -19,41 +20,41 @@ import (
 // runnerLedger is what the runner commands and signed recording need of a
 // ledger, local or remote: the registry and the signed append.
 type runnerLedger interface {
-	AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.AppendedEntry, error)
-	RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.AppendedEntry, error)
-	Runners(ctx context.Context) (ledger.RunnerRegistry, error)
+	AddRunner(ctx context.Context, name string, keyFile []byte) (auth.RunnerState, ledger.AppendedEntry, error)
+	RevokeRunner(ctx context.Context, name, reason string) (auth.RunnerState, ledger.AppendedEntry, error)
+	Runners(ctx context.Context) (auth.RunnerRegistry, error)
 	// AppendEnvelopes verifies DSSE envelopes of evidence against the
 	// registered runner keys and appends the records with their signers,
 	// atomically.
 	AppendEnvelopes(ctx context.Context, envelopes [][]byte, idemKey string) (*ledger.AppendResult, error)
 }
 
-func (l *localLedger) AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.AppendedEntry, error) {
+func (l *localLedger) AddRunner(ctx context.Context, name string, keyFile []byte) (auth.RunnerState, ledger.AppendedEntry, error) {
 	who, err := l.actor(ctx, ledger.ScopeAdmin)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	st, res, err := admit.AddRunner(ctx, l.Store, name, keyFile, who.Name)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	return st, res.Entries[0], nil
 }
 
-func (l *localLedger) RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.AppendedEntry, error) {
+func (l *localLedger) RevokeRunner(ctx context.Context, name, reason string) (auth.RunnerState, ledger.AppendedEntry, error) {
 	who, err := l.actor(ctx, ledger.ScopeAdmin)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	st, res, err := admit.RevokeRunner(ctx, l.Store, name, reason, who.Name)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	return st, res.Entries[0], nil
 }
 
-func (l *localLedger) Runners(ctx context.Context) (ledger.RunnerRegistry, error) {
-	return ledger.LoadRunnerKeys(ctx, l.Store, 0)
+func (l *localLedger) Runners(ctx context.Context) (auth.RunnerRegistry, error) {
+	return auth.LoadRunnerKeys(ctx, l.Store, 0)
 }
 
 // Append appends recs to the local database as POST /api/v1/evidence
@@ -286,7 +287,7 @@ func (a *app) runnerLedger(ctx context.Context, as string) (theLedger, error) {
 	return a.openLedger(ctx, ledgerOptions{as: as, records: true})
 }
 
-func (a *app) printRunner(st ledger.RunnerState, e ledger.AppendedEntry, what string) error {
+func (a *app) printRunner(st auth.RunnerState, e ledger.AppendedEntry, what string) error {
 	if a.JSON {
 		return a.printJSON(map[string]any{"runner": st, "entry": appendedEntryJSON{e.ID, e.Index, e.LeafHash, e.Existing, e.Proof}})
 	}
@@ -374,8 +375,8 @@ func auditSigned(ctx context.Context, l theLedger) (signedAudit, error) {
 
 // registryBefore is reg as it stood before log index idx: registrations
 // added before it, with revocations before it.
-func registryBefore(reg ledger.RunnerRegistry, idx uint64) ledger.RunnerRegistry {
-	var out ledger.RunnerRegistry
+func registryBefore(reg auth.RunnerRegistry, idx uint64) auth.RunnerRegistry {
+	var out auth.RunnerRegistry
 	for _, s := range reg.Runners {
 		if s.Index >= idx {
 			continue

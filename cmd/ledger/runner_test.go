@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/verify"
 )
 
@@ -94,7 +95,7 @@ func TestRunnerCommandsLocal(t *testing.T) {
 		t.Fatalf("runner audit: exit %d %s", code, out)
 	}
 	out, _, _ = runBin(t, "", "--db", db, "--json", "runner", "list")
-	var reg ledger.RunnerRegistry
+	var reg auth.RunnerRegistry
 	if json.Unmarshal([]byte(out), &reg) != nil || len(reg.Runners) != 1 || reg.Runners[0].AddedBy != "adm" {
 		t.Fatalf("runner list: %s", out)
 	}

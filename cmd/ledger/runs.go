@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/runner"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/spf13/cobra"

@@ -17,10 +17,10 @@ import (
 
 	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/internal/logbuf"
-	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
@@ -56,7 +56,7 @@ type ServeConfig struct {
 	// of ScanChunk leaves with ScanPause between them, then the store's
 	// audit, which compares every projection row and column with its leaf.
 	// A finding puts the server in the tampered state (see
-	// ledger.Log.FullScan). Once a
+	// tlog.Log.FullScan). Once a
 	// scan passes, another runs ScanEvery later over the log as signed
 	// then (LEDGER_FULL_SCAN_EVERY, --full-scan-every; default 1h; 0: only
 	// the scan at start), so that an edit made under the running server is
@@ -217,7 +217,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 	st.Log.UseJournal(state)
 	// Every leaf the API and the dashboard serve (and the gates read) is
 	// checked against its leaf hash and the signed tree first.
-	checked := ledger.NewVerifiedStore(st, st.Log, c.Log)
+	checked := tlog.NewVerifiedStore(st, st.Log, c.Log)
 	// Fold the log into the verified query index now, so the first
 	// readiness answer does not wait for it (a failure is logged; the
 	// first query then folds again).
@@ -346,7 +346,7 @@ func startFullScan(ctx context.Context, st *Store, c ServeConfig, verifiedAtStar
 }
 
 // watchFile checks every c.FileCheckEvery, between appends, that the
-// database still holds the log this server signed (ledger.Log.CheckStored:
+// database still holds the log this server signed (tlog.Log.CheckStored:
 // not rolled back, not another root at the size it signed; on a finding
 // the server goes into the tampered state and leaves the tampered
 // marker) and, for SQLite, that the file at --db is still the file it
@@ -408,7 +408,7 @@ func keepTamperMarker(st *Store, c ServeConfig) bool {
 	return true
 }
 
-func writeTamperMarker(dir string, ts ledger.TamperState) error {
+func writeTamperMarker(dir string, ts tlog.TamperState) error {
 	b, err := json.Marshal(ts)
 	if err != nil {
 		return err
@@ -431,7 +431,7 @@ func scanIfMarked(ctx context.Context, st *Store, c ServeConfig) (verified bool,
 	if err != nil {
 		return false, fmt.Errorf("serve: read the tampered marker %s: %w", path, err)
 	}
-	var prev ledger.TamperState
+	var prev tlog.TamperState
 	if err := json.Unmarshal(b, &prev); err != nil {
 		return false, fmt.Errorf("serve: the tampered marker %s does not parse (a previous run found tampering): remove it only after `ledger audit` passes", path)
 	}
@@ -440,8 +440,8 @@ func scanIfMarked(ctx context.Context, st *Store, c ServeConfig) (verified bool,
 	if err != nil {
 		return false, fmt.Errorf("serve: read the checkpoint for the verification a previous finding requires: %w", err)
 	}
-	err = st.Log.FullScan(ctx, st, cp.Size, ledger.ScanOptions{Chunk: c.ScanChunk})
-	var te *ledger.TamperError
+	err = st.Log.FullScan(ctx, st, cp.Size, tlog.ScanOptions{Chunk: c.ScanChunk})
+	var te *tlog.TamperError
 	switch {
 	case err == nil:
 		if err := os.Remove(path); err != nil {
@@ -457,7 +457,7 @@ func scanIfMarked(ctx context.Context, st *Store, c ServeConfig) (verified bool,
 }
 
 // fullScan is the server's background full verification of the log up
-// to its signed size at start (ledger.Log.FullScan), logged when it ends,
+// to its signed size at start (tlog.Log.FullScan), logged when it ends,
 // then again every c.ScanEvery up to the size signed then (also after one
 // that could not finish), until one finds tampering or ctx ends.
 func fullScan(ctx context.Context, st *Store, c ServeConfig) {
@@ -484,8 +484,8 @@ func fullScanOnce(ctx context.Context, st *Store, c ServeConfig) bool {
 	}
 	start := time.Now()
 	c.Log.Info("full verification started", "size", cp.Size)
-	err = st.Log.FullScan(ctx, st, cp.Size, ledger.ScanOptions{Chunk: c.ScanChunk, Pause: c.ScanPause})
-	var te *ledger.TamperError
+	err = st.Log.FullScan(ctx, st, cp.Size, tlog.ScanOptions{Chunk: c.ScanChunk, Pause: c.ScanPause})
+	var te *tlog.TamperError
 	switch {
 	case err == nil:
 		c.Log.Info("full verification passed", "size", cp.Size, "took", time.Since(start).Round(time.Millisecond).String())

@@ -11,15 +11,16 @@ import (
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // Store is a local ledger store as the commands use it, whichever driver
 // --db selects (see openDriverStore): the store's methods, and Log, the
-// log engine over it (for ledger.NewVerifiedStore). Exactly one of lite
+// log engine over it (for tlog.NewVerifiedStore). Exactly one of lite
 // and pg is set.
 type Store struct {
 	driverStore
-	Log  *ledger.Log
+	Log  *tlog.Log
 	lite *sqlite.Store
 	pg   *postgres.Store
 }
@@ -28,11 +29,11 @@ type Store struct {
 type driverStore interface {
 	ledger.Store
 	ledger.CheckpointLister
-	ledger.NodeReader
+	tlog.NodeReader
 	Origin() string
-	CheckStart(ctx context.Context, r ledger.EntryAtReader, state *ledger.SignedState) (ledger.Checkpoint, error)
+	CheckStart(ctx context.Context, r tlog.EntryAtReader, state *tlog.SignedState) (ledger.Checkpoint, error)
 	ProbeStorage(ctx context.Context) error
-	// AuthenticateRow lets ledger.VerifiedStore check a tokens row against
+	// AuthenticateRow lets tlog.VerifiedStore check a tokens row against
 	// its token leaves (ledger.TokenRowAuthenticator): a wrapper that hid
 	// it would make authentication trust the row.
 	AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error)
@@ -42,10 +43,10 @@ var (
 	_ driverStore                  = (*sqlite.Store)(nil)
 	_ driverStore                  = (*postgres.Store)(nil)
 	_ ledger.TokenRowAuthenticator = (*Store)(nil)
-	_ ledger.EntryRangeReader      = (*Store)(nil)
+	_ tlog.EntryRangeReader        = (*Store)(nil)
 )
 
-// EntriesRange implements ledger.EntryRangeReader (the background full
+// EntriesRange implements tlog.EntryRangeReader (the background full
 // verification's reads): one query on SQLite, leaf by leaf on PostgreSQL.
 func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error) {
 	if s.lite != nil {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/evidence-ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/client"
 	"github.com/evidence-ledger/ledger/verify"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/spf13/cobra"

@@ -10,6 +10,7 @@ import (
 	"github.com/transparency-dev/merkle/compact"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/evidence-ledger/ledger/witness"
 )
 
@@ -96,7 +97,7 @@ func (s notifyingStore) LastWitnessed() (uint64, ledger.Hash, bool) {
 // ReadNodes forwards to the wrapped store's node reader (web's tiles),
 // when it has one.
 func (s notifyingStore) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
-	if nr, ok := s.Store.(ledger.NodeReader); ok {
+	if nr, ok := s.Store.(tlog.NodeReader); ok {
 		return nr.ReadNodes(ctx, ids)
 	}
 	return nil, ledger.Errorf(ledger.CodeInternal, "the store reads no tree nodes")

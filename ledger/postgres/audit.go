@@ -10,11 +10,12 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlstore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/compact"
 )
 
 // Audit implements ledger.Auditor through the engine's audit
-// (ledger.RunAudit) over one REPEATABLE READ snapshot of the database,
+// (tlog.RunAudit) over one REPEATABLE READ snapshot of the database,
 // shared by two connections (pg_export_snapshot): one streams the leaves
 // with their projections, the other the tree nodes. The driver's checks
 // cover the evidence projection columns, heads_index, evidence_artifacts
@@ -35,9 +36,9 @@ type auditProj struct {
 	artifacts int64
 }
 
-type auditRow = ledger.AuditRow[auditProj]
+type auditRow = tlog.AuditRow[auditProj]
 
-// auditSrc is the PostgreSQL ledger.AuditSource.
+// auditSrc is the PostgreSQL tlog.AuditSource.
 type auditSrc struct {
 	conn, conn2 *sql.Conn
 	tx, tx2     *sql.Tx
@@ -45,7 +46,7 @@ type auditSrc struct {
 	nodeRows    *sql.Rows
 
 	artifacts, wantHead int64
-	tokens              ledger.TokenProjection
+	tokens              tlog.TokenProjection
 }
 
 var snapshotID = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
@@ -104,7 +105,7 @@ func (a *auditSrc) Close() {
 	}
 }
 
-// Checkpoints implements ledger.AuditSource.
+// Checkpoints implements tlog.AuditSource.
 func (a *auditSrc) Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error) {
 	return dialect.AuditCheckpoints(ctx, a.tx)
 }
@@ -119,7 +120,7 @@ const auditLeavesQuery = `SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.le
 		FROM evidence_artifacts GROUP BY idx) a ON a.idx = l.idx
 	ORDER BY l.idx`
 
-// ReadLeaves implements ledger.AuditSource.
+// ReadLeaves implements tlog.AuditSource.
 func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow, error) {
 	if a.leafRows == nil {
 		var err error
@@ -144,7 +145,7 @@ func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow
 	return batch, nil
 }
 
-// NextNode implements ledger.AuditSource over tree_nodes in ord order.
+// NextNode implements tlog.AuditSource over tree_nodes in ord order.
 func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, error) {
 	if a.nodeRows == nil {
 		var err error
@@ -181,10 +182,10 @@ func wantArts(arts map[string]string) string {
 	return sb.String()
 }
 
-// CheckLeaf implements ledger.AuditSource: the leaf's projection columns
+// CheckLeaf implements tlog.AuditSource: the leaf's projection columns
 // and heads_index row (sqlstore.Projection.CheckLeaf) and artifact rows
 // against its body.
-func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
+func (a *auditSrc) CheckLeaf(r *auditRow, b *tlog.AuditBody) string {
 	p := &r.Proj
 	return p.Projection.CheckLeaf(&r.AuditLeaf, b, p.nArts.Valid, func() string {
 		if len(b.Subject.Artifacts) != int(p.nArts.Int64) || (len(b.Subject.Artifacts) > 0 && p.arts.String != wantArts(b.Subject.Artifacts)) {
@@ -195,7 +196,7 @@ func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 	})
 }
 
-// AddLeaf implements ledger.AuditSource.
+// AddLeaf implements tlog.AuditSource.
 func (a *auditSrc) AddLeaf(r *auditRow) {
 	a.artifacts += r.Proj.artifacts
 	if ledger.Kind(r.Kind) == ledger.KindHead {
@@ -206,12 +207,12 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	}
 }
 
-// Finish implements ledger.AuditSource: the projection tables' row counts
+// Finish implements tlog.AuditSource: the projection tables' row counts
 // (rows of no leaf), then the tokens table. Content ids need no check of
 // their own here: leaves.id is the id index (UNIQUE), and the engine
 // checked every id against its leaf's bytes.
-func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, error) {
-	f := ledger.AuditFinding{Index: -1, FirstDuplicate: -1}
+func (a *auditSrc) Finish(ctx context.Context, n uint64) (tlog.AuditFinding, error) {
+	f := tlog.AuditFinding{Index: -1, FirstDuplicate: -1}
 	var err error
 	if f.Problem, err = sqlstore.AuditCounts(ctx, a.tx, a.wantHead, a.artifacts); err != nil || f.Problem != "" {
 		return f, err
@@ -221,8 +222,8 @@ func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, e
 	return f, err
 }
 
-// KeyRotations implements ledger.KeyRotationSource: the snapshot's
+// KeyRotations implements tlog.KeyRotationSource: the snapshot's
 // key-rotation leaves in index order, read before the leaf stream.
-func (a *auditSrc) KeyRotations(ctx context.Context) ([]ledger.AuditLeaf, error) {
+func (a *auditSrc) KeyRotations(ctx context.Context) ([]tlog.AuditLeaf, error) {
 	return dialect.AuditKeyRotations(ctx, a.tx)
 }

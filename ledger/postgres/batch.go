@@ -14,6 +14,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlstore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/transparency-dev/merkle/compact"
@@ -22,35 +23,35 @@ import (
 // storedSizeQuery counts the stored leaves (the next leaf index).
 const storedSizeQuery = "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves"
 
-// ReadNodes implements ledger.NodeReader on the pool.
+// ReadNodes implements tlog.NodeReader on the pool.
 func (d *driver) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
 	return fetchNodes(ctx, d.db, ids)
 }
 
-// StoredCheckpoint implements ledger.Driver.
+// StoredCheckpoint implements tlog.Driver.
 func (d *driver) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
 	return checkpointAt(ctx, d.db, size)
 }
 
-// SignedSize implements ledger.Driver.
+// SignedSize implements tlog.Driver.
 func (d *driver) SignedSize(ctx context.Context) (uint64, error) {
 	var n int64
 	err := d.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(size), 0) FROM checkpoints").Scan(&n)
 	return uint64(n), dbErr("size", err)
 }
 
-// LookupIDs implements ledger.Driver: the content ids are looked up
+// LookupIDs implements tlog.Driver: the content ids are looked up
 // inside the batch (Batch.Find), under the lock, so there is no hint.
 func (d *driver) LookupIDs(context.Context, []ledger.Prepared) any { return nil }
 
-// BeginBatch implements ledger.Driver: a transaction on one pooled
+// BeginBatch implements tlog.Driver: a transaction on one pooled
 // connection that holds the sequencer's advisory lock (SequencerLock)
 // until it ends, so batches of every process on the database run one at
 // a time. BEGIN, the lock and the stored size are one pipelined round
 // trip; the size statement is a statement of its own, so under READ
 // COMMITTED its snapshot is taken after the lock is granted and counts
 // what every other server committed.
-func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
+func (d *driver) BeginBatch(ctx context.Context) (tlog.Batch, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, dbErr("begin", err)
@@ -77,7 +78,7 @@ func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
 	return b, nil
 }
 
-// batch is the PostgreSQL ledger.Batch: one transaction under the
+// batch is the PostgreSQL tlog.Batch: one transaction under the
 // sequencer lock, on a connection taken from the pool for the batch's
 // life, and the rows it buffers. Used by the engine's sequencer goroutine
 // only.
@@ -115,7 +116,7 @@ func (b *batch) pipe(ctx context.Context, fill func(*pgx.Batch)) error {
 
 func (b *batch) bufs() []*rowBuf { return []*rowBuf{b.leaf, b.node, b.art, b.head} }
 
-// Size implements ledger.Batch; read after the lock was taken, it counts
+// Size implements tlog.Batch; read after the lock was taken, it counts
 // what every other server committed.
 func (b *batch) Size(ctx context.Context) (uint64, error) {
 	if b.sized {
@@ -127,21 +128,21 @@ func (b *batch) Size(ctx context.Context) (uint64, error) {
 	return uint64(n), dbErr("size", err)
 }
 
-// StoredCheckpoint implements ledger.Batch.
+// StoredCheckpoint implements tlog.Batch.
 func (b *batch) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
 	return checkpointAt(ctx, b.tx, size)
 }
 
-// ReadNodes implements ledger.NodeReader inside the transaction.
+// ReadNodes implements tlog.NodeReader inside the transaction.
 func (b *batch) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
 	return fetchNodes(ctx, b.tx, ids)
 }
 
-// Start implements ledger.Batch: the driver derives nothing from the
+// Start implements tlog.Batch: the driver derives nothing from the
 // stored log.
 func (b *batch) Start(context.Context, uint64, bool) error { return nil }
 
-// BeginRequest implements ledger.Batch (a savepoint is a SQL SAVEPOINT).
+// BeginRequest implements tlog.Batch (a savepoint is a SQL SAVEPOINT).
 func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	if savepoint {
 		if _, err := b.tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
@@ -153,7 +154,7 @@ func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	return nil
 }
 
-// EndRequest implements ledger.Batch.
+// EndRequest implements tlog.Batch.
 func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 	if ok {
 		b.reqIDs = b.reqIDs[:0]
@@ -178,7 +179,7 @@ func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 	return lost("savepoint", err)
 }
 
-// Find implements ledger.Batch: ids appended in this batch, then the
+// Find implements tlog.Batch: ids appended in this batch, then the
 // leaves table (committed by any server, or flushed by this batch).
 func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, _ any) (map[string]uint64, error) {
 	var out map[string]uint64
@@ -215,21 +216,21 @@ func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, _ any) (map[st
 	return out, rows.Err()
 }
 
-// EntryAt implements ledger.Batch.
+// EntryAt implements tlog.Batch.
 func (b *batch) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
 	e, err := scanEntry(b.tx.QueryRowContext(ctx, entryAtQuery, int64(index)))
 	return e, dbErr("entry", err)
 }
 
-// EntryByID implements ledger.Batch.
+// EntryByID implements tlog.Batch.
 func (b *batch) EntryByID(ctx context.Context, id string) (ledger.Entry, error) {
 	return entryByID(ctx, b.tx, id)
 }
 
-// Idempotency implements ledger.Batch: keys older than
+// Idempotency implements tlog.Batch: keys older than
 // Options.IdempotencyTTL are not found.
-func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentAnswer, bool, error) {
-	var ans ledger.IdempotentAnswer
+func (b *batch) Idempotency(ctx context.Context, key string) (tlog.IdempotentAnswer, bool, error) {
+	var ans tlog.IdempotentAnswer
 	var idsJSON string
 	var size int64
 	cutoff := b.d.opts.Now().Add(-b.d.opts.IdempotencyTTL).UnixNano()
@@ -247,7 +248,7 @@ func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentA
 	return ans, true, nil
 }
 
-// AddLeaf implements ledger.Batch: the leaf row (with the evidence
+// AddLeaf implements tlog.Batch: the leaf row (with the evidence
 // projection columns; the lane is p.Key) and the projection rows kept
 // outside it.
 func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
@@ -272,7 +273,7 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 	}
 }
 
-// AddNode implements ledger.Batch; level-0 nodes are the leaf hashes,
+// AddNode implements tlog.Batch; level-0 nodes are the leaf hashes,
 // kept in the leaves table.
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	if id.Level > 0 {
@@ -280,7 +281,7 @@ func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	}
 }
 
-// Flush implements ledger.Batch: every buffered row of every table in
+// Flush implements tlog.Batch: every buffered row of every table in
 // one pipelined round trip (leaves first: the projections refer to them).
 func (b *batch) Flush(ctx context.Context) error {
 	err := b.pipe(ctx, func(q *pgx.Batch) {
@@ -302,13 +303,13 @@ func (b *batch) reset() {
 	b.tokOps = b.tokOps[:0]
 }
 
-// PutIdempotency implements ledger.Batch; its statements are sent with
+// PutIdempotency implements tlog.Batch; its statements are sent with
 // COMMIT (Commit), so an error shows there. An expired row of the same
 // key is replaced; a key another server stored first is kept (ON
 // CONFLICT DO NOTHING); at most once per idemPruneEvery puts (or
 // idemPruneAge) the expired keys and, beyond Options.IdempotencyMax rows,
 // the oldest go.
-func (b *batch) PutIdempotency(_ context.Context, key string, ans ledger.IdempotentAnswer, at time.Time) error {
+func (b *batch) PutIdempotency(_ context.Context, key string, ans tlog.IdempotentAnswer, at time.Time) error {
 	idsJSON, _ := json.Marshal(ans.IDs)
 	d := b.d
 	cutoff := at.Add(-d.opts.IdempotencyTTL).UnixNano()
@@ -330,7 +331,7 @@ func (b *batch) PutIdempotency(_ context.Context, key string, ans ledger.Idempot
 	return nil
 }
 
-// PutCheckpoint implements ledger.Batch; the INSERT is sent with COMMIT
+// PutCheckpoint implements tlog.Batch; the INSERT is sent with COMMIT
 // (Commit), so an error shows there.
 func (b *batch) PutCheckpoint(_ context.Context, cp ledger.Checkpoint) error {
 	note, created := cp.Note, cp.CreatedAt.UnixNano()
@@ -341,7 +342,7 @@ func (b *batch) PutCheckpoint(_ context.Context, cp ledger.Checkpoint) error {
 	return nil
 }
 
-// Commit implements ledger.Batch: the idempotency and checkpoint
+// Commit implements tlog.Batch: the idempotency and checkpoint
 // statements and COMMIT (which releases the lock) in one pipelined round
 // trip. On error the transaction is rolled back, nothing of it stored
 // unless the error came after PostgreSQL committed (a lost connection).
@@ -370,7 +371,7 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 	return nil
 }
 
-// Rollback implements ledger.Batch; a connection whose rollback fails is
+// Rollback implements tlog.Batch; a connection whose rollback fails is
 // closed rather than returned to the pool.
 func (b *batch) Rollback() {
 	b.reset()

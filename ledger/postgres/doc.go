@@ -1,10 +1,10 @@
-// Package postgres is the PostgreSQL driver of the log engine (ledger.Log)
+// Package postgres is the PostgreSQL driver of the log engine (tlog.Log)
 // and, with it, a ledger.Store, through github.com/jackc/pgx/v5 (its
 // database/sql adapter, pgx/v5/stdlib).
 //
 // The engine owns what every store shares (sequencer, group commit, the
 // Merkle tree, checkpoint signing, de-duplication policy, proofs and the
-// audit); this package implements ledger.Driver and ledger.Batch: one
+// audit); this package implements tlog.Driver and tlog.Batch: one
 // batch is one READ COMMITTED transaction that first takes a
 // transaction-scoped advisory lock (pg_advisory_xact_lock(SequencerLock)).
 // The lock serialises the batches of every ledger process on the

@@ -35,7 +35,7 @@ func entryByID(ctx context.Context, q queryer, id string) (ledger.Entry, error) 
 	return e, lost("read", err)
 }
 
-// EntriesRange implements ledger.EntryRangeReader: the stored leaves of
+// EntriesRange implements tlog.EntryRangeReader: the stored leaves of
 // indexes [lo, hi) in index order, in one query (missing ones are absent).
 func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error) {
 	if lo >= hi || lo > math.MaxInt64 {

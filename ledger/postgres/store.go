@@ -17,6 +17,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlstore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	pgmig "github.com/evidence-ledger/ledger/migrations/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,7 +42,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests pin it.
 	Now func() time.Time
-	// MaxBatch and Linger are ledger.LogOptions' (group commit).
+	// MaxBatch and Linger are tlog.LogOptions' (group commit).
 	MaxBatch int
 	Linger   time.Duration
 	// IdempotencyTTL is how long an idempotency key's answer is replayed
@@ -53,7 +54,7 @@ type Options struct {
 	// ReadOnly opens without starting the sequencer or migrating; a
 	// database at an older schema is refused. Appends fail.
 	ReadOnly bool
-	// OnCheckpoint is ledger.LogOptions.OnCheckpoint.
+	// OnCheckpoint is tlog.LogOptions.OnCheckpoint.
 	OnCheckpoint func(ledger.Checkpoint) error
 	// MaxConns caps the connection pool (default 16).
 	MaxConns int
@@ -74,12 +75,12 @@ const (
 // ledger processes on a database.
 const SequencerLock int64 = 0x6c65646765720001 // "ledger" 0001
 
-// Store is the PostgreSQL ledger.Store: the log engine (ledger.Log, whose
+// Store is the PostgreSQL ledger.Store: the log engine (tlog.Log, whose
 // methods it has) over this package's driver, plus the projection
 // queries, tokens, checkpoints listing and the audit. Safe for concurrent
 // use.
 type Store struct {
-	*ledger.Log
+	*tlog.Log
 	sqlstore.Queries
 	sqlstore.TokenTable
 	d *driver
@@ -90,7 +91,7 @@ var (
 	_ ledger.CheckpointLister = (*Store)(nil)
 )
 
-// driver is the PostgreSQL ledger.Driver: one connection pool; batches
+// driver is the PostgreSQL tlog.Driver: one connection pool; batches
 // take a pool connection for their transaction.
 type driver struct {
 	db   *sql.DB
@@ -133,7 +134,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	l, err := ledger.NewLog(d, ledger.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly, OnCheckpoint: opts.OnCheckpoint})
+	l, err := tlog.NewLog(d, tlog.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly, OnCheckpoint: opts.OnCheckpoint})
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)

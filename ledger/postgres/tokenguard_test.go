@@ -9,6 +9,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // TestAuthenticationChecksTokenRowAgainstLeaves: on PostgreSQL too, the
@@ -17,7 +18,7 @@ import (
 func TestAuthenticationChecksTokenRowAgainstLeaves(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t, pgtest.NewDatabase(t), t.TempDir(), false)
-	vs := ledger.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	vs := tlog.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	secret, _, err := vs.CreateToken(ctx, "ci", ledger.ScopeRecord, nil)
 	if err != nil {
 		t.Fatal(err)

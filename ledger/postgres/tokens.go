@@ -30,7 +30,7 @@ var authRowQuery = dialect.SQL(sqlstore.AuthRowQuery)
 
 // AuthenticateRow implements ledger.TokenRowAuthenticator: one query
 // reads the row whose secret_hash is SHA-256(secret) with the count of
-// token and token-revocation leaves, so ledger.VerifiedStore can check
+// token and token-revocation leaves, so tlog.VerifiedStore can check
 // the row against its leaves (and cache that check by the count).
 func (s *Store) AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error) {
 	h := sha256.Sum256([]byte(secret))

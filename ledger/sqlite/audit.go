@@ -8,11 +8,12 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlstore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/compact"
 )
 
 // Audit implements ledger.Auditor through the engine's audit
-// (ledger.RunAudit) over one read snapshot of the database; the driver's
+// (tlog.RunAudit) over one read snapshot of the database; the driver's
 // checks cover the evidence projection columns, heads_index, the
 // artifact rows and the content-id tables. It reads through the read-only
 // pool and may run while the service appends (it audits the snapshot it
@@ -31,9 +32,9 @@ type auditProj struct {
 	artSum    artSum
 }
 
-type auditRow = ledger.AuditRow[auditProj]
+type auditRow = tlog.AuditRow[auditProj]
 
-// auditSrc is the SQLite ledger.AuditSource: one read transaction (the
+// auditSrc is the SQLite tlog.AuditSource: one read transaction (the
 // snapshot) streaming the leaves with their projections, a second
 // connection streaming tree_nodes in order, and a third summing the
 // artifact rows (auditart.go) meanwhile.
@@ -50,7 +51,7 @@ type auditSrc struct {
 	wantArt             artSum // the artifact rows the leaves imply
 	idPairs             []idPair
 
-	tokens ledger.TokenProjection // the tokens rows the token leaves imply (tokens.go)
+	tokens tlog.TokenProjection // the tokens rows the token leaves imply (tokens.go)
 }
 
 type artResult struct {
@@ -130,18 +131,18 @@ func (a *auditSrc) Close() {
 	}
 }
 
-// Checkpoints implements ledger.AuditSource.
+// Checkpoints implements tlog.AuditSource.
 func (a *auditSrc) Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error) {
 	return dialect.AuditCheckpoints(ctx, a.tx)
 }
 
-// KeyRotations implements ledger.KeyRotationSource: the snapshot's
+// KeyRotations implements tlog.KeyRotationSource: the snapshot's
 // key-rotation leaves in index order.
-func (a *auditSrc) KeyRotations(ctx context.Context) ([]ledger.AuditLeaf, error) {
+func (a *auditSrc) KeyRotations(ctx context.Context) ([]tlog.AuditLeaf, error) {
 	return dialect.AuditKeyRotations(ctx, a.tx)
 }
 
-// ReadLeaves implements ledger.AuditSource.
+// ReadLeaves implements tlog.AuditSource.
 func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow, error) {
 	if a.leafRows == nil {
 		var err error
@@ -165,7 +166,7 @@ func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow
 	return batch, nil
 }
 
-// NextNode implements ledger.AuditSource over tree_nodes in ord order
+// NextNode implements tlog.AuditSource over tree_nodes in ord order
 // (the order an appending compact range completes nodes).
 func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, error) {
 	if a.nodeRows == nil {
@@ -194,10 +195,10 @@ func (a *auditSrc) NextNode(ctx context.Context) (compact.NodeID, []byte, bool, 
 	return sqlstore.OrdNode(ord), h, true, nil
 }
 
-// CheckLeaf implements ledger.AuditSource: the leaf's projection columns
+// CheckLeaf implements tlog.AuditSource: the leaf's projection columns
 // and heads_index row against its body (sqlstore.Projection.CheckLeaf),
 // and the artifact rows it implies.
-func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
+func (a *auditSrc) CheckLeaf(r *auditRow, b *tlog.AuditBody) string {
 	p := &r.Proj
 	hex.Decode(p.idBytes[:], []byte(r.ID))
 	return p.Projection.CheckLeaf(&r.AuditLeaf, b, false, func() string {
@@ -211,7 +212,7 @@ func (a *auditSrc) CheckLeaf(r *auditRow, b *ledger.AuditBody) string {
 	})
 }
 
-// AddLeaf implements ledger.AuditSource.
+// AddLeaf implements tlog.AuditSource.
 func (a *auditSrc) AddLeaf(r *auditRow) {
 	a.artifacts += r.Proj.artifacts
 	a.wantArt.add(r.Proj.artSum)
@@ -224,14 +225,14 @@ func (a *auditSrc) AddLeaf(r *auditRow) {
 	a.idPairs = append(a.idPairs, idPair{id: r.Proj.idBytes, idx: r.Index})
 }
 
-// Finish implements ledger.AuditSource: the id tables, then the
+// Finish implements tlog.AuditSource: the id tables, then the
 // projection tables' row counts, then the artifact rows' sum.
-func (a *auditSrc) Finish(ctx context.Context, n uint64) (ledger.AuditFinding, error) {
+func (a *auditSrc) Finish(ctx context.Context, n uint64) (tlog.AuditFinding, error) {
 	idx, problem, dups, err := auditIDTables(ctx, a.tx, a.idPairs)
 	if err != nil {
-		return ledger.AuditFinding{}, err
+		return tlog.AuditFinding{}, err
 	}
-	f := ledger.AuditFinding{Index: -1, DuplicateLeaves: dups.count, FirstDuplicate: dups.first}
+	f := tlog.AuditFinding{Index: -1, DuplicateLeaves: dups.count, FirstDuplicate: dups.first}
 	if problem != "" {
 		f.Index, f.Problem = idx, problem
 		return f, nil

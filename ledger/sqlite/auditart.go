@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // artSum is a multiset hash of artifact rows: the sum, modulo 2^256, of
@@ -88,8 +89,8 @@ func firstArtifactMismatch(ctx context.Context, q queryer) (int64, error) {
 		if err != nil {
 			return int64(idx), nil // the main pass verified it; be safe
 		}
-		var b ledger.AuditBody
-		ledger.DecodeAuditBody(l.Kind, l.Body, &b)
+		var b tlog.AuditBody
+		tlog.DecodeAuditBody(l.Kind, l.Body, &b)
 		var want artSum
 		for name, d := range b.Subject.Artifacts {
 			want.addRow(idx, name, d)

@@ -10,18 +10,19 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/sqlstore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/compact"
 )
 
 // storedSizeQuery counts the stored leaves (the next leaf index).
 const storedSizeQuery = "SELECT COALESCE(MAX(idx)+1, 0) FROM leaves"
 
-// BeginBatch implements ledger.Driver: an IMMEDIATE transaction on the
+// BeginBatch implements tlog.Driver: an IMMEDIATE transaction on the
 // writer connection (the DSN's _txlock), the writer's statements prepared
 // before it (the writer pool's one connection is then free).
 // A database file replaced at its path since open (FileUnchanged) gets
 // no batch.
-func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
+func (d *driver) BeginBatch(ctx context.Context) (tlog.Batch, error) {
 	if err := d.fileUnchanged(); err != nil {
 		return nil, err
 	}
@@ -37,7 +38,7 @@ func (d *driver) BeginBatch(ctx context.Context) (ledger.Batch, error) {
 	return &batch{d: d, tx: tx, st: st}, nil
 }
 
-// batch is the SQLite ledger.Batch: one write transaction, the rows it
+// batch is the SQLite tlog.Batch: one write transaction, the rows it
 // buffers (stmts) and the writer's id state (idIndex). Used by the
 // engine's sequencer goroutine only.
 type batch struct {
@@ -48,24 +49,24 @@ type batch struct {
 	sp    bool   // the current request is under a savepoint
 }
 
-// Size implements ledger.Batch.
+// Size implements tlog.Batch.
 func (b *batch) Size(ctx context.Context) (uint64, error) {
 	var n uint64
 	err := b.tx.StmtContext(ctx, b.st.size).QueryRowContext(ctx).Scan(&n)
 	return n, dbErr("size", err)
 }
 
-// StoredCheckpoint implements ledger.Batch.
+// StoredCheckpoint implements tlog.Batch.
 func (b *batch) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
 	return checkpointAt(ctx, b.tx, size)
 }
 
-// ReadNodes implements ledger.NodeReader inside the transaction.
+// ReadNodes implements tlog.NodeReader inside the transaction.
 func (b *batch) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
 	return fetchNodes(ctx, b.tx, ids)
 }
 
-// Start implements ledger.Batch: it (re)loads the id state when asked or
+// Start implements tlog.Batch: it (re)loads the id state when asked or
 // when the last commit failed, brings the content-id filter up to the log
 // (idFilter.writerSync) and indexes the ids of leaves an older ledger
 // appended without them.
@@ -91,7 +92,7 @@ func (b *batch) Start(ctx context.Context, size uint64, reload bool) error {
 	return nil
 }
 
-// BeginRequest implements ledger.Batch.
+// BeginRequest implements tlog.Batch.
 func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	if savepoint {
 		if _, err := b.tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
@@ -104,7 +105,7 @@ func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	return nil
 }
 
-// EndRequest implements ledger.Batch.
+// EndRequest implements tlog.Batch.
 func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 	if ok {
 		if b.sp {
@@ -126,7 +127,7 @@ func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 	return err
 }
 
-// Find implements ledger.Batch: the ids of the open transaction and of
+// Find implements tlog.Batch: the ids of the open transaction and of
 // recent_ids are in memory (idIndex), the rest are what the caller found
 // in entry_ids (callerLookup), looked up again here when entry_ids
 // changed since the caller looked (or it could not look).
@@ -168,21 +169,21 @@ func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, hint any) (map
 	return out, nil
 }
 
-// EntryAt implements ledger.Batch.
+// EntryAt implements tlog.Batch.
 func (b *batch) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
 	e, err := scanEntry(b.tx.StmtContext(ctx, b.st.entry).QueryRowContext(ctx, index))
 	return e, dbErr("entry", err)
 }
 
-// EntryByID implements ledger.Batch.
+// EntryByID implements tlog.Batch.
 func (b *batch) EntryByID(ctx context.Context, id string) (ledger.Entry, error) {
 	return entryByID(ctx, b.tx, id)
 }
 
-// Idempotency implements ledger.Batch: keys older than
+// Idempotency implements tlog.Batch: keys older than
 // Options.IdempotencyTTL are not found.
-func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentAnswer, bool, error) {
-	var ans ledger.IdempotentAnswer
+func (b *batch) Idempotency(ctx context.Context, key string) (tlog.IdempotentAnswer, bool, error) {
+	var ans tlog.IdempotentAnswer
 	var idsJSON string
 	cutoff := b.d.opts.Now().Add(-b.d.opts.IdempotencyTTL).UnixNano()
 	err := b.tx.StmtContext(ctx, b.st.idemGet).QueryRowContext(ctx, key, cutoff).Scan(&ans.RequestHash, &idsJSON, &ans.Size)
@@ -198,7 +199,7 @@ func (b *batch) Idempotency(ctx context.Context, key string) (ledger.IdempotentA
 	return ans, true, nil
 }
 
-// AddLeaf implements ledger.Batch: the leaf row (with the evidence
+// AddLeaf implements tlog.Batch: the leaf row (with the evidence
 // projection columns; the lane is p.Key), its recent_ids row, and the
 // projection rows kept outside it.
 func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
@@ -224,7 +225,7 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 	}
 }
 
-// AddNode implements ledger.Batch. Level-0 nodes are the leaf hashes,
+// AddNode implements tlog.Batch. Level-0 nodes are the leaf hashes,
 // kept in the leaves table; every node goes to the read cache after
 // COMMIT.
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
@@ -236,13 +237,13 @@ func (b *batch) AddNode(id compact.NodeID, hash []byte) {
 	st.newHashes = append(st.newHashes, hash)
 }
 
-// Flush implements ledger.Batch.
+// Flush implements tlog.Batch.
 func (b *batch) Flush(ctx context.Context) error { return b.st.flush(ctx, b.tx) }
 
-// PutIdempotency implements ledger.Batch. An expired row of the same key
+// PutIdempotency implements tlog.Batch. An expired row of the same key
 // is replaced; at most once per idemPruneEvery the batch also deletes the
 // expired keys and, beyond Options.IdempotencyMax rows, the oldest.
-func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.IdempotentAnswer, at time.Time) error {
+func (b *batch) PutIdempotency(ctx context.Context, key string, ans tlog.IdempotentAnswer, at time.Time) error {
 	idsJSON, _ := json.Marshal(ans.IDs)
 	d := b.d
 	cutoff := at.Add(-d.opts.IdempotencyTTL).UnixNano()
@@ -265,13 +266,13 @@ func (b *batch) PutIdempotency(ctx context.Context, key string, ans ledger.Idemp
 	return nil
 }
 
-// PutCheckpoint implements ledger.Batch.
+// PutCheckpoint implements tlog.Batch.
 func (b *batch) PutCheckpoint(ctx context.Context, cp ledger.Checkpoint) error {
 	_, err := b.tx.StmtContext(ctx, b.st.cp).ExecContext(ctx, cp.Size, cp.Root[:], cp.Note, cp.CreatedAt.UnixNano())
 	return err
 }
 
-// Commit implements ledger.Batch: recent_ids is merged into entry_ids
+// Commit implements tlog.Batch: recent_ids is merged into entry_ids
 // when it holds Options.RecentIDs ids, the transaction commits, and then
 // the filter, the id state, the published watermark and the node cache
 // learn what it added (the filter holds the batch's ids before the
@@ -300,7 +301,7 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 	return nil
 }
 
-// Rollback implements ledger.Batch.
+// Rollback implements tlog.Batch.
 func (b *batch) Rollback() {
 	if b.d.ids != nil {
 		b.d.ids.rollback()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // bigLog returns a closed database of n leaves, built once with batched
@@ -215,7 +216,7 @@ func BenchmarkResubmitBatch100(b *testing.B) {
 }
 
 // BenchmarkFullScan100k: the server's background full verification
-// (ledger.Log.FullScan, no pause: the leaves and the tree, then the
+// (tlog.Log.FullScan, no pause: the leaves and the tree, then the
 // store's audit of the projections) of a 100,000-leaf log; compare with
 // BenchmarkFullScanLeavesOnly100k and BenchmarkAudit100k on the same file.
 func BenchmarkFullScan100k(b *testing.B) {
@@ -227,7 +228,7 @@ func BenchmarkFullScan100k(b *testing.B) {
 	defer s.Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := s.FullScan(context.Background(), s, 100_000, ledger.ScanOptions{}); err != nil {
+		if err := s.FullScan(context.Background(), s, 100_000, tlog.ScanOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -261,7 +262,7 @@ func BenchmarkFullScanLeavesOnly100k(b *testing.B) {
 	defer s.Close()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := s.FullScan(context.Background(), leavesOnly{s}, 100_000, ledger.ScanOptions{}); err != nil {
+		if err := s.FullScan(context.Background(), leavesOnly{s}, 100_000, tlog.ScanOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,11 +1,11 @@
-// Package sqlite is the SQLite driver of the log engine (ledger.Log) and,
+// Package sqlite is the SQLite driver of the log engine (tlog.Log) and,
 // with it, a ledger.Store, through modernc.org/sqlite (pure Go, no cgo).
 //
 // The engine owns what every store shares: the sequencer and group
 // commit, the Merkle tree, checkpoint signing, de-duplication policy,
-// proofs and the audit. This package implements ledger.Driver and
-// ledger.Batch (driver.go, batch.go): one batch is one write transaction;
-// reads by range serve proofs and the audit (ledger.AuditSource,
+// proofs and the audit. This package implements tlog.Driver and
+// tlog.Batch (driver.go, batch.go): one batch is one write transaction;
+// reads by range serve proofs and the audit (tlog.AuditSource,
 // audit.go). The projection queries, the tokens table and the audit's
 // checks of the projections are ledger/sqlstore's, shared with the
 // PostgreSQL driver under SQLite's dialect (query.go); what is SQLite's

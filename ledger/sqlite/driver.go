@@ -7,18 +7,19 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/compact"
 )
 
-// ReadNodes implements ledger.NodeReader on the read pool (recently
+// ReadNodes implements tlog.NodeReader on the read pool (recently
 // committed nodes come from its cache).
 func (d *driver) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
 	return fetchNodes(ctx, d.r, ids)
 }
 
-// AnswerNodes implements ledger.AnswerNodeReader: the append answers'
+// AnswerNodes implements tlog.AnswerNodeReader: the append answers'
 // own read pool, so that their proofs do not wait behind page readers.
-func (d *driver) AnswerNodes() ledger.NodeReader { return answerNodes{d.proofs} }
+func (d *driver) AnswerNodes() tlog.NodeReader { return answerNodes{d.proofs} }
 
 type answerNodes struct{ db *stmtDB }
 
@@ -26,19 +27,19 @@ func (a answerNodes) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]b
 	return fetchNodes(ctx, a.db, ids)
 }
 
-// StoredCheckpoint implements ledger.Driver.
+// StoredCheckpoint implements tlog.Driver.
 func (d *driver) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
 	return checkpointAt(ctx, d.r, size)
 }
 
-// SignedSize implements ledger.Driver.
+// SignedSize implements tlog.Driver.
 func (d *driver) SignedSize(ctx context.Context) (uint64, error) {
 	var n uint64
 	err := d.r.QueryRowContext(ctx, "SELECT COALESCE(MAX(size), 0) FROM checkpoints").Scan(&n)
 	return n, dbErr("size", err)
 }
 
-// LookupIDs implements ledger.Driver: it starts the content-id filter's
+// LookupIDs implements tlog.Driver: it starts the content-id filter's
 // builder with the first append and returns the caller's lookup
 // (*callerLookup, see lookupIDs).
 func (d *driver) LookupIDs(ctx context.Context, recs []ledger.Prepared) any {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // TestFullScan: a clean log scans clean and keeps signing; a leaf edited
@@ -21,7 +22,7 @@ func TestFullScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.FullScan(ctx, s, 30, ledger.ScanOptions{Chunk: chunk}); err != nil {
+		if err := s.FullScan(ctx, s, 30, tlog.ScanOptions{Chunk: chunk}); err != nil {
 			t.Fatalf("clean log: %v", err)
 		}
 		if _, bad := s.Tampered(); bad {
@@ -44,8 +45,8 @@ func TestFullScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = s.FullScan(ctx, s, 30, ledger.ScanOptions{Chunk: chunk})
-		var te *ledger.TamperError
+		err = s.FullScan(ctx, s, 30, tlog.ScanOptions{Chunk: chunk})
+		var te *tlog.TamperError
 		if !errors.As(err, &te) || te.Index != 9 {
 			t.Fatalf("chunk %d: scan of the edited log: %v", chunk, err)
 		}
@@ -60,7 +61,7 @@ func TestFullScan(t *testing.T) {
 		}
 		ctx2, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := s.FullScan(ctx2, s, 30, ledger.ScanOptions{Chunk: chunk}); !errors.Is(err, context.Canceled) {
+		if err := s.FullScan(ctx2, s, 30, tlog.ScanOptions{Chunk: chunk}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled scan: %v", err)
 		}
 		s.Close()
@@ -99,8 +100,8 @@ func TestFullScanConsistentForgery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	err = s.FullScan(ctx, s, 30, ledger.ScanOptions{Chunk: 5})
-	var te *ledger.TamperError
+	err = s.FullScan(ctx, s, 30, tlog.ScanOptions{Chunk: 5})
+	var te *tlog.TamperError
 	if !errors.As(err, &te) || te.Index != 12 {
 		t.Fatalf("scan of the forged log: %v", err)
 	}
@@ -132,8 +133,8 @@ func TestFullScanProjectionTables(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			err = s.FullScan(ctx, s, 30, ledger.ScanOptions{Chunk: 8})
-			var te *ledger.TamperError
+			err = s.FullScan(ctx, s, 30, tlog.ScanOptions{Chunk: 8})
+			var te *tlog.TamperError
 			if !errors.As(err, &te) || te.Index != tc.index {
 				t.Fatalf("scan: %v, want leaf %d", err, tc.index)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 type testGuard struct {
@@ -20,7 +21,7 @@ type testGuard struct {
 }
 
 func (g *testGuard) Key() string { return g.key }
-func (g *testGuard) Check(ctx context.Context, b ledger.Batch) error {
+func (g *testGuard) Check(ctx context.Context, b tlog.Batch) error {
 	g.checks.Add(1)
 	if g.hash != nil {
 		row, err := b.(ledger.TokenRowBatch).TokenRow(ctx, g.hash)
@@ -41,7 +42,7 @@ func TestAppendGuard(t *testing.T) {
 	ctx := context.Background()
 	refuse := errors.New("refused by the guard")
 	bad := &testGuard{key: "bad", err: refuse}
-	if _, err := s.Append(ledger.WithAppendGuard(ctx, bad), []ledger.Record{evRecord(t, sampleEvidence(0))}, ""); !errors.Is(err, refuse) {
+	if _, err := s.Append(tlog.WithAppendGuard(ctx, bad), []ledger.Record{evRecord(t, sampleEvidence(0))}, ""); !errors.Is(err, refuse) {
 		t.Fatalf("append under a failing guard: %v", err)
 	}
 	if cp, _ := s.Checkpoint(ctx); cp.Size != 0 {
@@ -56,7 +57,7 @@ func TestAppendGuard(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Go(func() {
-			if _, err := s.Append(ledger.WithAppendGuard(ctx, good), []ledger.Record{evRecord(t, sampleEvidence(1+i))}, ""); err != nil {
+			if _, err := s.Append(tlog.WithAppendGuard(ctx, good), []ledger.Record{evRecord(t, sampleEvidence(1+i))}, ""); err != nil {
 				t.Error(err)
 			}
 		})

@@ -48,7 +48,7 @@ func (s *Store) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error)
 	return e, dbErr("entry", err)
 }
 
-// EntriesRange implements ledger.EntryRangeReader: the stored leaves of
+// EntriesRange implements tlog.EntryRangeReader: the stored leaves of
 // indexes [lo, hi) in index order, in one query (missing ones are absent).
 func (s *Store) EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error) {
 	rows, err := s.d.r.QueryContext(ctx, "SELECT "+leafCols+" FROM leaves l WHERE l.idx >= ? AND l.idx < ? ORDER BY l.idx", lo, hi)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -22,7 +23,7 @@ func TestRotateEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		state, err := ledger.OpenSignedState(filepath.Join(dir, ledger.SignedStateFile))
+		state, err := tlog.OpenSignedState(filepath.Join(dir, tlog.SignedStateFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +67,7 @@ func TestRotateEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		again, err := ledger.OpenSignedState(filepath.Join(dir, ledger.SignedStateFile))
+		again, err := tlog.OpenSignedState(filepath.Join(dir, tlog.SignedStateFile))
 		if err != nil {
 			t.Fatal(err)
 		}

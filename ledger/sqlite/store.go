@@ -18,6 +18,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/keys"
 	"github.com/evidence-ledger/ledger/ledger/sqlstore"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/evidence-ledger/ledger/migrations"
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -39,10 +40,10 @@ type Options struct {
 	// Now is the clock; default time.Now. Tests pin it.
 	Now func() time.Time
 	// MaxBatch caps how many append requests share one transaction
-	// (default 256; see ledger.LogOptions).
+	// (default 256; see tlog.LogOptions).
 	MaxBatch int
 	// Linger is how long the writer waits for more concurrent appends to
-	// join a batch (see ledger.LogOptions; default 500µs, negative
+	// join a batch (see tlog.LogOptions; default 500µs, negative
 	// disables).
 	Linger time.Duration
 	// RecentIDs is how many content ids recent_ids collects before the
@@ -61,22 +62,22 @@ type Options struct {
 	// ReadOnly opens without starting the writer or migrating (used by audit
 	// of a database that must not change). Appends fail.
 	ReadOnly bool
-	// OnCheckpoint is ledger.LogOptions.OnCheckpoint (the signed-state
+	// OnCheckpoint is tlog.LogOptions.OnCheckpoint (the signed-state
 	// journal).
 	OnCheckpoint func(ledger.Checkpoint) error
 }
 
-// Store is the SQLite ledger.Store: the log engine (ledger.Log, whose
+// Store is the SQLite ledger.Store: the log engine (tlog.Log, whose
 // methods it has) over this package's driver, plus the projection
 // queries, tokens and the audit. It is safe for concurrent use.
 type Store struct {
-	*ledger.Log
+	*tlog.Log
 	sqlstore.Queries
 	sqlstore.TokenTable
 	d *driver
 }
 
-// driver is the SQLite ledger.Driver: one writer connection, a read pool
+// driver is the SQLite tlog.Driver: one writer connection, a read pool
 // with cached statements, a checkpointer connection, and the content-id
 // machinery (ids.go, idfilter.go).
 type driver struct {
@@ -193,7 +194,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	l, err := ledger.NewLog(d, ledger.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly, OnCheckpoint: opts.OnCheckpoint})
+	l, err := tlog.NewLog(d, tlog.LogOptions{Signer: opts.Key.Signer, VerifierKey: opts.Key.VerifierKey, Logger: opts.Logger, Now: opts.Now, MaxBatch: opts.MaxBatch, Linger: opts.Linger, ReadOnly: opts.ReadOnly, OnCheckpoint: opts.OnCheckpoint})
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("open store: %w", err)

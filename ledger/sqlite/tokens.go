@@ -25,7 +25,7 @@ const tokenCols = sqlstore.TokenCols
 // Authenticate implements ledger.TokenStore. Errors are CodeUnauthorized:
 // "unknown token", "token expired", "token … was revoked"; none names the
 // secret. It trusts the tokens row and reads only the columns a Token
-// holds; ledger.VerifiedStore.Authenticate checks the row against its
+// holds; tlog.VerifiedStore.Authenticate checks the row against its
 // token leaves first (AuthenticateRow).
 func (s *Store) Authenticate(ctx context.Context, secret string) (ledger.Token, error) {
 	h := sha256.Sum256([]byte(secret))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // indexEvidence is record i of the query-index tests: three lanes, four
@@ -152,7 +153,7 @@ func TestVerifiedIndexAnswersAsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	v := ledger.NewVerifiedStore(s, s.Log, nil)
+	v := tlog.NewVerifiedStore(s, s.Log, nil)
 	compare := func(asOf uint64) {
 		t.Helper()
 		for _, q := range indexQueries() {
@@ -180,9 +181,9 @@ func TestVerifiedIndexAnswersAsTheStore(t *testing.T) {
 // store's queries return, never what VerifiedStore answers from its
 // index: an edit made after the index was built and one made before it (a
 // new VerifiedStore, as after a restart) alike. An edited kind column
-// makes every answer that holds the leaf a *ledger.TamperError naming it
+// makes every answer that holds the leaf a *tlog.TamperError naming it
 // (the row no longer matches its bytes), never an answer without it. An
-// edited leaf is a *ledger.TamperError on the first query that folds it.
+// edited leaf is a *tlog.TamperError on the first query that folds it.
 func TestVerifiedIndexIgnoresEditedProjection(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
@@ -197,7 +198,7 @@ func TestVerifiedIndexIgnoresEditedProjection(t *testing.T) {
 	for _, q := range qs {
 		want[q.name] = readAll(t, s, q, 1000, 0)
 	}
-	live := ledger.NewVerifiedStore(s, s.Log, nil)
+	live := tlog.NewVerifiedStore(s, s.Log, nil)
 	if _, _, err := live.Evidence(ctx, ledger.EvidenceFilter{Lane: "lane-0/v1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +227,8 @@ func TestVerifiedIndexIgnoresEditedProjection(t *testing.T) {
 	if changed < 3 {
 		t.Fatalf("the edits changed only %d of the store's answers", changed)
 	}
-	restarted := ledger.NewVerifiedStore(s, s.Log, nil)
-	for name, v := range map[string]*ledger.VerifiedStore{"built before the edit": live, "built after the edit": restarted} {
+	restarted := tlog.NewVerifiedStore(s, s.Log, nil)
+	for name, v := range map[string]*tlog.VerifiedStore{"built before the edit": live, "built after the edit": restarted} {
 		for _, q := range qs {
 			for _, lim := range []int{2, 1000} {
 				got := slices.Concat(readAll(t, v, q, lim, 0)...)
@@ -241,8 +242,8 @@ func TestVerifiedIndexIgnoresEditedProjection(t *testing.T) {
 	if _, err := s.DB().Exec(fmt.Sprintf("UPDATE leaves SET kind = 'release' WHERE idx = %d", ev+6)); err != nil {
 		t.Fatal(err)
 	}
-	var te *ledger.TamperError
-	for name, v := range map[string]*ledger.VerifiedStore{"built before the edit": live, "built after the edit": ledger.NewVerifiedStore(s, s.Log, nil)} {
+	var te *tlog.TamperError
+	for name, v := range map[string]*tlog.VerifiedStore{"built before the edit": live, "built after the edit": tlog.NewVerifiedStore(s, s.Log, nil)} {
 		for _, q := range qs {
 			w := slices.Concat(want[q.name]...)
 			got, _, err := q.read(v, "", 1000, 0)
@@ -260,7 +261,7 @@ func TestVerifiedIndexIgnoresEditedProjection(t *testing.T) {
 	if _, err := s.DB().Exec(fmt.Sprintf("UPDATE leaves SET leaf = CAST(replace(CAST(leaf AS TEXT), 'passed', 'failed') AS BLOB) WHERE idx = %d", ev+1)); err != nil {
 		t.Fatal(err)
 	}
-	fresh := ledger.NewVerifiedStore(s, s.Log, nil)
+	fresh := tlog.NewVerifiedStore(s, s.Log, nil)
 	for range 2 { // a failed fold leaves nothing behind: the next query folds again and fails again
 		if _, _, err := fresh.Evidence(ctx, ledger.EvidenceFilter{Lane: "lane-0/v1"}); !errors.As(err, &te) || te.Index != uint64(ev+1) {
 			t.Fatalf("a query folding the edited leaf %d: %v", ev+1, err)
@@ -285,7 +286,7 @@ func TestVerifiedIndexFollowsRestoredLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendIndexLog(t, s, 20, 40)
-	v := ledger.NewVerifiedStore(s, s.Log, nil)
+	v := tlog.NewVerifiedStore(s, s.Log, nil)
 	q := indexQueries()[0]
 	if got := slices.Concat(readAll(t, v, q, 1000, 0)...); len(got) == 0 || got[0] < cp.Size {
 		t.Fatalf("%s before the restore: %v", q.name, got)
@@ -319,7 +320,7 @@ func TestVerifiedIndexFoldsAcrossChunksFromAnyLeaf(t *testing.T) {
 	}
 	defer s.Close()
 	var logBuf bytes.Buffer
-	v := ledger.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(&logBuf, nil)))
+	v := tlog.NewVerifiedStore(s, s.Log, slog.New(slog.NewTextHandler(&logBuf, nil)))
 	appendIndexLog(t, s, 0, 3)
 	if err := v.BuildIndex(ctx); err != nil {
 		t.Fatal(err)

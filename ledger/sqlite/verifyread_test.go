@@ -8,22 +8,23 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
-// TestVerifiedStoreRefusesEditedLeaves: through ledger.VerifiedStore a
+// TestVerifiedStoreRefusesEditedLeaves: through tlog.VerifiedStore a
 // clean log reads as the store does; a leaf edited behind the log (with
 // or without its leaf hash fixed, or its projection column changed) is a
-// *ledger.TamperError naming its index on every read path that returns
+// *tlog.TamperError naming its index on every read path that returns
 // it, and never its bytes.
 func TestVerifiedStoreRefusesEditedLeaves(t *testing.T) {
 	ctx := context.Background()
-	open := func(path string) (*Store, *ledger.VerifiedStore) {
+	open := func(path string) (*Store, *tlog.VerifiedStore) {
 		s, err := Open(ctx, Options{Path: path, KeyDir: filepath.Dir(path), ReadOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return s, ledger.NewVerifiedStore(s, s.Log, nil)
+		return s, tlog.NewVerifiedStore(s, s.Log, nil)
 	}
 	clean := buildLog(t, 20)
 	s, v := open(clean)
@@ -53,7 +54,7 @@ func TestVerifiedStoreRefusesEditedLeaves(t *testing.T) {
 				fixLeafHash(t, path, 7)
 			}
 			_, v := open(path)
-			var te *ledger.TamperError
+			var te *tlog.TamperError
 			// An edited projection column shows only in a query that
 			// filters by it; edited bytes show in every read of the leaf.
 			reads := map[string]func() error{}
@@ -84,7 +85,7 @@ func TestVerifiedStoreRefusesEditedLeaves(t *testing.T) {
 }
 
 // BenchmarkReadPath reads one leaf by index and one page of 50 evidence
-// records, through the store (plain) and through ledger.VerifiedStore
+// records, through the store (plain) and through tlog.VerifiedStore
 // (checked), on a log of 20,000 leaves; compare the two as a ratio.
 func BenchmarkReadPath(b *testing.B) {
 	ctx := context.Background()
@@ -104,7 +105,7 @@ func BenchmarkReadPath(b *testing.B) {
 		}
 	}
 	defer s.Close()
-	v := ledger.NewVerifiedStore(s, s.Log, nil)
+	v := tlog.NewVerifiedStore(s, s.Log, nil)
 	readers := []struct {
 		name string
 		rd   ledger.Reader
@@ -147,7 +148,7 @@ func BenchmarkAppendSignedState(b *testing.B) {
 			dir := b.TempDir()
 			opts := Options{Path: filepath.Join(dir, "ledger.db")}
 			if journal {
-				st, err := ledger.OpenSignedState(filepath.Join(dir, ledger.SignedStateFile))
+				st, err := tlog.OpenSignedState(filepath.Join(dir, tlog.SignedStateFile))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // Projection is what a leaf row of the audit carries of the projection
@@ -17,7 +18,7 @@ import (
 type Projection struct {
 	EBackend, EStatus, ERepo, ECommit         sql.NullString // leaves' evidence columns
 	HRepo, HRef, HCommit, HVerdict, HDecision sql.NullString // heads_index
-	Tok                                       *ledger.TokenChange
+	Tok                                       *tlog.TokenChange
 }
 
 // Columns are the projection's scan destinations, in the order of
@@ -43,7 +44,7 @@ func (p *Projection) hasEvidenceColumns() bool {
 // no evidence columns; any other leaf has neither, nor artifact rows when
 // artRows (the driver read them with the row), and a token or revocation
 // leaf must decode (Tok holds it then).
-func (p *Projection) CheckLeaf(r *ledger.AuditLeaf, b *ledger.AuditBody, artRows bool, evidence func() string) string {
+func (p *Projection) CheckLeaf(r *tlog.AuditLeaf, b *tlog.AuditBody, artRows bool, evidence func() string) string {
 	switch ledger.Kind(r.Kind) {
 	case ledger.KindEvidence:
 		if !p.EBackend.Valid || !p.EStatus.Valid || !p.ERepo.Valid || !p.ECommit.Valid ||
@@ -73,7 +74,7 @@ func (p *Projection) CheckLeaf(r *ledger.AuditLeaf, b *ledger.AuditBody, artRows
 			if err := json.Unmarshal(r.Raw, &l); err != nil {
 				return "token leaf does not parse"
 			}
-			c, _, err := ledger.DecodeTokenChange(r.Index, ledger.Kind(r.Kind), l.Body)
+			c, _, err := tlog.DecodeTokenChange(r.Index, ledger.Kind(r.Kind), l.Body)
 			if err != nil {
 				return err.Error()
 			}
@@ -83,7 +84,7 @@ func (p *Projection) CheckLeaf(r *ledger.AuditLeaf, b *ledger.AuditBody, artRows
 	return ""
 }
 
-// AuditCheckpoints implements ledger.AuditSource's Checkpoints over q. A
+// AuditCheckpoints implements tlog.AuditSource's Checkpoints over q. A
 // stored root that is not 32 bytes reads as all ones, which no signed root
 // equals.
 func (d *Dialect) AuditCheckpoints(ctx context.Context, q Queryer) ([]ledger.Checkpoint, error) {
@@ -109,18 +110,18 @@ func (d *Dialect) AuditCheckpoints(ctx context.Context, q Queryer) ([]ledger.Che
 	return out, rows.Err()
 }
 
-// AuditKeyRotations implements ledger.KeyRotationSource over q: the
+// AuditKeyRotations implements tlog.KeyRotationSource over q: the
 // key-rotation leaves in index order (through the partial index
 // leaves_kind_key).
-func (d *Dialect) AuditKeyRotations(ctx context.Context, q Queryer) ([]ledger.AuditLeaf, error) {
+func (d *Dialect) AuditKeyRotations(ctx context.Context, q Queryer) ([]tlog.AuditLeaf, error) {
 	rows, err := q.QueryContext(ctx, d.SQL("SELECT idx, id, kind, key, recorded_at, leaf, leaf_hash FROM leaves WHERE kind = ? AND kind <> 'evidence' ORDER BY idx"), string(ledger.KindKeyRotation))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []ledger.AuditLeaf
+	var out []tlog.AuditLeaf
 	for rows.Next() {
-		var l ledger.AuditLeaf
+		var l tlog.AuditLeaf
 		if err := rows.Scan(&l.Index, &l.ID, &l.Kind, &l.Key, &l.RecordedAt, &l.Raw, &l.LeafHash); err != nil {
 			return nil, err
 		}
@@ -153,9 +154,9 @@ func ArtifactsProblem(idx int64) string {
 }
 
 // AuditTokens checks the tokens table in q against the token leaves
-// folded into proj (ledger.TokenProjection.CheckTable). It returns the
+// folded into proj (tlog.TokenProjection.CheckTable). It returns the
 // leaf index concerned (-1 when none) and the problem ("" when none).
-func AuditTokens(ctx context.Context, q Queryer, proj *ledger.TokenProjection) (int64, string, error) {
+func AuditTokens(ctx context.Context, q Queryer, proj *tlog.TokenProjection) (int64, string, error) {
 	rows, err := q.QueryContext(ctx, "SELECT "+TokenCols+", secret_hash, leaf_idx, revoked_idx FROM tokens ORDER BY id")
 	if err != nil {
 		return -1, "", err
@@ -169,7 +170,7 @@ func AuditTokens(ctx context.Context, q Queryer, proj *ledger.TokenProjection) (
 		if err != nil {
 			return -1, "", err
 		}
-		table = append(table, ledger.ScannedTokenRow(t, hash, leafIdx, revIdx))
+		table = append(table, tlog.ScannedTokenRow(t, hash, leafIdx, revIdx))
 	}
 	if err := rows.Err(); err != nil {
 		return -1, "", err
@@ -178,14 +179,14 @@ func AuditTokens(ctx context.Context, q Queryer, proj *ledger.TokenProjection) (
 	return idx, problem, nil
 }
 
-// AuditSource is a driver's ledger.AuditSource over a snapshot it holds
+// AuditSource is a driver's tlog.AuditSource over a snapshot it holds
 // until Close.
 type AuditSource[P any] interface {
-	ledger.AuditSource[P]
+	tlog.AuditSource[P]
 	Close()
 }
 
-// Audit runs the engine's audit (ledger.RunAudit) over the snapshot open
+// Audit runs the engine's audit (tlog.RunAudit) over the snapshot open
 // returns, under the log's verifierKey and origin, and closes it. Errors
 // are translated by Err naming "audit"; the report of a snapshot that
 // did not open has no bad index and no duplicate.
@@ -195,6 +196,6 @@ func Audit[P any, S AuditSource[P]](ctx context.Context, d *Dialect, open func(c
 		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, d.Err("audit", err)
 	}
 	defer src.Close()
-	rep, err := ledger.RunAudit[P](ctx, src, verifierKey, origin)
+	rep, err := tlog.RunAudit[P](ctx, src, verifierKey, origin)
 	return rep, d.Err("audit", err)
 }

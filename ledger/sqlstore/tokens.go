@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // The tokens table is the projection of the token and token-revocation
@@ -256,7 +257,7 @@ func (d *Dialect) ScanTokenRow(r *sql.Row, secretHash []byte, now time.Time, op 
 	if err != nil {
 		return ledger.TokenRow{}, d.Err(op, err)
 	}
-	row := ledger.ScannedTokenRow(t, secretHash, leafIdx, revIdx)
+	row := tlog.ScannedTokenRow(t, secretHash, leafIdx, revIdx)
 	row.TokenLeaves, row.ReadAt = uint64(n), now
 	return row, nil
 }

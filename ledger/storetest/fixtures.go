@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -137,7 +138,7 @@ func verifyCheckpoint(t testing.TB, vkey string, cp ledger.Checkpoint) {
 	if err != nil {
 		t.Fatalf("checkpoint of size %d does not verify: %v", cp.Size, err)
 	}
-	origin, size, root, err := ledger.ParseCheckpointText(n.Text)
+	origin, size, root, err := tlog.ParseCheckpointText(n.Text)
 	if err != nil || origin != cp.Origin || size != cp.Size || root != cp.Root {
 		t.Fatalf("checkpoint text %q does not match origin %q size %d root %s (%v)", n.Text, cp.Origin, cp.Size, cp.Root, err)
 	}

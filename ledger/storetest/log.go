@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 )
@@ -85,7 +86,7 @@ func testAppendLimits(t *testing.T, h Harness) {
 	}
 	_, err = s.Append(ctx, recs, "")
 	wantError(t, "too many records", err, ledger.CodeInvalid, "")
-	_, err = s.Append(ctx, []ledger.Record{evRec(t, 1)}, strings.Repeat("k", ledger.MaxIdempotencyKey+1))
+	_, err = s.Append(ctx, []ledger.Record{evRec(t, 1)}, strings.Repeat("k", tlog.MaxIdempotencyKey+1))
 	wantError(t, "long idempotency key", err, ledger.CodeInvalid, "Idempotency-Key")
 	_, err = s.Append(ctx, []ledger.Record{{Kind: "nonsense", Body: []byte(`{}`)}}, "")
 	wantError(t, "unknown kind", err, ledger.CodeInvalid, "kind")
@@ -430,10 +431,10 @@ func testTamper(t *testing.T, h Harness) {
 }
 
 // fullScanner is a store with its log's background full verification
-// (ledger.Log.FullScan, promoted from the embedded *ledger.Log).
+// (tlog.Log.FullScan, promoted from the embedded *tlog.Log).
 type fullScanner interface {
-	FullScan(ctx context.Context, r ledger.EntryAtReader, size uint64, o ledger.ScanOptions) error
-	Tampered() (ledger.TamperState, bool)
+	FullScan(ctx context.Context, r tlog.EntryAtReader, size uint64, o tlog.ScanOptions) error
+	Tampered() (tlog.TamperState, bool)
 }
 
 // testScanProjection: a projection column edited behind the store's
@@ -455,13 +456,13 @@ func testScanProjection(t *testing.T, h Harness) {
 			}
 			if sc, ok := s.(fullScanner); !ok {
 				t.Fatalf("%T has no FullScan", s)
-			} else if err := sc.FullScan(ctx, s, 20, ledger.ScanOptions{Chunk: 7}); err != nil {
+			} else if err := sc.FullScan(ctx, s, 20, tlog.ScanOptions{Chunk: 7}); err != nil {
 				t.Fatalf("clean log: %v", err)
 			}
 			edited := h.Tamper(t, s, tc.edit, tc.at)
 			sc := edited.(fullScanner)
-			err := sc.FullScan(ctx, edited, 20, ledger.ScanOptions{Chunk: 7})
-			var te *ledger.TamperError
+			err := sc.FullScan(ctx, edited, 20, tlog.ScanOptions{Chunk: 7})
+			var te *tlog.TamperError
 			if !errors.As(err, &te) || te.Index != tc.at {
 				t.Fatalf("full scan after %s at %d: %v", tc.edit, tc.at, err)
 			}

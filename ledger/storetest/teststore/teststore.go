@@ -21,13 +21,14 @@ import (
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/ledger/storetest/pgtest"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 )
 
 // Store is an open test store: the driver's store and Log, its log
 // engine. Exactly one of Lite and PG is set.
 type Store struct {
 	DriverStore
-	Log  *ledger.Log
+	Log  *tlog.Log
 	Lite *sqlite.Store
 	PG   *postgres.Store
 	dsn  string // PG's database
@@ -38,10 +39,10 @@ type Store struct {
 type DriverStore interface {
 	ledger.Store
 	ledger.CheckpointLister
-	ledger.NodeReader
+	tlog.NodeReader
 	Origin() string
 	ProbeStorage(ctx context.Context) error
-	// AuthenticateRow keeps ledger.VerifiedStore's check of a tokens row
+	// AuthenticateRow keeps tlog.VerifiedStore's check of a tokens row
 	// against its leaves working through this wrapper.
 	AuthenticateRow(ctx context.Context, secret string) (ledger.TokenRow, error)
 }

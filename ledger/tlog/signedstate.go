@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -32,10 +33,10 @@ const SignedStateFile = "signed-state"
 type SignedEntry struct {
 	Key      string
 	Size     uint64
-	Root     Hash
+	Root     ledger.Hash
 	Restore  bool
 	FromSize uint64
-	FromRoot Hash
+	FromRoot ledger.Hash
 	At       time.Time
 }
 
@@ -253,7 +254,7 @@ func parseSignedLine(line string) (SignedEntry, error) {
 	return e, nil
 }
 
-func decodeHashHex(h *Hash, s string) error {
+func decodeHashHex(h *ledger.Hash, s string) error {
 	if len(s) != 64 {
 		return errors.New("bad root")
 	}
@@ -297,7 +298,7 @@ func (s *SignedState) Path() string { return s.path }
 // Record appends cp's size and root and fsyncs the journal. A checkpoint
 // not larger than the last recorded one (by any process) is not written
 // again.
-func (s *SignedState) Record(cp Checkpoint) error {
+func (s *SignedState) Record(cp ledger.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.write(SignedEntry{Size: cp.Size, Root: cp.Root}, fmt.Sprintf("signed %d %s\n", cp.Size, cp.Root), func() bool { return s.any && cp.Size <= s.last.Size })
@@ -306,7 +307,7 @@ func (s *SignedState) Record(cp Checkpoint) error {
 // RecordRestore appends a restore line: the journal's history up to
 // from (its last size and root) is given up for the database's size and
 // root to.
-func (s *SignedState) RecordRestore(from SignedEntry, to Checkpoint, at time.Time) error {
+func (s *SignedState) RecordRestore(from SignedEntry, to ledger.Checkpoint, at time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := SignedEntry{Restore: true, FromSize: from.Size, FromRoot: from.Root, Size: to.Size, Root: to.Root, At: at.UTC().Truncate(time.Second)}
@@ -380,7 +381,7 @@ func (l *Log) UseJournal(s *SignedState) { l.journal.Store(s) }
 // checkJournal is UseJournal's check, under the batch's write lock with
 // the stored size read; reload is true when the tree was reloaded from
 // the store for this batch. A failure puts the log in the tampered state
-// (as checkExtends does) and is CodeUnavailable naming both sizes.
+// (as checkExtends does) and is ledger.CodeUnavailable naming both sizes.
 func (l *Log) checkJournal(ctx context.Context, b Batch, stored uint64, reload bool) error {
 	s := l.journal.Load()
 	if s == nil {
@@ -415,7 +416,7 @@ func (l *Log) checkJournal(ctx context.Context, b Batch, stored uint64, reload b
 	if problem != "" {
 		l.opts.Logger.Error("tampering: the database is behind what the log signed; refusing to sign", "stored", stored, "signed", last.Size, "journal", s.Path())
 		l.tamper.CompareAndSwap(nil, &TamperState{Index: last.Size - 1, Problem: "the stored log " + problem + " (the database was restored or rolled back under the running server)", Since: l.opts.Now().UTC()})
-		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the stored log %s: the database was restored or rolled back, and signing over it would fork the log under the same key; restore the newest copy, or accept this one with `ledger restore --accept-rollback` after stopping the servers", problem)}
+		return &ledger.Error{Code: ledger.CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the stored log %s: the database was restored or rolled back, and signing over it would fork the log under the same key; restore the newest copy, or accept this one with `ledger restore --accept-rollback` after stopping the servers", problem)}
 	}
 	l.journalSeen = last
 	return nil

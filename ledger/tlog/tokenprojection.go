@@ -1,10 +1,11 @@
-package ledger
+package tlog
 
 import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/evidence-ledger/ledger/ledger"
 	"slices"
 	"time"
 )
@@ -13,25 +14,25 @@ import (
 // of Token and Revocation is set. Index is the leaf's index in the log.
 type TokenChange struct {
 	Index      uint64
-	Token      *TokenLeaf
-	Revocation *TokenRevocationLeaf
+	Token      *ledger.TokenLeaf
+	Revocation *ledger.TokenRevocationLeaf
 }
 
 // DecodeTokenChange decodes the body of the leaf at idx of kind k. It
-// returns ok false for a kind other than KindToken and
-// KindTokenRevocation, and an error ("token leaf body does not parse",
+// returns ok false for a kind other than ledger.KindToken and
+// ledger.KindTokenRevocation, and an error ("token leaf body does not parse",
 // "token-revocation leaf body does not parse") for a body that does not
 // decode. Safe for concurrent use.
-func DecodeTokenChange(idx uint64, k Kind, body []byte) (c TokenChange, ok bool, err error) {
+func DecodeTokenChange(idx uint64, k ledger.Kind, body []byte) (c TokenChange, ok bool, err error) {
 	c.Index = idx
 	switch k {
-	case KindToken:
-		c.Token = new(TokenLeaf)
+	case ledger.KindToken:
+		c.Token = new(ledger.TokenLeaf)
 		if json.Unmarshal(body, c.Token) != nil {
 			return c, true, fmt.Errorf("token leaf body does not parse")
 		}
-	case KindTokenRevocation:
-		c.Revocation = new(TokenRevocationLeaf)
+	case ledger.KindTokenRevocation:
+		c.Revocation = new(ledger.TokenRevocationLeaf)
 		if json.Unmarshal(body, c.Revocation) != nil {
 			return c, true, fmt.Errorf("token-revocation leaf body does not parse")
 		}
@@ -44,7 +45,7 @@ func DecodeTokenChange(idx uint64, k Kind, body []byte) (c TokenChange, ok bool,
 // tokenWant is what the token leaves say one tokens row must hold: the
 // first token leaf of its id and the first revocation leaf after it.
 type tokenWant struct {
-	leaf   TokenLeaf
+	leaf   ledger.TokenLeaf
 	idx    uint64
 	rev    *time.Time
 	revIdx uint64
@@ -96,7 +97,7 @@ func (p *TokenProjection) Folded() uint64 { return p.folded }
 // It returns the index of the token leaf concerned (-1 when none) and the
 // problem, naming the token id and name and the first column that
 // differs ("" when the row is the projection). It never names the secret.
-func (p *TokenProjection) CheckRow(row TokenRow) (int64, string) {
+func (p *TokenProjection) CheckRow(row ledger.TokenRow) (int64, string) {
 	w := p.byID[row.ID]
 	switch {
 	case row.LeafIndex == -1:
@@ -114,7 +115,7 @@ func (p *TokenProjection) CheckRow(row TokenRow) (int64, string) {
 // token, every row the projection of its leaves (CheckRow, in the order
 // given), and a row for every token leaf (missing ones reported in id
 // order). It returns the first problem as CheckRow does.
-func (p *TokenProjection) CheckTable(rows []TokenRow) (int64, string) {
+func (p *TokenProjection) CheckTable(rows []ledger.TokenRow) (int64, string) {
 	if p.orphan != "" {
 		return p.orphanAt, p.orphan
 	}
@@ -139,12 +140,12 @@ func (p *TokenProjection) CheckTable(rows []TokenRow) (int64, string) {
 	return int64(w.idx), fmt.Sprintf("token leaf %d creates token %s (%q) but the tokens table has no row for it (a row was deleted)", w.idx, ids[0], w.leaf.Name)
 }
 
-// NullLeafIndex is TokenRow.LeafIndex for a row whose leaf_idx is NULL,
+// NullLeafIndex is ledger.TokenRow.LeafIndex for a row whose leaf_idx is NULL,
 // which no store writes: a row inserted behind the log.
 const NullLeafIndex = -2
 
 // differs names the first column of row that differs from w ("" when none).
-func (w *tokenWant) differs(row TokenRow) string {
+func (w *tokenWant) differs(row ledger.TokenRow) string {
 	l := w.leaf
 	revIdxOK := row.RevokedIndex == -1
 	if w.rev != nil {
@@ -188,11 +189,11 @@ func sameInstant(a, b *time.Time) bool {
 	return a.Equal(*b)
 }
 
-// ScannedTokenRow is the TokenRow of a tokens row as a driver scans it:
+// ScannedTokenRow is the ledger.TokenRow of a tokens row as a driver scans it:
 // its Token columns, its secret hash bytes, and its nullable leaf_idx
 // (NULL: NullLeafIndex) and revoked_idx (NULL: -1).
-func ScannedTokenRow(t Token, hash []byte, leafIdx, revIdx sql.NullInt64) TokenRow {
-	row := TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: NullLeafIndex, RevokedIndex: -1}
+func ScannedTokenRow(t ledger.Token, hash []byte, leafIdx, revIdx sql.NullInt64) ledger.TokenRow {
+	row := ledger.TokenRow{Token: t, SecretSHA256: hex.EncodeToString(hash), LeafIndex: NullLeafIndex, RevokedIndex: -1}
 	if leafIdx.Valid {
 		row.LeafIndex = leafIdx.Int64
 	}

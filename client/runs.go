@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/runs"
 )
 
@@ -93,17 +94,17 @@ func (c *Client) Agents(ctx context.Context) ([]runs.AgentInfo, error) {
 // registered key's id and spec digest; the server refuses the approval
 // (409, nothing appended) when either is another. It returns the leaf's
 // state and entry and the registration approved.
-func (c *Client) ApproveAgent(ctx context.Context, name string, req runs.ApproveRequest) (ledger.RunnerState, ledger.AppendedEntry, runs.Agent, error) {
+func (c *Client) ApproveAgent(ctx context.Context, name string, req runs.ApproveRequest) (auth.RunnerState, ledger.AppendedEntry, runs.Agent, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, runs.Agent{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, runs.Agent{}, err
 	}
 	var a struct {
 		runnerAnswer
 		Agent runs.Agent `json:"agent"`
 	}
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/agents/" + url.PathEscape(name) + "/approve", body: body, contentType: "application/json"}, &a, nil); err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, runs.Agent{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, runs.Agent{}, err
 	}
 	return a.Runner, a.entry(), a.Agent, nil
 }

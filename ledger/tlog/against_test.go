@@ -1,4 +1,4 @@
-package ledger_test
+package tlog_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/tlog"
 	"github.com/evidence-ledger/ledger/witness/witnesstest"
 )
 
@@ -24,13 +24,13 @@ func memLog(t *testing.T, name string, n int) *witnesstest.MemLog {
 }
 
 // saveAt returns the log's checkpoint of size size as a client saved it.
-func saveAt(t *testing.T, l *witnesstest.MemLog, size uint64, src string) ledger.SavedCheckpoint {
+func saveAt(t *testing.T, l *witnesstest.MemLog, size uint64, src string) tlog.SavedCheckpoint {
 	t.Helper()
 	cp, err := l.CheckpointAt(context.Background(), size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ledger.SavedCheckpoint{Source: src, Note: []byte(cp.Note)}
+	return tlog.SavedCheckpoint{Source: src, Note: []byte(cp.Note)}
 }
 
 func TestAuditAgainst(t *testing.T) {
@@ -58,22 +58,22 @@ func TestAuditAgainst(t *testing.T) {
 	cases := []struct {
 		name           string
 		log            *witnesstest.MemLog
-		saved          []ledger.SavedCheckpoint
-		want           []ledger.AgainstStatus
+		saved          []tlog.SavedCheckpoint
+		want           []tlog.AgainstStatus
 		consistentUpTo uint64
 		partsBy        uint64
 	}{
-		{"extends all", l, []ledger.SavedCheckpoint{s3, s7, s12}, []ledger.AgainstStatus{"ok", "ok", "ok"}, 12, 0},
-		{"rollback to 5", fork(5, 0), []ledger.SavedCheckpoint{s3, s7, s12}, []ledger.AgainstStatus{"ok", "rollback", "rollback"}, 3, 7},
+		{"extends all", l, []tlog.SavedCheckpoint{s3, s7, s12}, []tlog.AgainstStatus{"ok", "ok", "ok"}, 12, 0},
+		{"rollback to 5", fork(5, 0), []tlog.SavedCheckpoint{s3, s7, s12}, []tlog.AgainstStatus{"ok", "rollback", "rollback"}, 3, 7},
 		// Restored at 5 and appended past every saved size: a fork.
-		{"restore then append", fork(5, 20), []ledger.SavedCheckpoint{s12, s3, s7}, []ledger.AgainstStatus{"fork", "ok", "fork"}, 3, 7},
-		{"fork at 10", fork(10, 4), []ledger.SavedCheckpoint{s3, s7, s12}, []ledger.AgainstStatus{"ok", "ok", "fork"}, 7, 12},
-		{"fork at the saved size", fork(11, 1), []ledger.SavedCheckpoint{s12}, []ledger.AgainstStatus{"fork"}, 0, 12},
-		{"deleted checkpoint row", missing, []ledger.SavedCheckpoint{s3, s7, s12}, []ledger.AgainstStatus{"ok", "missing_checkpoint", "ok"}, 12, 0},
+		{"restore then append", fork(5, 20), []tlog.SavedCheckpoint{s12, s3, s7}, []tlog.AgainstStatus{"fork", "ok", "fork"}, 3, 7},
+		{"fork at 10", fork(10, 4), []tlog.SavedCheckpoint{s3, s7, s12}, []tlog.AgainstStatus{"ok", "ok", "fork"}, 7, 12},
+		{"fork at the saved size", fork(11, 1), []tlog.SavedCheckpoint{s12}, []tlog.AgainstStatus{"fork"}, 0, 12},
+		{"deleted checkpoint row", missing, []tlog.SavedCheckpoint{s3, s7, s12}, []tlog.AgainstStatus{"ok", "missing_checkpoint", "ok"}, 12, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rep, err := ledger.AuditAgainst(ctx, c.log, l.VerifierKey(), c.saved)
+			rep, err := tlog.AuditAgainst(ctx, c.log, l.VerifierKey(), c.saved)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestAuditAgainst(t *testing.T) {
 				if rep.Results[i].Status != w {
 					t.Errorf("%s: %s (%s), want %s", rep.Results[i].Source, rep.Results[i].Status, rep.Results[i].Problem, w)
 				}
-				if w != ledger.AgainstOK {
+				if w != tlog.AgainstOK {
 					wantOK = false
 					if rep.Results[i].Problem == "" {
 						t.Errorf("%s: no problem text", rep.Results[i].Source)
@@ -104,15 +104,15 @@ func TestAuditAgainstKeys(t *testing.T) {
 	otherName := memLog(t, "ledger.test.elsewhere", 6)
 
 	// The user's key is not the log's: every checkpoint says so.
-	rep, err := ledger.AuditAgainst(ctx, l, other.VerifierKey(), []ledger.SavedCheckpoint{s6})
+	rep, err := tlog.AuditAgainst(ctx, l, other.VerifierKey(), []tlog.SavedCheckpoint{s6})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.OK || rep.Results[0].Status != ledger.AgainstKeyMismatch || !strings.Contains(rep.Problem, "latest checkpoint") {
+	if rep.OK || rep.Results[0].Status != tlog.AgainstKeyMismatch || !strings.Contains(rep.Problem, "latest checkpoint") {
 		t.Fatalf("wrong key: %+v", rep)
 	}
-	rep, _ = ledger.AuditAgainst(ctx, l, otherName.VerifierKey(), []ledger.SavedCheckpoint{s6})
-	if rep.OK || rep.Results[0].Status != ledger.AgainstKeyMismatch {
+	rep, _ = tlog.AuditAgainst(ctx, l, otherName.VerifierKey(), []tlog.SavedCheckpoint{s6})
+	if rep.OK || rep.Results[0].Status != tlog.AgainstKeyMismatch {
 		t.Fatalf("key of another name: %+v", rep)
 	}
 	// A replaced log key: the log now signs with another key of the same
@@ -120,7 +120,7 @@ func TestAuditAgainstKeys(t *testing.T) {
 	// log's latest does not.
 	replaced, _ := witnesstest.NewMemLogWithKey(other.SignerKey())
 	replaced.AppendN("main", 6)
-	rep, _ = ledger.AuditAgainst(ctx, replaced, l.VerifierKey(), []ledger.SavedCheckpoint{s6})
+	rep, _ = tlog.AuditAgainst(ctx, replaced, l.VerifierKey(), []tlog.SavedCheckpoint{s6})
 	if rep.OK || rep.Problem == "" {
 		t.Fatalf("replaced key: %+v", rep)
 	}
@@ -129,14 +129,14 @@ func TestAuditAgainstKeys(t *testing.T) {
 	edited := bytes.Replace(s6.Note, []byte("\n6\n"), []byte("\n5\n"), 1)
 	for name, c := range map[string]struct {
 		b    []byte
-		want ledger.AgainstStatus
+		want tlog.AgainstStatus
 	}{
-		"edited size":    {edited, ledger.AgainstBadSignature},
-		"not a note":     {[]byte("hello"), ledger.AgainstMalformed},
-		"other log":      {saveAt(t, otherName, 6, "x").Note, ledger.AgainstKeyMismatch},
-		"same name, key": {saveAt(t, other, 6, "x").Note, ledger.AgainstKeyMismatch},
+		"edited size":    {edited, tlog.AgainstBadSignature},
+		"not a note":     {[]byte("hello"), tlog.AgainstMalformed},
+		"other log":      {saveAt(t, otherName, 6, "x").Note, tlog.AgainstKeyMismatch},
+		"same name, key": {saveAt(t, other, 6, "x").Note, tlog.AgainstKeyMismatch},
 	} {
-		rep, _ := ledger.AuditAgainst(ctx, l, l.VerifierKey(), []ledger.SavedCheckpoint{{Source: name, Note: c.b}})
+		rep, _ := tlog.AuditAgainst(ctx, l, l.VerifierKey(), []tlog.SavedCheckpoint{{Source: name, Note: c.b}})
 		r := rep.Results[0]
 		if rep.OK || r.Status != c.want {
 			t.Errorf("%s: %s (%s), want %s", name, r.Status, r.Problem, c.want)
@@ -145,7 +145,7 @@ func TestAuditAgainstKeys(t *testing.T) {
 			t.Errorf("%s: problem echoes the file: %s", name, r.Problem)
 		}
 	}
-	if _, err := ledger.AuditAgainst(ctx, l, "not a key", nil); err == nil {
+	if _, err := tlog.AuditAgainst(ctx, l, "not a key", nil); err == nil {
 		t.Fatal("malformed verifier key accepted")
 	}
 }
@@ -156,13 +156,13 @@ func TestParseSavedCheckpoint(t *testing.T) {
 	js, _ := json.Marshal(cp)
 	proof := "c2sp.org/tlog-proof@v1\nindex 0\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n\n" + cp.Note
 	for name, b := range map[string][]byte{"note": []byte(cp.Note), "json": js, "tlog-proof": []byte(proof)} {
-		got, err := ledger.ParseSavedCheckpoint(b)
+		got, err := tlog.ParseSavedCheckpoint(b)
 		if err != nil || string(got) != cp.Note {
 			t.Errorf("%s: %q, %v", name, got, err)
 		}
 	}
 	for _, bad := range []string{"", "{}", `{"note":1}`, "c2sp.org/tlog-proof@v1\nindex 0\n", "one line"} {
-		if _, err := ledger.ParseSavedCheckpoint([]byte(bad)); err == nil {
+		if _, err := tlog.ParseSavedCheckpoint([]byte(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"context"
@@ -7,14 +7,15 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/internal/cursor"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/transparency-dev/merkle/compact"
 )
 
 // The query index: VerifiedStore answers the queries that readiness
-// depends on (EvidenceFilter by lane, or lane and full commit id;
-// EntryFilter by kind and key, or by kind other than evidence; HeadFilter by
+// depends on (ledger.EvidenceFilter by lane, or lane and full commit id;
+// ledger.EntryFilter by kind and key, or by kind other than evidence; ledger.HeadFilter by
 // full commit id) from an index it builds itself from leaf bytes it
 // verified, never from the store's projection columns. A per-row check
 // can refuse a row a filter returns but cannot see one an edited column
@@ -36,26 +37,26 @@ type leafIndex struct {
 
 	rmu     sync.RWMutex
 	size    uint64 // leaves [0, size) are folded and give root, a signed root
-	root    Hash
+	root    ledger.Hash
 	rng     *compact.Range // of the folded leaf hashes (fold holds it)
 	entries map[string][]uint64
-	kinds   map[Kind][]uint64
+	kinds   map[ledger.Kind][]uint64
 	lanes   map[string][]uint64
 	commits map[string][]uint64 // evidence by lane "\x00" commit
 	heads   map[string][]uint64 // head verifications by commit
 }
 
-// entryKey is the key of leafIndex.entries: kind and EntryKey.
-func entryKey(k Kind, key string) string { return string(k) + "\x00" + key }
+// entryKey is the key of leafIndex.entries: kind and ledger.EntryKey.
+func entryKey(k ledger.Kind, key string) string { return string(k) + "\x00" + key }
 
 // foldChunk is how many leaves a fold reads in one range query.
 const foldChunk = 2048
 
 // leafKeys is what folding reads from one leaf.
 type leafKeys struct {
-	kind                 Kind
+	kind                 ledger.Kind
 	key, commit, problem string
-	hash                 Hash
+	hash                 ledger.Hash
 	fault                error
 }
 
@@ -63,7 +64,7 @@ type leafKeys struct {
 // hold leaves no signed root covered).
 func (x *leafIndex) reset() {
 	x.rmu.Lock()
-	x.size, x.root, x.rng = 0, Hash{}, nil
+	x.size, x.root, x.rng = 0, ledger.Hash{}, nil
 	x.entries, x.kinds, x.lanes, x.commits, x.heads = nil, nil, nil, nil, nil
 	x.rmu.Unlock()
 }
@@ -85,7 +86,7 @@ func (x *leafIndex) list(pick func() []uint64) (uint64, []uint64) {
 
 // latestSigned returns the latest stored checkpoint with its note
 // verified (once per size and root).
-func (v *VerifiedStore) latestSigned(ctx context.Context) (Checkpoint, error) {
+func (v *VerifiedStore) latestSigned(ctx context.Context) (ledger.Checkpoint, error) {
 	cp, err := v.l.CheckpointAt(ctx, 0)
 	if err != nil {
 		return cp, err
@@ -98,7 +99,7 @@ func (v *VerifiedStore) latestSigned(ctx context.Context) (Checkpoint, error) {
 	}
 	if err := v.l.checkNote(cp); err != nil {
 		v.log.Error("tampering: the latest checkpoint does not verify", "size", cp.Size)
-		return cp, Errorf(CodeInternal, "the latest checkpoint (size %d) %v: run `ledger audit`", cp.Size, err)
+		return cp, ledger.Errorf(ledger.CodeInternal, "the latest checkpoint (size %d) %v: run `ledger audit`", cp.Size, err)
 	}
 	v.mu.Lock()
 	if cp.Size > v.cp.Size {
@@ -122,7 +123,7 @@ func (v *VerifiedStore) indexAt(ctx context.Context, want uint64) (uint64, error
 	x := &v.index
 	cp, err := v.latestSigned(ctx)
 	switch {
-	case ErrorCode(err) == CodeNotFound && want == 0:
+	case ledger.ErrorCode(err) == ledger.CodeNotFound && want == 0:
 		return 0, nil // a read-only empty log: nothing to fold
 	case err != nil:
 		return 0, err
@@ -160,14 +161,14 @@ func (v *VerifiedStore) indexAt(ctx context.Context, want uint64) (uint64, error
 }
 
 // current reports whether the index covers exactly cp.
-func (x *leafIndex) current(cp Checkpoint) bool {
+func (x *leafIndex) current(cp ledger.Checkpoint) bool {
 	x.rmu.RLock()
 	defer x.rmu.RUnlock()
 	return x.size == cp.Size && (cp.Size == 0 || x.root == cp.Root)
 }
 
 // state returns the size and root the index covers.
-func (x *leafIndex) state() (uint64, Hash) {
+func (x *leafIndex) state() (uint64, ledger.Hash) {
 	x.rmu.RLock()
 	defer x.rmu.RUnlock()
 	return x.size, x.root
@@ -185,7 +186,7 @@ func (v *VerifiedStore) BuildIndex(ctx context.Context) error {
 
 // foldTo folds the leaves [x.size, cp.Size) and checks that the leaves
 // [0, cp.Size) give cp's root. fold is held.
-func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
+func (v *VerifiedStore) foldTo(ctx context.Context, cp ledger.Checkpoint) error {
 	x := &v.index
 	from := x.covered()
 	if cp.Size <= from {
@@ -200,14 +201,14 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 	if x.rng == nil {
 		x.rng = rangeFactory.NewEmptyRange(0)
 		x.rmu.Lock()
-		x.entries, x.kinds, x.lanes = map[string][]uint64{}, map[Kind][]uint64{}, map[string][]uint64{}
+		x.entries, x.kinds, x.lanes = map[string][]uint64{}, map[ledger.Kind][]uint64{}, map[string][]uint64{}
 		x.commits, x.heads = map[string][]uint64{}, map[string][]uint64{}
 		x.rmu.Unlock()
 	}
 	// One goroutine reads the next chunk while this one checks the last.
 	type chunk struct {
 		lo, hi uint64
-		es     []Entry
+		es     []ledger.Entry
 		err    error
 	}
 	chunks, stop := make(chan chunk, 1), make(chan struct{})
@@ -265,11 +266,11 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 				return err
 			}
 			switch k.kind {
-			case KindEvidence:
+			case ledger.KindEvidence:
 				x.lanes[k.key] = append(x.lanes[k.key], i)
 				ck := k.key + "\x00" + k.commit
 				x.commits[ck] = append(x.commits[ck], i)
-			case KindHead:
+			case ledger.KindHead:
 				x.heads[k.commit] = append(x.heads[k.commit], i)
 				fallthrough
 			default:
@@ -281,7 +282,7 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 		x.rmu.Unlock()
 	}
 	if folded != cp.Size {
-		return Errorf(CodeInternal, "query index: the leaves were read up to %d of %d", folded, cp.Size)
+		return ledger.Errorf(ledger.CodeInternal, "query index: the leaves were read up to %d of %d", folded, cp.Size)
 	}
 	if rangeRoot(x.rng) != cp.Root {
 		if from > 0 {
@@ -302,7 +303,7 @@ func (v *VerifiedStore) foldTo(ctx context.Context, cp Checkpoint) error {
 // readKeys checks each of es (scanProblem: bytes, leaf hash, envelope,
 // content id) and reads its kind and query keys into ks, spread over the
 // processors.
-func readKeys(es []Entry, ks []leafKeys) {
+func readKeys(es []ledger.Entry, ks []leafKeys) {
 	par := min(runtime.GOMAXPROCS(0), 1+len(es)/256)
 	var wg sync.WaitGroup
 	for p := range par {
@@ -318,7 +319,7 @@ func readKeys(es []Entry, ks []leafKeys) {
 }
 
 // keysOf checks that e's bytes hash to its leaf hash, carry its index
-// and a body that hashes to the content id they carry, and returns the kind and keys they hold: the key is EntryKey's (the
+// and a body that hashes to the content id they carry, and returns the kind and keys they hold: the key is ledger.EntryKey's (the
 // lane of evidence, the repository of a head, the name of a policy, else
 // the version) and commit the subject commit of evidence and the commit
 // of a head, decoded as the audit decodes them (DecodeAuditBody). The
@@ -326,15 +327,15 @@ func readKeys(es []Entry, ks []leafKeys) {
 // the leaf hash are what the signed tree holds once the fold's root
 // matches, so nothing else of the row is trusted or needed here; the
 // rows a query returns are checked whole (check).
-func keysOf(e *Entry) leafKeys {
+func keysOf(e *ledger.Entry) leafKeys {
 	k := leafKeys{hash: e.LeafHash}
-	if LeafHash(e.Raw) != e.LeafHash {
+	if ledger.LeafHash(e.Raw) != e.LeafHash {
 		k.problem = "does not match its leaf hash"
 		return k
 	}
-	h, body, ok := SplitLeaf(e.Raw)
+	h, body, ok := ledger.SplitLeaf(e.Raw)
 	if !ok {
-		l, err := DecodeLeafJSON(e.Raw)
+		l, err := ledger.DecodeLeafJSON(e.Raw)
 		if err != nil {
 			k.problem = "is not a leaf's canonical bytes"
 			return k
@@ -345,7 +346,7 @@ func keysOf(e *Entry) leafKeys {
 	case h.Index != e.Index:
 		k.problem = fmt.Sprintf("carries index %d in its bytes (rows were reordered or copied)", h.Index)
 		return k
-	case EntryID(h.Kind, body) != h.ID:
+	case ledger.EntryID(h.Kind, body) != h.ID:
 		// An edit whose leaf hash was recomputed: named here rather than
 		// only as a root that does not match.
 		k.problem = "fails its check: the body does not hash to the entry id (edited)"
@@ -354,7 +355,7 @@ func keysOf(e *Entry) leafKeys {
 	k.kind = h.Kind
 	var err error
 	switch h.Kind {
-	case KindEvidence:
+	case ledger.KindEvidence:
 		var b struct {
 			Lane    string `json:"lane"`
 			Subject struct {
@@ -363,14 +364,14 @@ func keysOf(e *Entry) leafKeys {
 		}
 		err = jsonv2.Unmarshal(body, &b)
 		k.key, k.commit = b.Lane, b.Subject.Commit
-	case KindHead:
+	case ledger.KindHead:
 		var b struct {
 			Repository string `json:"repository"`
 			Commit     string `json:"commit"`
 		}
 		err = jsonv2.Unmarshal(body, &b)
 		k.key, k.commit = b.Repository, b.Commit
-	case KindPolicy:
+	case ledger.KindPolicy:
 		var b auditPolicyBody
 		err = jsonv2.Unmarshal(body, &b)
 		k.key = b.Name
@@ -402,7 +403,7 @@ func page(list []uint64, bound uint64, n int) ([]uint64, bool) {
 func pageBound(c string, asOf, size uint64) (uint64, error) {
 	b, ok := cursor.Decode(c)
 	if !ok {
-		return 0, FieldError("cursor", "malformed cursor")
+		return 0, ledger.FieldError("cursor", "malformed cursor")
 	}
 	if asOf > 0 {
 		b = min(b, asOf)
@@ -424,12 +425,12 @@ func pageLimit(n int) int {
 
 // indexedEntries reads the entries at idx (newest first) through the
 // verified reads: every one must be present and pass check.
-func (v *VerifiedStore) indexedEntries(ctx context.Context, idx []uint64) ([]Entry, error) {
+func (v *VerifiedStore) indexedEntries(ctx context.Context, idx []uint64) ([]ledger.Entry, error) {
 	if len(idx) == 0 {
 		return nil, nil
 	}
-	var es []Entry
-	if r, ok := v.Store.(EntriesAtReader); ok {
+	var es []ledger.Entry
+	if r, ok := v.Store.(ledger.EntriesAtReader); ok {
 		got, err := r.EntriesAt(ctx, idx)
 		if err != nil {
 			return nil, err
@@ -438,7 +439,7 @@ func (v *VerifiedStore) indexedEntries(ctx context.Context, idx []uint64) ([]Ent
 	} else {
 		for _, i := range idx {
 			e, err := v.Store.EntryAt(ctx, i)
-			if err != nil && ErrorCode(err) != CodeNotFound {
+			if err != nil && ledger.ErrorCode(err) != ledger.CodeNotFound {
 				return nil, err
 			}
 			if err == nil {
@@ -450,8 +451,8 @@ func (v *VerifiedStore) indexedEntries(ctx context.Context, idx []uint64) ([]Ent
 	for j := range es {
 		byIdx[es[j].Index] = j
 	}
-	out := make([]Entry, len(idx))
-	ps := make([]*Entry, len(idx))
+	out := make([]ledger.Entry, len(idx))
+	ps := make([]*ledger.Entry, len(idx))
 	for j, i := range idx {
 		k, ok := byIdx[i]
 		if !ok {
@@ -468,9 +469,9 @@ func (v *VerifiedStore) indexedEntries(ctx context.Context, idx []uint64) ([]Ent
 
 // indexedPage answers one page of the list pick selects: the bound from
 // cursor and asOf, the verified entries and the next cursor.
-func (v *VerifiedStore) indexedPage(ctx context.Context, c string, asOf uint64, limit int, pick func(x *leafIndex) []uint64) ([]Entry, string, error) {
+func (v *VerifiedStore) indexedPage(ctx context.Context, c string, asOf uint64, limit int, pick func(x *leafIndex) []uint64) ([]ledger.Entry, string, error) {
 	if _, ok := cursor.Decode(c); !ok {
-		return nil, "", FieldError("cursor", "malformed cursor")
+		return nil, "", ledger.FieldError("cursor", "malformed cursor")
 	}
 	var size uint64
 	var list []uint64
@@ -486,7 +487,7 @@ func (v *VerifiedStore) indexedPage(ctx context.Context, c string, asOf uint64, 
 			break
 		}
 		if attempt == 2 {
-			return nil, "", Errorf(CodeUnavailable, "the query index was emptied while it was read (a fold found a problem or the log was restored); try again")
+			return nil, "", ledger.Errorf(ledger.CodeUnavailable, "the query index was emptied while it was read (a fold found a problem or the log was restored); try again")
 		}
 	}
 	bound, err := pageBound(c, asOf, size)
@@ -508,10 +509,10 @@ func (v *VerifiedStore) indexedPage(ctx context.Context, c string, asOf uint64, 
 
 // IndexedEvidence reports whether VerifiedStore answers f from its query
 // index (complete against the verified leaves): a lane, optionally a
-// full commit id (ValidObjectID), and no other filter. Gates read
+// full commit id (ledger.ValidObjectID), and no other filter. Gates read
 // evidence only so.
-func IndexedEvidence(f EvidenceFilter) bool {
-	return f.Lane != "" && (f.Commit == "" || ValidObjectID(f.Commit)) &&
+func IndexedEvidence(f ledger.EvidenceFilter) bool {
+	return f.Lane != "" && (f.Commit == "" || ledger.ValidObjectID(f.Commit)) &&
 		f.Backend == "" && f.Status == "" && f.Repository == "" && f.ArtifactDigest == "" && f.Since.IsZero()
 }
 
@@ -522,12 +523,12 @@ func IndexedEvidence(f EvidenceFilter) bool {
 // revocation whose kind column was edited must not drop out of that
 // fold (a server's first authentication waits for the fold of the log,
 // which serve starts at boot).
-func IndexedEntries(f EntryFilter) bool {
-	return f.Kind != "" && (f.Key != "" || f.Kind != KindEvidence)
+func IndexedEntries(f ledger.EntryFilter) bool {
+	return f.Kind != "" && (f.Key != "" || f.Kind != ledger.KindEvidence)
 }
 
 // IndexedHeads reports whether VerifiedStore answers f from its query
-// index: a full commit id (ValidObjectID) and no other filter.
-func IndexedHeads(f HeadFilter) bool {
-	return ValidObjectID(f.Commit) && f.Repository == "" && f.Verdict == ""
+// index: a full commit id (ledger.ValidObjectID) and no other filter.
+func IndexedHeads(f ledger.HeadFilter) bool {
+	return ledger.ValidObjectID(f.Commit) && f.Repository == "" && f.Verdict == ""
 }

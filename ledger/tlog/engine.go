@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -26,15 +27,15 @@ import (
 type Driver interface {
 	NodeReader
 	// StoredCheckpoint returns the stored checkpoint of tree size size (0:
-	// the largest), with Origin left empty, or a CodeNotFound error.
-	StoredCheckpoint(ctx context.Context, size uint64) (Checkpoint, error)
+	// the largest), with Origin left empty, or a ledger.CodeNotFound error.
+	StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error)
 	// SignedSize returns the tree size of the largest stored checkpoint (0
 	// when none).
 	SignedSize(ctx context.Context) (uint64, error)
 	// LookupIDs is the driver's part of de-duplication that needs no write
 	// lock: it runs on the appending caller's goroutine and its result is
 	// handed, untouched, to Batch.Find. It may return nil.
-	LookupIDs(ctx context.Context, recs []Prepared) any
+	LookupIDs(ctx context.Context, recs []ledger.Prepared) any
 	// BeginBatch opens a batch (a write transaction) holding the store's
 	// write lock until Commit or Rollback.
 	BeginBatch(ctx context.Context) (Batch, error)
@@ -58,7 +59,7 @@ type Batch interface {
 	// Size returns the number of stored leaves as this batch sees them.
 	Size(ctx context.Context) (uint64, error)
 	// StoredCheckpoint is Driver.StoredCheckpoint inside the batch.
-	StoredCheckpoint(ctx context.Context, size uint64) (Checkpoint, error)
+	StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error)
 	// Start prepares the batch for a log of size leaves. reload is true
 	// when the engine (re)loaded its tree: the log grew outside this
 	// process, or this is the first batch, or the last commit failed; the
@@ -74,16 +75,16 @@ type Batch interface {
 	// is stored or appended earlier in this batch (hint is LookupIDs'
 	// result for recs); records it does not name are new. The map may be
 	// nil and must not be modified.
-	Find(ctx context.Context, recs []Prepared, hint any) (map[string]uint64, error)
+	Find(ctx context.Context, recs []ledger.Prepared, hint any) (map[string]uint64, error)
 	// EntryAt returns the stored leaf at index (flushed writes included).
-	EntryAt(ctx context.Context, index uint64) (Entry, error)
+	EntryAt(ctx context.Context, index uint64) (ledger.Entry, error)
 	// EntryByID returns the stored leaf of a content id.
-	EntryByID(ctx context.Context, id string) (Entry, error)
+	EntryByID(ctx context.Context, id string) (ledger.Entry, error)
 	// Idempotency returns the stored answer of an idempotency key.
 	Idempotency(ctx context.Context, key string) (ans IdempotentAnswer, found bool, err error)
 	// AddLeaf buffers a new leaf (e) with its prepared record (its
 	// projections come from p).
-	AddLeaf(e Entry, p *Prepared)
+	AddLeaf(e ledger.Entry, p *ledger.Prepared)
 	// AddNode buffers a tree node the leaf completed (level 0: the leaf
 	// hash itself, which drivers may keep with the leaf).
 	AddNode(id compact.NodeID, hash []byte)
@@ -93,7 +94,7 @@ type Batch interface {
 	// concurrently by another process is not an error.
 	PutIdempotency(ctx context.Context, key string, ans IdempotentAnswer, at time.Time) error
 	// PutCheckpoint stores the signed checkpoint of the batch.
-	PutCheckpoint(ctx context.Context, cp Checkpoint) error
+	PutCheckpoint(ctx context.Context, cp ledger.Checkpoint) error
 	// Commit makes the batch durable (its return means durable) and
 	// releases the write lock. On error nothing was written, and the driver
 	// forgets what it derived in memory (the next Start reloads).
@@ -134,14 +135,14 @@ type LogOptions struct {
 	// checkpoint after its batch committed and before any of the batch's
 	// appends is answered (the signed-state journal, see SignedState). An
 	// error fails those appends (they are committed; the error says so).
-	OnCheckpoint func(Checkpoint) error
+	OnCheckpoint func(ledger.Checkpoint) error
 }
 
 // Log is the log engine over a Driver: the sequencer with group commit
 // (one goroutine; concurrent appends share a batch and its one signed
 // checkpoint), the compact-range tree update, checkpoint signing,
 // de-duplication by content id and idempotency keys, proofs, and the
-// audit (Audit). It implements LogWriter, LogReader's checkpoint and proof
+// audit (Audit). It implements ledger.LogWriter, ledger.LogReader's checkpoint and proof
 // methods, and Keys. Safe for concurrent use.
 type Log struct {
 	d      Driver
@@ -149,11 +150,11 @@ type Log struct {
 	origin string
 	key    atomic.Pointer[logKey] // the key that signs new checkpoints
 	chainM sync.Mutex
-	chain  KeyChain                    // the key chain as last loaded or rotated (nil: not loaded)
+	chain  ledger.KeyChain             // the key chain as last loaded or rotated (nil: not loaded)
 	tamper atomic.Pointer[TamperState] // set once a full scan found a bad leaf
 	// committed is the latest checkpoint this process committed (nil
 	// before its first commit), for CheckStored.
-	committed atomic.Pointer[Checkpoint]
+	committed atomic.Pointer[ledger.Checkpoint]
 	// journal, when set (UseJournal), is the signed-state journal every
 	// batch checks the stored log against before it signs.
 	journal     atomic.Pointer[SignedState]
@@ -181,10 +182,10 @@ type appendReq struct {
 	// rotate, set on a key rotation request, builds its one record for a
 	// log of the given size inside the batch; after runs once the batch
 	// committed, before the request is answered.
-	rotate  func(size uint64) (Prepared, error)
-	after   func(cp Checkpoint)
+	rotate  func(size uint64) (ledger.Prepared, error)
+	after   func(cp ledger.Checkpoint)
 	ctx     context.Context
-	recs    []Prepared
+	recs    []ledger.Prepared
 	hint    any // Driver.LookupIDs' answer
 	idemKey string
 	reqHash []byte
@@ -193,10 +194,10 @@ type appendReq struct {
 }
 
 type appendResp struct {
-	entries  []Entry
+	entries  []ledger.Entry
 	existing []bool
-	size     uint64      // proofs are against this size
-	cp       *Checkpoint // the checkpoint of that size when the sequencer has it
+	size     uint64             // proofs are against this size
+	cp       *ledger.Checkpoint // the checkpoint of that size when the sequencer has it
 	err      error
 }
 
@@ -266,34 +267,34 @@ func (l *Log) SignNote(text string) (string, error) {
 	return string(b), nil
 }
 
-// Append implements LogWriter. Each record is validated (PrepareRecords);
+// Append implements ledger.LogWriter. Each record is validated (ledger.PrepareRecords);
 // with several records, error fields are prefixed by the record's position
 // ("[3].lane"). The call blocks until the batch that carries it has
 // committed (durably) or failed.
-func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*AppendResult, error) {
+func (l *Log) Append(ctx context.Context, recs []ledger.Record, idemKey string) (*ledger.AppendResult, error) {
 	if l.opts.ReadOnly {
-		return nil, Errorf(CodeInternal, "store opened read-only")
+		return nil, ledger.Errorf(ledger.CodeInternal, "store opened read-only")
 	}
 	if err := l.refuseTampered(); err != nil {
 		return nil, err
 	}
 	if len(recs) == 0 {
-		return nil, FieldError("", "no records to append")
+		return nil, ledger.FieldError("", "no records to append")
 	}
 	for _, r := range recs {
-		if r.Kind == KindKeyRotation {
-			return nil, FieldError("kind", "key-rotation leaves are appended only by `ledger key rotate` (Log.Rotate), never through Append")
+		if r.Kind == ledger.KindKeyRotation {
+			return nil, ledger.FieldError("kind", "key-rotation leaves are appended only by `ledger key rotate` (Log.Rotate), never through Append")
 		}
 	}
-	if len(recs) > MaxRecordsPerAppend {
-		return nil, FieldError("", "at most %d records per append, got %d: split them over several requests", MaxRecordsPerAppend, len(recs))
+	if len(recs) > ledger.MaxRecordsPerAppend {
+		return nil, ledger.FieldError("", "at most %d records per append, got %d: split them over several requests", ledger.MaxRecordsPerAppend, len(recs))
 	}
 	if len(idemKey) > MaxIdempotencyKey {
-		return nil, FieldError("Idempotency-Key", "at most %d bytes", MaxIdempotencyKey)
+		return nil, ledger.FieldError("Idempotency-Key", "at most %d bytes", MaxIdempotencyKey)
 	}
 	req := &appendReq{ctx: ctx, idemKey: idemKey, guard: guardFrom(ctx), resp: make(chan appendResp, 1)}
 	var err error
-	if req.recs, err = PrepareRecords(recs); err != nil {
+	if req.recs, err = ledger.PrepareRecords(recs); err != nil {
 		return nil, err
 	}
 	req.hint = l.d.LookupIDs(ctx, req.recs)
@@ -303,7 +304,7 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-l.done:
-		return nil, Errorf(CodeInternal, "store is closed")
+		return nil, ledger.Errorf(ledger.CodeInternal, "store is closed")
 	}
 	var resp appendResp
 	select {
@@ -314,7 +315,7 @@ func (l *Log) Append(ctx context.Context, recs []Record, idemKey string) (*Appen
 		select {
 		case resp = <-req.resp:
 		default:
-			return nil, Errorf(CodeInternal, "store is closed")
+			return nil, ledger.Errorf(ledger.CodeInternal, "store is closed")
 		}
 	}
 	if resp.err != nil {
@@ -330,7 +331,7 @@ const MaxIdempotencyKey = 512
 
 // requestHash identifies a request for its idempotency key: SHA-256 over
 // its records' content ids in order.
-func requestHash(recs []Prepared) []byte {
+func requestHash(recs []ledger.Prepared) []byte {
 	h := sha256.New()
 	for _, p := range recs {
 		h.Write([]byte(p.ID))
@@ -338,10 +339,10 @@ func requestHash(recs []Prepared) []byte {
 	return h.Sum(nil)
 }
 
-// answer builds the AppendResult (proofs and checkpoint) outside the
+// answer builds the ledger.AppendResult (proofs and checkpoint) outside the
 // sequencer.
-func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error) {
-	var cp Checkpoint
+func (l *Log) answer(ctx context.Context, resp appendResp) (*ledger.AppendResult, error) {
+	var cp ledger.Checkpoint
 	if resp.cp != nil && resp.cp.Size == resp.size {
 		cp = *resp.cp
 	} else {
@@ -350,7 +351,7 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error
 			return nil, err
 		}
 	}
-	out := &AppendResult{Checkpoint: cp, Entries: make([]AppendedEntry, 0, len(resp.entries))}
+	out := &ledger.AppendResult{Checkpoint: cp, Entries: make([]ledger.AppendedEntry, 0, len(resp.entries))}
 	idx := make([]uint64, len(resp.entries))
 	for i, e := range resp.entries {
 		idx[i] = e.Index
@@ -364,77 +365,79 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*AppendResult, error
 		return nil, internal("inclusion proof", err)
 	}
 	for i, e := range resp.entries {
-		out.Entries = append(out.Entries, AppendedEntry{Entry: e, Existing: resp.existing[i], Proof: proofs[i]})
+		out.Entries = append(out.Entries, ledger.AppendedEntry{Entry: e, Existing: resp.existing[i], Proof: proofs[i]})
 	}
 	return out, nil
 }
 
-// internal wraps err as a CodeInternal *Error (CodeStorageFull on a full
+// internal wraps err as a ledger.CodeInternal *Error (ledger.CodeStorageFull on a full
 // disk), unless it already is an *Error or a context error.
 func internal(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var le *Error
+	var le *ledger.Error
 	if errors.As(err, &le) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if IsStorageFull(err) {
-		return StorageFull(op, err)
+	if ledger.IsStorageFull(err) {
+		return ledger.StorageFull(op, err)
 	}
-	return &Error{Code: CodeInternal, Message: op + ": " + err.Error(), Err: err}
+	return &ledger.Error{Code: ledger.CodeInternal, Message: op + ": " + err.Error(), Err: err}
 }
 
-// Checkpoint implements LogReader: the latest signed checkpoint. An empty
+// Checkpoint implements ledger.LogReader: the latest signed checkpoint. An empty
 // log has a zero-size checkpoint with the empty root, signed on the fly;
 // a read-only log (opened with a public key) has none to give and answers
-// a CodeNotFound error instead.
-func (l *Log) Checkpoint(ctx context.Context) (Checkpoint, error) { return l.CheckpointAt(ctx, 0) }
+// a ledger.CodeNotFound error instead.
+func (l *Log) Checkpoint(ctx context.Context) (ledger.Checkpoint, error) {
+	return l.CheckpointAt(ctx, 0)
+}
 
-// CheckpointAt implements LogReader; size 0 means the latest.
-func (l *Log) CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error) {
+// CheckpointAt implements ledger.LogReader; size 0 means the latest.
+func (l *Log) CheckpointAt(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
 	cp, err := l.d.StoredCheckpoint(ctx, size)
 	if err == nil {
 		cp.Origin = l.origin
 		return cp, nil
 	}
-	if size == 0 && ErrorCode(err) == CodeNotFound && !l.opts.ReadOnly {
-		var root Hash
+	if size == 0 && ledger.ErrorCode(err) == ledger.CodeNotFound && !l.opts.ReadOnly {
+		var root ledger.Hash
 		copy(root[:], rfc6962.DefaultHasher.EmptyRoot())
 		signed, err := l.SignNote(CheckpointText(l.origin, 0, root))
 		if err != nil {
 			return cp, err
 		}
-		return Checkpoint{Origin: l.origin, Size: 0, Root: root, Note: signed, CreatedAt: l.opts.Now().UTC()}, nil
+		return ledger.Checkpoint{Origin: l.origin, Size: 0, Root: root, Note: signed, CreatedAt: l.opts.Now().UTC()}, nil
 	}
 	return cp, err
 }
 
-// InclusionProof implements LogReader; size 0 means the latest
+// InclusionProof implements ledger.LogReader; size 0 means the latest
 // checkpoint's size. Sizes beyond the latest checkpoint and leaves beyond
-// the size are CodeInvalid errors naming "size".
-func (l *Log) InclusionProof(ctx context.Context, index, size uint64) (InclusionProof, error) {
+// the size are ledger.CodeInvalid errors naming "size".
+func (l *Log) InclusionProof(ctx context.Context, index, size uint64) (ledger.InclusionProof, error) {
 	cur, err := l.d.SignedSize(ctx)
 	if err != nil {
-		return InclusionProof{}, err
+		return ledger.InclusionProof{}, err
 	}
 	if size == 0 {
 		size = cur
 	}
 	if size > cur {
-		return InclusionProof{}, FieldError("size", "tree size %d is beyond the latest checkpoint (%d)", size, cur)
+		return ledger.InclusionProof{}, ledger.FieldError("size", "tree size %d is beyond the latest checkpoint (%d)", size, cur)
 	}
 	if index >= size {
-		return InclusionProof{}, FieldError("size", "leaf %d is not in a tree of size %d", index, size)
+		return ledger.InclusionProof{}, ledger.FieldError("size", "leaf %d is not in a tree of size %d", index, size)
 	}
 	p, err := inclusion(ctx, l.d, index, size)
 	return p, internal("inclusion proof", err)
 }
 
-// ConsistencyProof implements LogReader; to 0 means the latest
+// ConsistencyProof implements ledger.LogReader; to 0 means the latest
 // checkpoint's size. Errors name "to" or "from".
-func (l *Log) ConsistencyProof(ctx context.Context, from, to uint64) (ConsistencyProof, error) {
-	out := ConsistencyProof{From: from, To: to}
+func (l *Log) ConsistencyProof(ctx context.Context, from, to uint64) (ledger.ConsistencyProof, error) {
+	out := ledger.ConsistencyProof{From: from, To: to}
 	cur, err := l.d.SignedSize(ctx)
 	if err != nil {
 		return out, err
@@ -443,10 +446,10 @@ func (l *Log) ConsistencyProof(ctx context.Context, from, to uint64) (Consistenc
 		to, out.To = cur, cur
 	}
 	if to > cur {
-		return out, FieldError("to", "tree size %d is beyond the latest checkpoint (%d)", to, cur)
+		return out, ledger.FieldError("to", "tree size %d is beyond the latest checkpoint (%d)", to, cur)
 	}
 	if from > to {
-		return out, FieldError("from", "from (%d) must not exceed to (%d)", from, to)
+		return out, ledger.FieldError("from", "from (%d) must not exceed to (%d)", from, to)
 	}
 	p, err := consistency(ctx, l.d, from, to)
 	return p, internal("consistency proof", err)

@@ -8,12 +8,13 @@ import (
 	"net/url"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 )
 
 // runnerAnswer is the API's answer to a runner-key append.
 type runnerAnswer struct {
-	Runner ledger.RunnerState `json:"runner"`
-	Entry  appended           `json:"entry"`
+	Runner auth.RunnerState `json:"runner"`
+	Entry  appended         `json:"entry"`
 }
 
 // AddRunner registers a runner's Ed25519 public key (keyFile: an OpenSSH
@@ -21,28 +22,28 @@ type runnerAnswer struct {
 // the token's name is recorded as the author). CodeConflict when the name
 // has a live key or the key was registered before; adding the name's live
 // key again appends nothing (the entry's Existing is set).
-func (c *Client) AddRunner(ctx context.Context, name string, keyFile []byte) (ledger.RunnerState, ledger.AppendedEntry, error) {
+func (c *Client) AddRunner(ctx context.Context, name string, keyFile []byte) (auth.RunnerState, ledger.AppendedEntry, error) {
 	body, err := json.Marshal(map[string]string{"name": name, "public_key": string(keyFile)})
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	var a runnerAnswer
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/runners", body: body, contentType: "application/json"}, &a, nil); err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	return a.Runner, a.entry(), nil
 }
 
 // RevokeRunner revokes name's live key through POST
 // /runners/{name}/revoke (scope admin); CodeNotFound when it has none.
-func (c *Client) RevokeRunner(ctx context.Context, name, reason string) (ledger.RunnerState, ledger.AppendedEntry, error) {
+func (c *Client) RevokeRunner(ctx context.Context, name, reason string) (auth.RunnerState, ledger.AppendedEntry, error) {
 	body, err := json.Marshal(map[string]string{"reason": reason})
 	if err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	var a runnerAnswer
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/runners/" + url.PathEscape(name) + "/revoke", body: body, contentType: "application/json"}, &a, nil); err != nil {
-		return ledger.RunnerState{}, ledger.AppendedEntry{}, err
+		return auth.RunnerState{}, ledger.AppendedEntry{}, err
 	}
 	return a.Runner, a.entry(), nil
 }
@@ -53,8 +54,8 @@ func (a runnerAnswer) entry() ledger.AppendedEntry {
 
 // Runners returns every runner key registration, live or revoked (GET
 // /runners), oldest first.
-func (c *Client) Runners(ctx context.Context) (ledger.RunnerRegistry, error) {
-	var reg ledger.RunnerRegistry
+func (c *Client) Runners(ctx context.Context) (auth.RunnerRegistry, error) {
+	var reg auth.RunnerRegistry
 	err := c.do(ctx, request{method: http.MethodGet, path: "/runners"}, &reg, nil)
 	return reg, err
 }

@@ -1,10 +1,11 @@
-package ledger
+package auth
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/evidence-ledger/ledger/ledger"
 	"slices"
 	"time"
 )
@@ -22,10 +23,10 @@ type RunnerState struct {
 	AddedBy   string    `json:"added_by"`
 	AddedAt   time.Time `json:"added_at"`
 	// SpecDigest is the spec digest the approval of an agent key
-	// recorded (RunnerKey.SpecDigest), "" for a runner key.
+	// recorded (ledger.RunnerKey.SpecDigest), "" for a runner key.
 	SpecDigest string `json:"spec_digest,omitempty"`
 	// Labels are the labels the approval of an agent key recorded
-	// (RunnerKey.Labels), nil for a runner key.
+	// (ledger.RunnerKey.Labels), nil for a runner key.
 	Labels  map[string]string `json:"labels,omitempty"`
 	Revoked bool              `json:"revoked"`
 	// RevokedIndex, RevokedBy, RevokedAt and Reason describe the
@@ -77,35 +78,35 @@ func (r RunnerRegistry) ByKeyID(id string) (RunnerState, bool) {
 }
 
 // Check returns why a registry change k would be ignored by the fold (a
-// CodeConflict or CodeNotFound *Error), or nil when it applies.
-func (r RunnerRegistry) Check(k RunnerKey) error {
+// ledger.CodeConflict or ledger.CodeNotFound *Error), or nil when it applies.
+func (r RunnerRegistry) Check(k ledger.RunnerKey) error {
 	switch k.Action {
-	case RunnerAdd:
+	case ledger.RunnerAdd:
 		if s, ok := r.ByKeyID(k.KeyID); ok {
 			state := "live"
 			if s.Revoked {
 				state = "revoked"
 			}
-			return Errorf(CodeConflict, "key %s is already registered (%s) for runner %q: register a new key", k.KeyID, state, s.Name)
+			return ledger.Errorf(ledger.CodeConflict, "key %s is already registered (%s) for runner %q: register a new key", k.KeyID, state, s.Name)
 		}
 		if s, ok := r.Live(k.Name); ok {
-			return Errorf(CodeConflict, "runner %q already has live key %s: revoke it first", k.Name, s.KeyID)
+			return ledger.Errorf(ledger.CodeConflict, "runner %q already has live key %s: revoke it first", k.Name, s.KeyID)
 		}
-	case RunnerRevoke:
+	case ledger.RunnerRevoke:
 		s, ok := r.Live(k.Name)
 		if !ok {
-			return NotFound("runner %q has no live key", k.Name)
+			return ledger.NotFound("runner %q has no live key", k.Name)
 		}
 		if s.KeyID != k.KeyID {
-			return Errorf(CodeConflict, "runner %q's live key is %s, not %s", k.Name, s.KeyID, k.KeyID)
+			return ledger.Errorf(ledger.CodeConflict, "runner %q's live key is %s, not %s", k.Name, s.KeyID, k.KeyID)
 		}
 	}
 	return nil
 }
 
 // apply folds one entry into r.
-func (r *RunnerRegistry) apply(e Entry) error {
-	var k RunnerKey
+func (r *RunnerRegistry) apply(e ledger.Entry) error {
+	var k ledger.RunnerKey
 	if err := json.Unmarshal(e.Body, &k); err != nil {
 		return fmt.Errorf("runner-key entry %s (index %d): %w", e.ID, e.Index, err)
 	}
@@ -113,9 +114,9 @@ func (r *RunnerRegistry) apply(e Entry) error {
 		return nil
 	}
 	switch k.Action {
-	case RunnerAdd:
+	case ledger.RunnerAdd:
 		r.Runners = append(r.Runners, RunnerState{Name: k.Name, Kind: k.Kind, KeyID: k.KeyID, PublicKey: k.PublicKey, Entry: e.ID, Index: e.Index, AddedBy: k.By, AddedAt: k.At, SpecDigest: k.SpecDigest, Labels: k.Labels})
-	case RunnerRevoke:
+	case ledger.RunnerRevoke:
 		for i := range r.Runners {
 			s := &r.Runners[i]
 			if s.Name == k.Name && !s.Revoked {
@@ -129,9 +130,9 @@ func (r *RunnerRegistry) apply(e Entry) error {
 // LoadRunnerKeys folds every runner-key entry of the log as of tree size
 // asOf (0: the latest) into a registry, reading every page. Errors are the
 // store's, or one naming an entry that does not decode.
-func LoadRunnerKeys(ctx context.Context, q Queries, asOf uint64) (RunnerRegistry, error) {
-	var all []Entry
-	f := EntryFilter{Kind: KindRunnerKey, AsOfSize: asOf, Limit: 1000}
+func LoadRunnerKeys(ctx context.Context, q ledger.Queries, asOf uint64) (RunnerRegistry, error) {
+	var all []ledger.Entry
+	f := ledger.EntryFilter{Kind: ledger.KindRunnerKey, AsOfSize: asOf, Limit: 1000}
 	for {
 		es, next, err := q.Entries(ctx, f)
 		if err != nil {
@@ -143,7 +144,7 @@ func LoadRunnerKeys(ctx context.Context, q Queries, asOf uint64) (RunnerRegistry
 		}
 		f.Cursor = next
 	}
-	slices.SortFunc(all, func(a, b Entry) int { return cmp.Compare(a.Index, b.Index) })
+	slices.SortFunc(all, func(a, b ledger.Entry) int { return cmp.Compare(a.Index, b.Index) })
 	var r RunnerRegistry
 	for _, e := range all {
 		if err := r.apply(e); err != nil {

@@ -1,14 +1,15 @@
-package ledger
+package tlog
 
 import (
 	"context"
 	"fmt"
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
-// CheckpointAtReader reads stored checkpoints by size (a LogReader's
+// CheckpointAtReader reads stored checkpoints by size (a ledger.LogReader's
 // CheckpointAt).
 type CheckpointAtReader interface {
-	CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error)
+	CheckpointAt(ctx context.Context, size uint64) (ledger.Checkpoint, error)
 }
 
 // AuditSignedState accounts for every checkpoint of the signed-state
@@ -26,7 +27,7 @@ func AuditSignedState(ctx context.Context, r CheckpointAtReader, size uint64, en
 			return fmt.Sprintf("the log has %d signed leaves but the signed-state journal records a checkpoint of size %d: the log was cut back or an older copy restored", size, e.Size), e.Size, nil
 		}
 		cp, err := r.CheckpointAt(ctx, e.Size)
-		if ErrorCode(err) == CodeNotFound {
+		if ledger.ErrorCode(err) == ledger.CodeNotFound {
 			return fmt.Sprintf("the checkpoint of size %d, recorded in the signed-state journal, is missing from the database: a checkpoint row was deleted", e.Size), e.Size, nil
 		}
 		if err != nil {

@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -35,19 +36,19 @@ func (e *TamperError) Error() string {
 // tokens row it authenticates against the token leaves the same way
 // (tokenguard.go). Safe for concurrent use.
 type VerifiedStore struct {
-	Store
+	ledger.Store
 	l   *Log
 	log *slog.Logger
 
 	mu sync.Mutex
-	cp Checkpoint // the latest checkpoint whose note verified
+	cp ledger.Checkpoint // the latest checkpoint whose note verified
 
 	tokens tokenGuard // Authenticate's projection of the token leaves
 	index  leafIndex  // the query index (see indexAt)
 }
 
 // NewVerifiedStore wraps st, whose engine is l (a sqlite.Store's Log).
-func NewVerifiedStore(st Store, l *Log, log *slog.Logger) *VerifiedStore {
+func NewVerifiedStore(st ledger.Store, l *Log, log *slog.Logger) *VerifiedStore {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -55,7 +56,7 @@ func NewVerifiedStore(st Store, l *Log, log *slog.Logger) *VerifiedStore {
 }
 
 // signedRoot returns a verified checkpoint of size > index.
-func (v *VerifiedStore) signedRoot(ctx context.Context, index uint64) (Checkpoint, error) {
+func (v *VerifiedStore) signedRoot(ctx context.Context, index uint64) (ledger.Checkpoint, error) {
 	v.mu.Lock()
 	cp := v.cp
 	v.mu.Unlock()
@@ -71,7 +72,7 @@ func (v *VerifiedStore) signedRoot(ctx context.Context, index uint64) (Checkpoin
 	}
 	if err := v.l.checkNote(cp); err != nil {
 		v.log.Error("tampering: the latest checkpoint does not verify", "size", cp.Size)
-		return cp, Errorf(CodeInternal, "the latest checkpoint (size %d) %v: run `ledger audit`", cp.Size, err)
+		return cp, ledger.Errorf(ledger.CodeInternal, "the latest checkpoint (size %d) %v: run `ledger audit`", cp.Size, err)
 	}
 	v.mu.Lock()
 	if cp.Size > v.cp.Size {
@@ -82,13 +83,13 @@ func (v *VerifiedStore) signedRoot(ctx context.Context, index uint64) (Checkpoin
 }
 
 // check verifies es (any order) and returns the first failure.
-func (v *VerifiedStore) check(ctx context.Context, es []*Entry) error {
+func (v *VerifiedStore) check(ctx context.Context, es []*ledger.Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
 	var top uint64
 	for _, e := range es {
-		if p := LeafProblem(*e); p != "" {
+		if p := ledger.LeafProblem(*e); p != "" {
 			return v.tampered(e.Index, p)
 		}
 		top = max(top, e.Index)
@@ -127,32 +128,32 @@ func (v *VerifiedStore) tampered(index uint64, problem string) error {
 	return &TamperError{Index: index}
 }
 
-// Entry implements LogReader, checked.
-func (v *VerifiedStore) Entry(ctx context.Context, id string) (Entry, error) {
+// Entry implements ledger.LogReader, checked.
+func (v *VerifiedStore) Entry(ctx context.Context, id string) (ledger.Entry, error) {
 	e, err := v.Store.Entry(ctx, id)
 	if err != nil {
 		return e, err
 	}
-	return e, v.check(ctx, []*Entry{&e})
+	return e, v.check(ctx, []*ledger.Entry{&e})
 }
 
-// EntryAt implements LogReader, checked.
-func (v *VerifiedStore) EntryAt(ctx context.Context, index uint64) (Entry, error) {
+// EntryAt implements ledger.LogReader, checked.
+func (v *VerifiedStore) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
 	e, err := v.Store.EntryAt(ctx, index)
 	if err != nil {
 		return e, err
 	}
-	return e, v.check(ctx, []*Entry{&e})
+	return e, v.check(ctx, []*ledger.Entry{&e})
 }
 
 // Entries implements Queries, checked. A filter IndexedEntries accepts is
 // answered from the query index: complete against the verified leaves,
 // whatever the projection columns say.
-func (v *VerifiedStore) Entries(ctx context.Context, f EntryFilter) ([]Entry, string, error) {
+func (v *VerifiedStore) Entries(ctx context.Context, f ledger.EntryFilter) ([]ledger.Entry, string, error) {
 	if IndexedEntries(f) {
 		return v.indexedPage(ctx, f.Cursor, f.AsOfSize, f.Limit, func(x *leafIndex) []uint64 {
 			switch {
-			case f.Kind == KindEvidence:
+			case f.Kind == ledger.KindEvidence:
 				return x.lanes[f.Key]
 			case f.Key == "":
 				return x.kinds[f.Kind]
@@ -164,7 +165,7 @@ func (v *VerifiedStore) Entries(ctx context.Context, f EntryFilter) ([]Entry, st
 	if err != nil {
 		return nil, "", err
 	}
-	ps := make([]*Entry, len(es))
+	ps := make([]*ledger.Entry, len(es))
 	for i := range es {
 		ps[i] = &es[i]
 	}
@@ -180,7 +181,7 @@ func (v *VerifiedStore) Entries(ctx context.Context, f EntryFilter) ([]Entry, st
 // record nor leave one out. Otherwise the store's projection answers and
 // an entry whose body does not match the filter's lane, backend or status
 // (an edited projection) is tampering.
-func (v *VerifiedStore) Evidence(ctx context.Context, f EvidenceFilter) ([]EvidenceEntry, string, error) {
+func (v *VerifiedStore) Evidence(ctx context.Context, f ledger.EvidenceFilter) ([]ledger.EvidenceEntry, string, error) {
 	if IndexedEvidence(f) {
 		es, next, err := v.indexedPage(ctx, f.Cursor, f.AsOfSize, f.Limit, func(x *leafIndex) []uint64 {
 			if f.Commit != "" {
@@ -197,7 +198,7 @@ func (v *VerifiedStore) Evidence(ctx context.Context, f EvidenceFilter) ([]Evide
 	if err != nil {
 		return nil, "", err
 	}
-	ps := make([]*Entry, len(es))
+	ps := make([]*ledger.Entry, len(es))
 	for i := range es {
 		ps[i] = &es[i].Entry
 		ev := es[i].Evidence
@@ -213,19 +214,19 @@ func (v *VerifiedStore) Evidence(ctx context.Context, f EvidenceFilter) ([]Evide
 
 // Heads implements Queries, checked. A filter IndexedHeads accepts is
 // answered from the query index (verifications of exactly that commit).
-func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, string, error) {
+func (v *VerifiedStore) Heads(ctx context.Context, f ledger.HeadFilter) ([]ledger.HeadEntry, string, error) {
 	if IndexedHeads(f) {
 		es, next, err := v.indexedPage(ctx, f.Cursor, f.AsOfSize, f.Limit, func(x *leafIndex) []uint64 { return x.heads[f.Commit] })
 		if err != nil {
 			return nil, "", err
 		}
-		out := make([]HeadEntry, len(es))
+		out := make([]ledger.HeadEntry, len(es))
 		for i, e := range es {
-			var h HeadVerification
+			var h ledger.HeadVerification
 			if err := json.Unmarshal(e.Body, &h); err != nil {
 				return nil, "", internal(fmt.Sprintf("head leaf %d", e.Index), err)
 			}
-			out[i] = HeadEntry{Entry: e, Head: h}
+			out[i] = ledger.HeadEntry{Entry: e, Head: h}
 		}
 		return out, next, nil
 	}
@@ -233,7 +234,7 @@ func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, s
 	if err != nil {
 		return nil, "", err
 	}
-	ps := make([]*Entry, len(es))
+	ps := make([]*ledger.Entry, len(es))
 	for i := range es {
 		ps[i] = &es[i].Entry
 	}
@@ -244,14 +245,14 @@ func (v *VerifiedStore) Heads(ctx context.Context, f HeadFilter) ([]HeadEntry, s
 }
 
 // evidenceOf decodes verified evidence entries.
-func evidenceOf(es []Entry, next string) ([]EvidenceEntry, string, error) {
-	out := make([]EvidenceEntry, len(es))
+func evidenceOf(es []ledger.Entry, next string) ([]ledger.EvidenceEntry, string, error) {
+	out := make([]ledger.EvidenceEntry, len(es))
 	for i, e := range es {
-		ev, err := ParseEvidence(e.Body)
+		ev, err := ledger.ParseEvidence(e.Body)
 		if err != nil {
 			return nil, "", internal(fmt.Sprintf("evidence leaf %d", e.Index), err)
 		}
-		out[i] = EvidenceEntry{Entry: e, Evidence: ev}
+		out[i] = ledger.EvidenceEntry{Entry: e, Evidence: ev}
 	}
 	return out, next, nil
 }
@@ -271,12 +272,12 @@ func (v *VerifiedStore) ReadNodes(ctx context.Context, ids []compact.NodeID) ([]
 	return v.l.ReadNodes(ctx, ids)
 }
 
-// Checkpoints implements CheckpointLister when the wrapped store does
-// (CodeInternal otherwise); each checkpoint's origin is the log's.
-func (v *VerifiedStore) Checkpoints(ctx context.Context, f CheckpointFilter) ([]Checkpoint, string, error) {
-	cl, ok := v.Store.(CheckpointLister)
+// Checkpoints implements ledger.CheckpointLister when the wrapped store does
+// (ledger.CodeInternal otherwise); each checkpoint's origin is the log's.
+func (v *VerifiedStore) Checkpoints(ctx context.Context, f ledger.CheckpointFilter) ([]ledger.Checkpoint, string, error) {
+	cl, ok := v.Store.(ledger.CheckpointLister)
 	if !ok {
-		return nil, "", Errorf(CodeInternal, "the store keeps no checkpoint history")
+		return nil, "", ledger.Errorf(ledger.CodeInternal, "the store keeps no checkpoint history")
 	}
 	return cl.Checkpoints(ctx, f)
 }

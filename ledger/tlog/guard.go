@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // and the append. Key names the condition: a batch checks each distinct
 // key once, and every request of the batch carrying that key gets its
 // answer. Check reads through the driver's Batch (which may implement
-// TokenRowBatch); its error becomes the request's answer and the request
+// ledger.TokenRowBatch); its error becomes the request's answer and the request
 // writes nothing. Check runs on the log's sequencer goroutine.
 type AppendGuard interface {
 	Key() string

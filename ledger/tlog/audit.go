@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/transparency-dev/merkle/compact"
 	"golang.org/x/mod/sumdb/note"
@@ -40,9 +41,9 @@ type AuditLeaf struct {
 type AuditRow[P any] struct {
 	AuditLeaf
 	Proj    P
-	Hash    Hash
+	Hash    ledger.Hash
 	problem string
-	failure string // the AuditReport.Failure class of problem
+	failure string // the ledger.AuditReport.Failure class of problem
 }
 
 // AuditBody holds the body fields a projection may be derived from. Only
@@ -51,7 +52,7 @@ type AuditRow[P any] struct {
 // "decision" object, a head's "decision" string) never makes a genuine
 // leaf unreadable.
 type AuditBody struct {
-	Name    string // policies' key (EntryKey)
+	Name    string // policies' key (ledger.EntryKey)
 	Lane    string
 	Backend string
 	Status  string
@@ -107,11 +108,11 @@ type auditKeyedBody struct {
 // kind into b (evidence: lane, backend, status, control, subject; head:
 // repository, ref, commit, verdict, decision; policy: name; every other
 // kind: version). The error says which field of the kind failed to decode.
-func DecodeAuditBody(kind Kind, body []byte, b *AuditBody) error {
+func DecodeAuditBody(kind ledger.Kind, body []byte, b *AuditBody) error {
 	// encoding/json/v2 (its go-json-experiment mirror): about twice as
 	// fast as encoding/json here, where every leaf is decoded once.
 	switch kind {
-	case KindEvidence:
+	case ledger.KindEvidence:
 		var e auditEvidenceBody
 		if err := jsonv2.Unmarshal(body, &e); err != nil {
 			return err
@@ -120,13 +121,13 @@ func DecodeAuditBody(kind Kind, body []byte, b *AuditBody) error {
 		if e.Subject != nil {
 			b.Subject = *e.Subject
 		}
-	case KindHead:
+	case ledger.KindHead:
 		var h auditHeadBody
 		if err := jsonv2.Unmarshal(body, &h); err != nil {
 			return err
 		}
 		b.Repository, b.Ref, b.Commit, b.Verdict, b.Decision = h.Repository, h.Ref, h.Commit, h.Verdict, h.Decision
-	case KindPolicy:
+	case ledger.KindPolicy:
 		var p auditPolicyBody
 		if err := jsonv2.Unmarshal(body, &p); err != nil {
 			return err
@@ -144,7 +145,7 @@ func DecodeAuditBody(kind Kind, body []byte, b *AuditBody) error {
 
 // AuditFinding is what a driver's final checks found: a problem ("" when
 // none) and the leaf index it concerns (-1 when none), and the leaves that
-// repeat an earlier leaf's content id (see AuditReport).
+// repeat an earlier leaf's content id (see ledger.AuditReport).
 type AuditFinding struct {
 	Index           int64
 	Problem         string
@@ -158,7 +159,7 @@ type AuditFinding struct {
 type AuditSource[P any] interface {
 	// Checkpoints returns every stored checkpoint in increasing size
 	// (Origin empty).
-	Checkpoints(ctx context.Context) ([]Checkpoint, error)
+	Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error)
 	// ReadLeaves appends the next stored leaves, in index order, to
 	// rows[:0] up to cap(rows), and returns them; none at the end.
 	ReadLeaves(ctx context.Context, rows []AuditRow[P]) ([]AuditRow[P], error)
@@ -194,8 +195,8 @@ const auditBatch = 2048
 // the chain's key at its size (a checkpoint the retired key signed past
 // its rotation fails). Problems go in the report (OK false); the error is
 // for failures to read. It audits the snapshot src reads.
-func RunAudit[P any](ctx context.Context, src AuditSource[P], verifierKey, origin string) (AuditReport, error) {
-	a := &auditRun[P]{src: src, rep: AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, nodeBad: -1, rng: rangeFactory.NewEmptyRange(0)}
+func RunAudit[P any](ctx context.Context, src AuditSource[P], verifierKey, origin string) (ledger.AuditReport, error) {
+	a := &auditRun[P]{src: src, rep: ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1}, nodeBad: -1, rng: rangeFactory.NewEmptyRange(0)}
 	if bad, err := a.keyChain(ctx, verifierKey, origin); bad || err != nil {
 		return a.rep, err
 	}
@@ -236,13 +237,13 @@ func RunAudit[P any](ctx context.Context, src AuditSource[P], verifierKey, origi
 
 type auditCP struct {
 	size uint64
-	root Hash
+	root ledger.Hash
 }
 
 // auditRun is the state of one RunAudit.
 type auditRun[P any] struct {
 	src    AuditSource[P]
-	rep    AuditReport
+	rep    ledger.AuditReport
 	cps    []auditCP
 	latest uint64 // the largest checkpoint's size
 	rng    *compact.Range
@@ -255,7 +256,7 @@ type auditRun[P any] struct {
 	nodeErr     error // a failure to read the stored nodes: an error, never a finding
 	nodeBad     int64
 
-	chain   KeyChain
+	chain   ledger.KeyChain
 	rots    map[uint64][]byte // rotation leaf index -> its leaf hash
 	rotSeen int
 }
@@ -274,10 +275,10 @@ func (a *auditRun[P]) keyChain(ctx context.Context, verifierKey, origin string) 
 		}
 	}
 	a.rots = make(map[uint64][]byte, len(leaves))
-	rots := make([]RotationLeaf, 0, len(leaves))
+	rots := make([]ledger.RotationLeaf, 0, len(leaves))
 	for i := range leaves {
 		l := &leaves[i]
-		if h := LeafHash(l.Raw); !bytes.Equal(h[:], l.LeafHash) {
+		if h := ledger.LeafHash(l.Raw); !bytes.Equal(h[:], l.LeafHash) {
 			a.bad(int64(l.Index), "leaf %d: stored bytes do not hash to the stored leaf hash (edited)", l.Index)
 			return true, nil
 		}
@@ -287,9 +288,9 @@ func (a *auditRun[P]) keyChain(ctx context.Context, verifierKey, origin string) 
 			return true, nil
 		}
 		a.rots[l.Index] = l.LeafHash
-		rots = append(rots, RotationLeaf{Index: l.Index, Body: body})
+		rots = append(rots, ledger.RotationLeaf{Index: l.Index, Body: body})
 	}
-	chain, err := BuildKeyChain(origin, verifierKey, rots)
+	chain, err := ledger.BuildKeyChain(origin, verifierKey, rots)
 	if err != nil {
 		idx := int64(-1)
 		for _, r := range rots {
@@ -301,7 +302,7 @@ func (a *auditRun[P]) keyChain(ctx context.Context, verifierKey, origin string) 
 		return true, nil
 	}
 	if chain.Index(verifierKey) < 0 {
-		a.bad(-1, "the key given (%s) is not in the log's key chain (%s): the public key was replaced, or this is another log", KeyID(verifierKey), strings.Join(keyIDs(chain), " -> "))
+		a.bad(-1, "the key given (%s) is not in the log's key chain (%s): the public key was replaced, or this is another log", ledger.KeyID(verifierKey), strings.Join(keyIDs(chain), " -> "))
 		return true, nil
 	}
 	a.chain = chain
@@ -309,15 +310,15 @@ func (a *auditRun[P]) keyChain(ctx context.Context, verifierKey, origin string) 
 	return false, nil
 }
 
-func keyIDs(c KeyChain) []string {
+func keyIDs(c ledger.KeyChain) []string {
 	out := make([]string, len(c))
 	for i, e := range c {
-		out[i] = KeyID(e.Key)
+		out[i] = ledger.KeyID(e.Key)
 	}
 	return out
 }
 
-func (a *auditRun[P]) bad(idx int64, format string, args ...any) (AuditReport, error) {
+func (a *auditRun[P]) bad(idx int64, format string, args ...any) (ledger.AuditReport, error) {
 	a.rep.OK = false
 	a.rep.FirstBadIndex = idx
 	a.rep.Problem = fmt.Sprintf(format, args...)
@@ -333,7 +334,7 @@ func (a *auditRun[P]) checkpoints(ctx context.Context, origin string) (bad bool,
 		if v, ok := vs[k]; ok {
 			return v
 		}
-		v, _ := note.NewVerifier(k) // the chain's keys parsed in BuildKeyChain
+		v, _ := note.NewVerifier(k) // the chain's keys parsed in ledger.BuildKeyChain
 		vs[k] = v
 		return v
 	}
@@ -365,16 +366,16 @@ func (a *auditRun[P]) checkpoints(ctx context.Context, origin string) (bad bool,
 // otherSigner names the chain's other key that signed cp, when one did
 // ("" when none): a retired key signing past its rotation, or a key
 // signing before it took over.
-func (a *auditRun[P]) otherSigner(cp Checkpoint, inForce string, verifier func(string) note.Verifier) string {
+func (a *auditRun[P]) otherSigner(cp ledger.Checkpoint, inForce string, verifier func(string) note.Verifier) string {
 	for _, e := range a.chain {
 		if e.Key == inForce {
 			continue
 		}
 		if _, err := note.Open([]byte(cp.Note), note.VerifierList(verifier(e.Key))); err == nil {
 			if e.From > cp.Size {
-				return fmt.Sprintf(" (it is signed by %s, which takes over only at size %d)", KeyID(e.Key), e.From)
+				return fmt.Sprintf(" (it is signed by %s, which takes over only at size %d)", ledger.KeyID(e.Key), e.From)
 			}
-			return fmt.Sprintf(" (it is signed by %s, retired before size %d: a retired key signed past its rotation)", KeyID(e.Key), cp.Size)
+			return fmt.Sprintf(" (it is signed by %s, retired before size %d: a retired key signed past its rotation)", ledger.KeyID(e.Key), cp.Size)
 		}
 	}
 	return ""
@@ -446,11 +447,11 @@ func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
 			a.bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, a.latest)
 			return true, nil
 		case r.problem != "":
-			a.bad(int64(idx), "leaf %d (kind %s, %s check): %s", idx, Clip(r.Kind), r.failure, r.problem)
+			a.bad(int64(idx), "leaf %d (kind %s, %s check): %s", idx, ledger.Clip(r.Kind), r.failure, r.problem)
 			a.rep.BadKind, a.rep.Failure = r.Kind, r.failure
 			return true, nil
 		}
-		if Kind(r.Kind) == KindKeyRotation {
+		if ledger.Kind(r.Kind) == ledger.KindKeyRotation {
 			if h, ok := a.rots[idx]; !ok || !bytes.Equal(h, r.LeafHash) {
 				a.bad(int64(idx), "key rotation leaf %d is not the one the snapshot listed", idx)
 				return true, nil
@@ -525,9 +526,9 @@ func (a *auditRun[P]) visit(id compact.NodeID, h []byte) {
 // index, id, kind, key and time, then the driver's projection of it. Safe
 // to run concurrently on distinct rows.
 func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
-	r.Hash = LeafHash(r.Raw)
+	r.Hash = ledger.LeafHash(r.Raw)
 	if !bytes.Equal(r.Hash[:], r.LeafHash) {
-		r.problem, r.failure = "stored bytes do not hash to the stored leaf hash (edited)", FailureHash
+		r.problem, r.failure = "stored bytes do not hash to the stored leaf hash (edited)", ledger.FailureHash
 		return
 	}
 	body, problem, failure := leafBody(&r.AuditLeaf)
@@ -536,50 +537,50 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		return
 	}
 	var b AuditBody
-	if err := DecodeAuditBody(Kind(r.Kind), body, &b); err != nil {
+	if err := DecodeAuditBody(ledger.Kind(r.Kind), body, &b); err != nil {
 		// The bytes hash to the signed leaf: this build cannot read a
 		// layout the log holds (a reading fault), which is no edit.
-		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, Clip(err.Error()))
-		r.failure = FailureLayout
+		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, ledger.Clip(err.Error()))
+		r.failure = ledger.FailureLayout
 		return
 	}
 	key := b.Version
-	switch Kind(r.Kind) {
-	case KindEvidence:
+	switch ledger.Kind(r.Kind) {
+	case ledger.KindEvidence:
 		key = b.Lane
-	case KindHead:
+	case ledger.KindHead:
 		key = b.Repository
-	case KindPolicy:
+	case ledger.KindPolicy:
 		key = b.Name
 	}
 	if key != r.Key {
-		r.problem, r.failure = "key column does not match the leaf body", FailureProjection
+		r.problem, r.failure = "key column does not match the leaf body", ledger.FailureProjection
 		return
 	}
 	if r.problem = src.CheckLeaf(r, &b); r.problem != "" {
-		r.failure = FailureProjection
+		r.failure = ledger.FailureProjection
 	}
 }
 
 // leafBody checks that the leaf's bytes are exactly the canonical envelope
-// (see EncodeLeaf) of its index, kind, id and time around a body that
+// (see ledger.EncodeLeaf) of its index, kind, id and time around a body that
 // hashes to its id, and returns the body.
 func leafBody(l *AuditLeaf) (body []byte, problem, failure string) {
-	kind := Kind(l.Kind)
-	if !ValidKind(kind) || len(l.ID) != 32 || !LowerHex(l.ID) {
-		return nil, "id or kind column is malformed", FailureEnvelope
+	kind := ledger.Kind(l.Kind)
+	if !ledger.ValidKind(kind) || len(l.ID) != 32 || !ledger.LowerHex(l.ID) {
+		return nil, "id or kind column is malformed", ledger.FailureEnvelope
 	}
 	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, l.Index, l.Kind, l.ID, time.Unix(0, l.RecordedAt).UTC().Format(time.RFC3339Nano))
 	if !bytes.HasPrefix(l.Raw, []byte(prefix)) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
-		var lf Leaf
+		var lf ledger.Leaf
 		if err := json.Unmarshal(l.Raw, &lf); err == nil && lf.Index != l.Index {
-			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index), FailureEnvelope
+			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index), ledger.FailureEnvelope
 		}
-		return nil, "leaf bytes are not the canonical envelope of the row's index, kind, id and time (edited or reordered)", FailureEnvelope
+		return nil, "leaf bytes are not the canonical envelope of the row's index, kind, id and time (edited or reordered)", ledger.FailureEnvelope
 	}
 	body = l.Raw[len(prefix) : len(l.Raw)-1]
-	if EntryID(kind, body) != l.ID {
-		return nil, "the body does not hash to the entry id (edited)", FailureHash
+	if ledger.EntryID(kind, body) != l.ID {
+		return nil, "the body does not hash to the entry id (edited)", ledger.FailureHash
 	}
 	return body, "", ""
 }

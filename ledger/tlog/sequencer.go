@@ -1,9 +1,10 @@
-package ledger
+package tlog
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/evidence-ledger/ledger/ledger"
 	"time"
 )
 
@@ -191,11 +192,11 @@ func (run *batchRun) open(ctx context.Context) error {
 		if err := l.checkSignerInForce(ctx, b, t.latest); err != nil {
 			b.Rollback()
 			l.tree = nil
-			if c := ErrorCode(err); c == CodeUnavailable || c == CodeStorageFull {
+			if c := ledger.ErrorCode(err); c == ledger.CodeUnavailable || c == ledger.CodeStorageFull {
 				return err // the database could not be read: no finding about the key
 			}
 			l.opts.Logger.Error("refusing to sign", "problem", err.Error())
-			return &Error{Code: CodeInternal, Message: "refusing to sign: " + err.Error(), Err: err}
+			return &ledger.Error{Code: ledger.CodeInternal, Message: "refusing to sign: " + err.Error(), Err: err}
 		}
 		l.tree = t
 	}
@@ -221,7 +222,7 @@ func (run *batchRun) open(ctx context.Context) error {
 // size must be the root this process signed there. Otherwise the log is
 // put in the tampered state (no append, approval or signature until a
 // restart, whose start-up checks the file against the signed-state
-// journal) and the error is CodeUnavailable, naming both sizes; signing
+// journal) and the error is ledger.CodeUnavailable, naming both sizes; signing
 // on would give a second root for a size already signed (a fork).
 func (l *Log) checkExtends(ctx context.Context, b Batch, stored uint64) error {
 	ours := l.tree.size()
@@ -238,7 +239,7 @@ func (l *Log) checkExtends(ctx context.Context, b Batch, stored uint64) error {
 	}
 	l.opts.Logger.Error("tampering: the database changed under the running process; refusing to sign", "stored", stored, "signed", ours, "problem", problem)
 	l.tamper.CompareAndSwap(nil, &TamperState{Index: ours - 1, Problem: "the stored log " + problem + " (the database was rolled back or replaced under the running server)", Since: l.opts.Now().UTC()})
-	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the stored log %s: the database was rolled back or replaced under the running server; restart it so that start-up checks the database against the signed-state journal", problem)}
+	return &ledger.Error{Code: ledger.CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the stored log %s: the database was rolled back or replaced under the running server; restart it so that start-up checks the database against the signed-state journal", problem)}
 }
 
 // CheckStored compares the stored log with the latest checkpoint this
@@ -246,7 +247,7 @@ func (l *Log) checkExtends(ctx context.Context, b Batch, stored uint64) error {
 // the latest stored checkpoint must not be smaller, the one of the
 // committed size must still be there with the same root. Otherwise the
 // log is put in the tampered state, as checkExtends does at the next
-// append, and a CodeUnavailable error names the problem; read failures
+// append, and a ledger.CodeUnavailable error names the problem; read failures
 // are other errors and change nothing. Nothing is checked before the first commit.
 // Two indexed reads of the checkpoints; safe for concurrent use.
 func (l *Log) CheckStored(ctx context.Context) error {
@@ -255,7 +256,7 @@ func (l *Log) CheckStored(ctx context.Context) error {
 		return nil
 	}
 	latest, err := l.d.StoredCheckpoint(ctx, 0)
-	if err != nil && ErrorCode(err) != CodeNotFound {
+	if err != nil && ledger.ErrorCode(err) != ledger.CodeNotFound {
 		return err
 	}
 	problem := ""
@@ -266,7 +267,7 @@ func (l *Log) CheckStored(ctx context.Context) error {
 		problem = fmt.Sprintf("has another root at size %d than this process signed", ours.Size)
 	case latest.Size > ours.Size:
 		at, err := l.d.StoredCheckpoint(ctx, ours.Size)
-		if ErrorCode(err) == CodeNotFound || (err == nil && at.Root != ours.Root) {
+		if ledger.ErrorCode(err) == ledger.CodeNotFound || (err == nil && at.Root != ours.Root) {
 			problem = fmt.Sprintf("no longer holds the checkpoint of size %d this process signed", ours.Size)
 		} else if err != nil {
 			return err
@@ -284,7 +285,7 @@ func (l *Log) CheckStored(ctx context.Context) error {
 	if l.tamper.CompareAndSwap(nil, ts) {
 		l.opts.Logger.Error("tampering: the database changed under the running process; refusing to sign", "problem", ts.Problem)
 	}
-	return &Error{Code: CodeUnavailable, Message: "refusing to sign: " + ts.Problem}
+	return &ledger.Error{Code: ledger.CodeUnavailable, Message: "refusing to sign: " + ts.Problem}
 }
 
 // loadTree rebuilds the compact range of a log of n leaves and checks it
@@ -322,7 +323,7 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 	}
 	if r.idemKey != "" {
 		if h, ok := run.keys[r.idemKey]; ok && !bytes.Equal(h, r.reqHash) {
-			run.results[i].err = &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
+			run.results[i].err = &ledger.Error{Code: ledger.CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
 			return nil, nil
 		}
 	}
@@ -385,7 +386,7 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 		if err != nil {
 			return res, false, err
 		}
-		r.recs = []Prepared{p}
+		r.recs = []ledger.Prepared{p}
 	}
 	if r.idemKey != "" {
 		ans, found, err := run.b.Idempotency(ctx, r.idemKey)
@@ -401,9 +402,9 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 	if err != nil {
 		return res, false, err
 	}
-	res.entries = make([]Entry, 0, len(r.recs))
+	res.entries = make([]ledger.Entry, 0, len(r.recs))
 	res.existing = make([]bool, 0, len(r.recs))
-	pending := map[string]Entry{} // inserted by this request
+	pending := map[string]ledger.Entry{} // inserted by this request
 	for i := range r.recs {
 		p := &r.recs[i]
 		if e, ok := pending[p.ID]; ok {
@@ -435,7 +436,7 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 func (run *batchRun) replay(ctx context.Context, r *appendReq, ans IdempotentAnswer) (appendResp, error) {
 	var res appendResp
 	if !bytes.Equal(ans.RequestHash, r.reqHash) {
-		return res, &Error{Code: CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
+		return res, &ledger.Error{Code: ledger.CodeConflict, Field: "Idempotency-Key", Message: "already used with a different request: use a new key for a new request"}
 	}
 	for _, id := range ans.IDs {
 		e, err := run.b.EntryByID(ctx, id)
@@ -450,17 +451,17 @@ func (run *batchRun) replay(ctx context.Context, r *appendReq, ans IdempotentAns
 }
 
 // insert buffers p as the next leaf and appends its hash to the tree.
-func (run *batchRun) insert(p *Prepared) (Entry, error) {
+func (run *batchRun) insert(p *ledger.Prepared) (ledger.Entry, error) {
 	t := run.l.tree
 	idx := t.size()
-	// p.Body is compact canonical JSON (PrepareRecords), so the leaf is
-	// assembled without re-encoding it (AppendLeaf).
-	raw := AppendLeaf(make([]byte, 0, len(p.Body)+160), Leaf{V: 1, Index: idx, Kind: p.Kind, ID: p.ID, RecordedAt: run.now, Body: p.Body})
-	lh := LeafHash(raw)
-	e := Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: lh, Body: p.Body, Raw: raw}
+	// p.Body is compact canonical JSON (ledger.PrepareRecords), so the leaf is
+	// assembled without re-encoding it (ledger.AppendLeaf).
+	raw := ledger.AppendLeaf(make([]byte, 0, len(p.Body)+160), ledger.Leaf{V: 1, Index: idx, Kind: p.Kind, ID: p.ID, RecordedAt: run.now, Body: p.Body})
+	lh := ledger.LeafHash(raw)
+	e := ledger.Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: lh, Body: p.Body, Raw: raw}
 	run.b.AddLeaf(e, p)
 	if err := t.rng.Append(lh[:], run.b.AddNode); err != nil {
-		return Entry{}, err
+		return ledger.Entry{}, err
 	}
 	return e, nil
 }
@@ -488,7 +489,7 @@ func (run *batchRun) finish(ctx context.Context) {
 			run.abort(err)
 			return
 		}
-		cp := Checkpoint{Origin: l.origin, Size: size, Root: root, Note: signed, CreatedAt: run.now}
+		cp := ledger.Checkpoint{Origin: l.origin, Size: size, Root: root, Note: signed, CreatedAt: run.now}
 		if err := b.PutCheckpoint(ctx, cp); err != nil {
 			run.abort(internal("checkpoint", err))
 			return
@@ -512,8 +513,8 @@ func (run *batchRun) finish(ctx context.Context) {
 	if l.opts.OnCheckpoint != nil && size != run.before.size() {
 		if err := l.opts.OnCheckpoint(latest); err != nil {
 			e := internal("committed, but the signed state was not recorded", err)
-			if IsStorageFull(err) {
-				e = &Error{Code: CodeStorageFull, Err: err, Message: "the disk holding the database is full: the records were appended and their checkpoint signed, but the signed-state journal could not record it; free space on the server and send the request again (its records are then answered as existing)"}
+			if ledger.IsStorageFull(err) {
+				e = &ledger.Error{Code: ledger.CodeStorageFull, Err: err, Message: "the disk holding the database is full: the records were appended and their checkpoint signed, but the signed-state journal could not record it; free space on the server and send the request again (its records are then answered as existing)"}
 			}
 			run.fail(e)
 			return

@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -27,7 +28,7 @@ var rangeFactory = &compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildre
 // latest signed checkpoint. Only the writer goroutine uses it.
 type treeState struct {
 	rng    *compact.Range
-	latest Checkpoint
+	latest ledger.Checkpoint
 }
 
 func (t *treeState) size() uint64 { return t.rng.End() }
@@ -39,12 +40,12 @@ func (t *treeState) clone() *treeState {
 	return &treeState{rng: r, latest: t.latest}
 }
 
-func (t *treeState) root() Hash { return rangeRoot(t.rng) }
+func (t *treeState) root() ledger.Hash { return rangeRoot(t.rng) }
 
 // rangeRoot is the root of a compact range starting at 0 (the empty root
 // for an empty range).
-func rangeRoot(r *compact.Range) Hash {
-	var h Hash
+func rangeRoot(r *compact.Range) ledger.Hash {
+	var h ledger.Hash
 	if r.End() == 0 {
 		copy(h[:], rfc6962.DefaultHasher.EmptyRoot())
 		return h
@@ -69,10 +70,10 @@ func rangeAt(ctx context.Context, nr NodeReader, size uint64) (*compact.Range, e
 
 // RootAt returns the Merkle root over leaves [0, size) computed from the
 // stored nodes (the empty root for size 0).
-func RootAt(ctx context.Context, nr NodeReader, size uint64) (Hash, error) {
+func RootAt(ctx context.Context, nr NodeReader, size uint64) (ledger.Hash, error) {
 	r, err := rangeAt(ctx, nr, size)
 	if err != nil {
-		return Hash{}, err
+		return ledger.Hash{}, err
 	}
 	return rangeRoot(r), nil
 }
@@ -80,13 +81,13 @@ func RootAt(ctx context.Context, nr NodeReader, size uint64) (Hash, error) {
 // CheckpointText is the body of a checkpoint note in the tlog checkpoint
 // format (c2sp.org/tlog-checkpoint): origin, decimal size and base64 root,
 // each on its own line.
-func CheckpointText(origin string, size uint64, root Hash) string {
+func CheckpointText(origin string, size uint64, root ledger.Hash) string {
 	return fmt.Sprintf("%s\n%d\n%s\n", origin, size, base64.StdEncoding.EncodeToString(root[:]))
 }
 
 // ParseCheckpointText parses CheckpointText's output (extension lines
 // after the root are allowed and ignored).
-func ParseCheckpointText(text string) (origin string, size uint64, root Hash, err error) {
+func ParseCheckpointText(text string) (origin string, size uint64, root ledger.Hash, err error) {
 	lines := strings.Split(text, "\n")
 	if len(lines) < 4 || lines[len(lines)-1] != "" {
 		return "", 0, root, fmt.Errorf("malformed checkpoint text")
@@ -106,7 +107,7 @@ func ParseCheckpointText(text string) (origin string, size uint64, root Hash, er
 // inclusionMany builds inclusion proofs for the leaves idx in the tree of
 // the given size and root, reading the union of the nodes they need in one
 // ReadNodes call.
-func inclusionMany(ctx context.Context, nr NodeReader, idx []uint64, size uint64, root Hash) ([]InclusionProof, error) {
+func inclusionMany(ctx context.Context, nr NodeReader, idx []uint64, size uint64, root ledger.Hash) ([]ledger.InclusionProof, error) {
 	plans := make([]proof.Nodes, len(idx))
 	var ids []compact.NodeID
 	pos := map[compact.NodeID]int{}
@@ -119,7 +120,7 @@ func inclusionMany(ctx context.Context, nr NodeReader, idx []uint64, size uint64
 	for i, ix := range idx {
 		n, err := proof.Inclusion(ix, size)
 		if err != nil {
-			return nil, FieldError("index", "%v", err)
+			return nil, ledger.FieldError("index", "%v", err)
 		}
 		plans[i] = n
 		for _, id := range n.IDs {
@@ -134,7 +135,7 @@ func inclusionMany(ctx context.Context, nr NodeReader, idx []uint64, size uint64
 			return nil, err
 		}
 	}
-	out := make([]InclusionProof, len(idx))
+	out := make([]ledger.InclusionProof, len(idx))
 	for i, ix := range idx {
 		hs := make([][]byte, len(plans[i].IDs))
 		for j, id := range plans[i].IDs {
@@ -144,7 +145,7 @@ func inclusionMany(ctx context.Context, nr NodeReader, idx []uint64, size uint64
 		if err != nil {
 			return nil, err
 		}
-		p := InclusionProof{Index: ix, TreeSize: size, Root: root, Hashes: make([]Hash, len(hs))}
+		p := ledger.InclusionProof{Index: ix, TreeSize: size, Root: root, Hashes: make([]ledger.Hash, len(hs))}
 		copy(p.LeafHash[:], got[pos[compact.NewNodeID(0, ix)]])
 		for j, h := range hs {
 			copy(p.Hashes[j][:], h)
@@ -156,25 +157,25 @@ func inclusionMany(ctx context.Context, nr NodeReader, idx []uint64, size uint64
 
 // inclusion builds the inclusion proof of leaf index in the tree of size,
 // with the root computed from the stored nodes.
-func inclusion(ctx context.Context, nr NodeReader, index, size uint64) (InclusionProof, error) {
+func inclusion(ctx context.Context, nr NodeReader, index, size uint64) (ledger.InclusionProof, error) {
 	root, err := RootAt(ctx, nr, size)
 	if err != nil {
-		return InclusionProof{Index: index, TreeSize: size}, err
+		return ledger.InclusionProof{Index: index, TreeSize: size}, err
 	}
 	ps, err := inclusionMany(ctx, nr, []uint64{index}, size, root)
 	if err != nil {
-		return InclusionProof{Index: index, TreeSize: size}, err
+		return ledger.InclusionProof{Index: index, TreeSize: size}, err
 	}
 	return ps[0], nil
 }
 
 // consistency builds the consistency proof from tree size from to size to,
 // with both roots computed from the stored nodes.
-func consistency(ctx context.Context, nr NodeReader, from, to uint64) (ConsistencyProof, error) {
-	out := ConsistencyProof{From: from, To: to}
+func consistency(ctx context.Context, nr NodeReader, from, to uint64) (ledger.ConsistencyProof, error) {
+	out := ledger.ConsistencyProof{From: from, To: to}
 	nodes, err := proof.Consistency(from, to)
 	if err != nil {
-		return out, FieldError("from", "%v", err)
+		return out, ledger.FieldError("from", "%v", err)
 	}
 	var hs [][]byte
 	if len(nodes.IDs) > 0 {
@@ -185,7 +186,7 @@ func consistency(ctx context.Context, nr NodeReader, from, to uint64) (Consisten
 	if hs, err = nodes.Rehash(hs, rfc6962.DefaultHasher.HashChildren); err != nil {
 		return out, err
 	}
-	out.Hashes = make([]Hash, len(hs))
+	out.Hashes = make([]ledger.Hash, len(hs))
 	for i, h := range hs {
 		copy(out.Hashes[i][:], h)
 	}

@@ -1,10 +1,11 @@
-package ledger
+package tlog
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -27,7 +28,7 @@ func (e *StartError) Error() string { return e.Msg }
 
 // EntryAtReader reads leaves by index (a Store's EntryAt).
 type EntryAtReader interface {
-	EntryAt(ctx context.Context, index uint64) (Entry, error)
+	EntryAt(ctx context.Context, index uint64) (ledger.Entry, error)
 }
 
 // CheckStart checks the log before it is served or signed over:
@@ -37,7 +38,7 @@ type EntryAtReader interface {
 //     database is not behind it and its checkpoint of size S has root R
 //     (a restore or rollback fails here, Rollback true); a journal
 //     missing beside a non-empty log fails too (Rollback and NoJournal);
-//   - when r also lists entries (EntriesLister), the key chain built from
+//   - when r also lists entries (ledger.EntriesLister), the key chain built from
 //     the key-rotation leaves verifies, the log's key is its head, and a
 //     key the journal recorded is in it; the latest checkpoint verifies
 //     with the chain's key at its size;
@@ -47,13 +48,13 @@ type EntryAtReader interface {
 //
 // state may be nil. It returns the latest checkpoint; problems are
 // *StartError, read failures other errors.
-func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedState) (Checkpoint, error) {
-	var latest Checkpoint
+func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedState) (ledger.Checkpoint, error) {
+	var latest ledger.Checkpoint
 	n, err := l.d.SignedSize(ctx)
 	if err != nil {
 		return latest, err
 	}
-	if q, ok := r.(EntriesLister); ok && n == 0 {
+	if q, ok := r.(ledger.EntriesLister); ok && n == 0 {
 		// An empty log's chain is its key alone.
 		if _, err := l.LoadKeyChain(ctx, q, 0); err != nil {
 			return latest, err
@@ -63,7 +64,7 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 		if latest, err = l.CheckpointAt(ctx, n); err != nil {
 			return latest, err
 		}
-		if q, ok := r.(EntriesLister); ok {
+		if q, ok := r.(ledger.EntriesLister); ok {
 			if err := l.checkKeyChain(ctx, q, n, state); err != nil {
 				return latest, err
 			}
@@ -118,7 +119,7 @@ func (l *Log) CheckStart(ctx context.Context, r EntryAtReader, state *SignedStat
 // error is Rollback: `ledger restore --accept-rollback` accepts the
 // database into this journal.
 func foreignSigner(ctx context.Context, r EntryAtReader, state *SignedState, last SignedEntry, n uint64) error {
-	cl, ok := r.(CheckpointLister)
+	cl, ok := r.(ledger.CheckpointLister)
 	if !ok || n <= last.Size {
 		return nil
 	}
@@ -126,10 +127,10 @@ func foreignSigner(ctx context.Context, r EntryAtReader, state *SignedState, las
 	// its checkpoint a moment after its commit: the checkpoints are read
 	// first and the journal after, and a lag is given a few seconds to
 	// close. A journal kept apart never catches up.
-	var cps []Checkpoint
+	var cps []ledger.Checkpoint
 	for try := 0; ; try++ {
 		var err error
-		if cps, _, err = cl.Checkpoints(ctx, CheckpointFilter{Limit: 2}); err != nil {
+		if cps, _, err = cl.Checkpoints(ctx, ledger.CheckpointFilter{Limit: 2}); err != nil {
 			return fmt.Errorf("list the newest checkpoints: %w", err)
 		}
 		if err := state.Refresh(); err != nil {
@@ -157,7 +158,7 @@ const foreignTries = 30
 
 // checkNote verifies cp's note with the log's key and that its text is
 // cp's size and root.
-func (l *Log) checkNote(cp Checkpoint) error {
+func (l *Log) checkNote(cp ledger.Checkpoint) error {
 	v, err := l.verifierFor(cp.Size)
 	if err != nil {
 		return fmt.Errorf("has no valid key in the key chain: %v", err)
@@ -177,23 +178,23 @@ func (l *Log) checkNote(cp Checkpoint) error {
 // checks the log's key against it and the journal: the key must be the
 // chain's head (a retired key or one outside the chain is refused), and a
 // key the journal recorded must be in the chain.
-func (l *Log) checkKeyChain(ctx context.Context, q EntriesLister, n uint64, state *SignedState) error {
+func (l *Log) checkKeyChain(ctx context.Context, q ledger.EntriesLister, n uint64, state *SignedState) error {
 	chain, err := l.LoadKeyChain(ctx, q, n)
 	if err != nil {
 		return &StartError{Msg: fmt.Sprintf("the log's key chain does not verify: %v: run `ledger audit`", err)}
 	}
 	cur := l.VerifierKey()
 	if i := chain.Index(cur); i < 0 {
-		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) is not a key of the log's key chain (now %s): the signing key was replaced or lost, or this database is another log's; a log keeps its key until `ledger key rotate` records a new one", KeyID(cur), KeyID(chain.Head()))}
+		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) is not a key of the log's key chain (now %s): the signing key was replaced or lost, or this database is another log's; a log keeps its key until `ledger key rotate` records a new one", ledger.KeyID(cur), ledger.KeyID(chain.Head()))}
 	} else if i < len(chain)-1 {
 		e := chain[i+1]
-		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) was retired by the key rotation leaf %d: the log's key since size %d is %s. Put that key in place; if `ledger key rotate` was interrupted, run it again (it finishes from %s)", KeyID(cur), e.RotationIndex, e.From, KeyID(chain.Head()), NextKeyFile)}
+		return &StartError{Msg: fmt.Sprintf("ledger.key (%s) was retired by the key rotation leaf %d: the log's key since size %d is %s. Put that key in place; if `ledger key rotate` was interrupted, run it again (it finishes from %s)", ledger.KeyID(cur), e.RotationIndex, e.From, ledger.KeyID(chain.Head()), NextKeyFile)}
 	}
 	if state == nil {
 		return nil
 	}
 	if jk, ok := state.LastKey(); ok && chain.Index(jk.Key) < 0 {
-		return &StartError{Msg: fmt.Sprintf("the signed-state journal %s records the key %s (from size %d), which the log's key chain does not hold: this database is another log's, or its rotation leaves were removed", state.Path(), KeyID(jk.Key), jk.Size)}
+		return &StartError{Msg: fmt.Sprintf("the signed-state journal %s records the key %s (from size %d), which the log's key chain does not hold: this database is another log's, or its rotation leaves were removed", state.Path(), ledger.KeyID(jk.Key), jk.Size)}
 	}
 	return nil
 }
@@ -206,7 +207,7 @@ const NextKeyFile = "ledger.key.next"
 // checkTail recomputes the leaves [from, latest.Size) from their bytes and
 // appends them to the stored tree at from; the result must be latest's
 // root.
-func (l *Log) checkTail(ctx context.Context, r EntryAtReader, from uint64, latest Checkpoint) error {
+func (l *Log) checkTail(ctx context.Context, r EntryAtReader, from uint64, latest ledger.Checkpoint) error {
 	rng, err := rangeAt(ctx, l.d, from)
 	if err != nil {
 		return fmt.Errorf("tail check: stored tree at %d: %w", from, err)
@@ -214,12 +215,12 @@ func (l *Log) checkTail(ctx context.Context, r EntryAtReader, from uint64, lates
 	for i := from; i < latest.Size; i++ {
 		e, err := r.EntryAt(ctx, i)
 		if err != nil {
-			if ErrorCode(err) == CodeNotFound {
+			if ledger.ErrorCode(err) == ledger.CodeNotFound {
 				return &StartError{Msg: fmt.Sprintf("tail check: leaf %d of the signed size %d is missing: run `ledger audit`", i, latest.Size)}
 			}
 			return &StartError{Msg: fmt.Sprintf("tail check: leaf %d does not read back (%v): run `ledger audit`", i, err)}
 		}
-		if p := LeafProblem(e); p != "" {
+		if p := ledger.LeafProblem(e); p != "" {
 			return &StartError{Msg: fmt.Sprintf("tail check: leaf %d %s: run `ledger audit`", i, p)}
 		}
 		if err := rng.Append(e.LeafHash[:], nil); err != nil {

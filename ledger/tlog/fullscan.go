@@ -1,9 +1,10 @@
-package ledger
+package tlog
 
 import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/evidence-ledger/ledger/ledger"
 	"slices"
 	"time"
 )
@@ -37,14 +38,14 @@ func (l *Log) MarkTampered(index uint64, problem string) {
 	l.tamper.CompareAndSwap(nil, &TamperState{Index: index, Problem: problem, Since: l.opts.Now().UTC()})
 }
 
-// refuseTampered is the CodeUnavailable error every signing act (an
+// refuseTampered is the ledger.CodeUnavailable error every signing act (an
 // append's checkpoint, a note, a rotation) gets once the log is tampered.
 func (l *Log) refuseTampered() error {
 	t := l.tamper.Load()
 	if t == nil {
 		return nil
 	}
-	return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the full verification found leaf %d %s (the database was edited behind the log); nothing is appended or signed until it is repaired: run `ledger audit`", t.Index, t.Problem)}
+	return &ledger.Error{Code: ledger.CodeUnavailable, Message: fmt.Sprintf("refusing to sign: the full verification found leaf %d %s (the database was edited behind the log); nothing is appended or signed until it is repaired: run `ledger audit`", t.Index, t.Problem)}
 }
 
 // ScanOptions configures FullScan.
@@ -64,10 +65,10 @@ type ScanOptions struct {
 // there; then, a chunk of leaves at a time, every leaf's bytes must match
 // its leaf hash and the index, kind and id they carry, and the tree
 // recomputed from the leaf hashes must give the root of every stored
-// checkpoint on the way (when r lists them: a CheckpointLister) and the
+// checkpoint on the way (when r lists them: a ledger.CheckpointLister) and the
 // verified root at size. The first failure puts the log in the tampered
 // state (Tampered; Append, SignNote and Rotate then fail with
-// CodeUnavailable) and is returned as a *TamperError naming the leaf: the
+// ledger.CodeUnavailable) and is returned as a *TamperError naming the leaf: the
 // leaf itself when its bytes fail, else the first leaf after the last
 // checkpoint whose root still matched (exact when checkpoints are one
 // leaf apart; otherwise the first of the range, which the message gives).
@@ -144,7 +145,7 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 			}
 		}
 	}
-	if a, ok := r.(Auditor); ok {
+	if a, ok := r.(ledger.Auditor); ok {
 		return l.auditProjections(ctx, a, size, o.Now)
 	}
 	return nil
@@ -152,7 +153,7 @@ func (l *Log) FullScan(ctx context.Context, r EntryAtReader, size uint64, o Scan
 
 // auditProjections runs a's audit after the leaves passed and sets the
 // tamper state on its first finding.
-func (l *Log) auditProjections(ctx context.Context, a Auditor, size uint64, now func() time.Time) error {
+func (l *Log) auditProjections(ctx context.Context, a ledger.Auditor, size uint64, now func() time.Time) error {
 	rep, err := a.Audit(ctx)
 	if err != nil {
 		return fmt.Errorf("full scan: audit: %w", err)
@@ -166,12 +167,12 @@ func (l *Log) auditProjections(ctx context.Context, a Auditor, size uint64, now 
 	return l.tampered(uint64(rep.FirstBadIndex), "fails the audit: "+rep.Problem, now())
 }
 
-// scanProblem is LeafProblem without decoding JSON: the bytes must hash
+// scanProblem is ledger.LeafProblem without decoding JSON: the bytes must hash
 // to the leaf hash and be exactly the canonical envelope of the entry's
 // index, kind, id and time around a body that hashes to its id (the
 // audit's check, leafBody). "" when they are.
-func scanProblem(e *Entry) string {
-	if LeafHash(e.Raw) != e.LeafHash {
+func scanProblem(e *ledger.Entry) string {
+	if ledger.LeafHash(e.Raw) != e.LeafHash {
 		return "does not match its leaf hash"
 	}
 	al := AuditLeaf{Index: e.Index, ID: e.ID, Kind: string(e.Kind), RecordedAt: e.RecordedAt.UnixNano(), Raw: e.Raw}
@@ -184,12 +185,12 @@ func scanProblem(e *Entry) string {
 // EntryRangeReader reads the stored leaves of indexes [lo, hi) in index
 // order in one go (missing leaves are absent from the answer).
 type EntryRangeReader interface {
-	EntriesRange(ctx context.Context, lo, hi uint64) ([]Entry, error)
+	EntriesRange(ctx context.Context, lo, hi uint64) ([]ledger.Entry, error)
 }
 
 // readRange reads [lo, hi) through r's EntriesRange when it has one, else
 // leaf by leaf (a missing leaf ends the answer early).
-func readRange(ctx context.Context, r EntryAtReader, lo, hi uint64) ([]Entry, error) {
+func readRange(ctx context.Context, r EntryAtReader, lo, hi uint64) ([]ledger.Entry, error) {
 	if rr, ok := r.(EntryRangeReader); ok {
 		es, err := rr.EntriesRange(ctx, lo, hi)
 		if err != nil {
@@ -197,10 +198,10 @@ func readRange(ctx context.Context, r EntryAtReader, lo, hi uint64) ([]Entry, er
 		}
 		return es, nil
 	}
-	es := make([]Entry, 0, hi-lo)
+	es := make([]ledger.Entry, 0, hi-lo)
 	for i := lo; i < hi; i++ {
 		e, err := r.EntryAt(ctx, i)
-		if ErrorCode(err) == CodeNotFound {
+		if ledger.ErrorCode(err) == ledger.CodeNotFound {
 			break
 		}
 		if err != nil {
@@ -212,16 +213,16 @@ func readRange(ctx context.Context, r EntryAtReader, lo, hi uint64) ([]Entry, er
 }
 
 // checkpointRoots lists the stored checkpoints below size, in increasing
-// size, when r is a CheckpointLister (none otherwise).
+// size, when r is a ledger.CheckpointLister (none otherwise).
 func checkpointRoots(ctx context.Context, r EntryAtReader, size uint64) ([]auditCP, error) {
-	cl, ok := r.(CheckpointLister)
+	cl, ok := r.(ledger.CheckpointLister)
 	if !ok {
 		return nil, nil
 	}
 	var out []auditCP
 	cur := ""
 	for {
-		page, next, err := cl.Checkpoints(ctx, CheckpointFilter{Cursor: cur, Limit: 1000})
+		page, next, err := cl.Checkpoints(ctx, ledger.CheckpointFilter{Cursor: cur, Limit: 1000})
 		if err != nil {
 			return nil, fmt.Errorf("list checkpoints: %w", err)
 		}

@@ -1,4 +1,4 @@
-package ledger
+package tlog
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -53,14 +54,14 @@ func ParseSavedCheckpoint(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// CheckpointReader is the part of LogReader that AuditAgainst reads: a
+// CheckpointReader is the part of ledger.LogReader that AuditAgainst reads: a
 // store, or an HTTP client of a server's /api/v1/log routes (everything
 // it answers is checked against the public key, so the server need not be
 // trusted).
 type CheckpointReader interface {
-	Checkpoint(ctx context.Context) (Checkpoint, error)
-	CheckpointAt(ctx context.Context, size uint64) (Checkpoint, error)
-	ConsistencyProof(ctx context.Context, from, to uint64) (ConsistencyProof, error)
+	Checkpoint(ctx context.Context) (ledger.Checkpoint, error)
+	CheckpointAt(ctx context.Context, size uint64) (ledger.Checkpoint, error)
+	ConsistencyProof(ctx context.Context, from, to uint64) (ledger.ConsistencyProof, error)
 }
 
 // AgainstStatus is the verdict on one saved checkpoint.
@@ -98,7 +99,7 @@ const (
 type AgainstResult struct {
 	Source  string        `json:"source"`
 	Size    uint64        `json:"size"`
-	Root    Hash          `json:"root"`
+	Root    ledger.Hash   `json:"root"`
 	Status  AgainstStatus `json:"status"`
 	Problem string        `json:"problem,omitempty"`
 }
@@ -113,7 +114,7 @@ type AgainstResult struct {
 type AgainstReport struct {
 	OK             bool            `json:"ok"`
 	Size           uint64          `json:"size"`
-	Root           Hash            `json:"root"`
+	Root           ledger.Hash     `json:"root"`
 	ConsistentUpTo uint64          `json:"consistent_up_to"`
 	PartsBy        uint64          `json:"parts_by,omitempty"`
 	Problem        string          `json:"problem,omitempty"`
@@ -151,12 +152,12 @@ func AuditAgainst(ctx context.Context, log CheckpointReader, vkey string, saved 
 	}
 	cur, err := log.Checkpoint(ctx)
 	empty := false
-	if ErrorCode(err) == CodeNotFound {
+	if ledger.ErrorCode(err) == ledger.CodeNotFound {
 		// A log with no checkpoint (a new or emptied database read with
 		// the public key alone) holds size 0: every saved checkpoint of a
 		// larger size shows a rollback.
 		empty, err = true, nil
-		cur = Checkpoint{}
+		cur = ledger.Checkpoint{}
 		copy(cur.Root[:], rfc6962.DefaultHasher.EmptyRoot())
 	}
 	if err != nil {
@@ -194,7 +195,7 @@ func AuditAgainst(ctx context.Context, log CheckpointReader, vkey string, saved 
 	return rep, nil
 }
 
-func auditOne(ctx context.Context, log CheckpointReader, v []note.Verifier, cur Checkpoint, s SavedCheckpoint) AgainstResult {
+func auditOne(ctx context.Context, log CheckpointReader, v []note.Verifier, cur ledger.Checkpoint, s SavedCheckpoint) AgainstResult {
 	r := AgainstResult{Source: s.Source}
 	size, root, st, msg := openCheckpoint(s.Note, v)
 	r.Size, r.Root, r.Status, r.Problem = size, root, st, msg
@@ -236,7 +237,7 @@ func auditOne(ctx context.Context, log CheckpointReader, v []note.Verifier, cur 
 	}
 	held, err := log.CheckpointAt(ctx, size)
 	switch {
-	case errors.Is(err, ErrNotFound) || ErrorCode(err) == CodeNotFound:
+	case errors.Is(err, ledger.ErrNotFound) || ledger.ErrorCode(err) == ledger.CodeNotFound:
 		r.Status = AgainstMissingCheckpoint
 		r.Problem = fmt.Sprintf("the log extends the saved checkpoint but holds no checkpoint of size %d (deleted?)", size)
 	case err != nil:
@@ -252,7 +253,7 @@ func auditOne(ctx context.Context, log CheckpointReader, v []note.Verifier, cur 
 // openCheckpoint verifies a checkpoint note with v and parses its text
 // (c2sp.org/tlog-checkpoint: origin, size, base64 root, optional extension
 // lines); the origin must be v's name. Messages never quote the note.
-func openCheckpoint(b []byte, vs []note.Verifier) (size uint64, root Hash, st AgainstStatus, msg string) {
+func openCheckpoint(b []byte, vs []note.Verifier) (size uint64, root ledger.Hash, st AgainstStatus, msg string) {
 	v := vs[0]
 	n, err := note.Open(b, note.VerifierList(vs...))
 	if err != nil {
@@ -260,7 +261,7 @@ func openCheckpoint(b []byte, vs []note.Verifier) (size uint64, root Hash, st Ag
 		var unv *note.UnverifiedNoteError
 		switch {
 		case errors.As(err, &inv):
-			return 0, Hash{}, AgainstBadSignature, "the signature of key " + v.Name() + " does not verify: the checkpoint was edited"
+			return 0, ledger.Hash{}, AgainstBadSignature, "the signature of key " + v.Name() + " does not verify: the checkpoint was edited"
 		case errors.As(err, &unv):
 			for _, s := range unv.Note.UnverifiedSigs {
 				if s.Name == v.Name() {
@@ -268,24 +269,24 @@ func openCheckpoint(b []byte, vs []note.Verifier) (size uint64, root Hash, st Ag
 					for i, kv := range vs {
 						given[i] = fmt.Sprintf("%08x", kv.KeyHash())
 					}
-					return 0, Hash{}, AgainstKeyMismatch, fmt.Sprintf("signed by another key named %s (key id %08x; the key given has %s)", s.Name, s.Hash, strings.Join(given, ", "))
+					return 0, ledger.Hash{}, AgainstKeyMismatch, fmt.Sprintf("signed by another key named %s (key id %08x; the key given has %s)", s.Name, s.Hash, strings.Join(given, ", "))
 				}
 			}
-			return 0, Hash{}, AgainstKeyMismatch, "no signature by a key named " + v.Name() + " (the key given): another log's checkpoint, or the wrong key"
+			return 0, ledger.Hash{}, AgainstKeyMismatch, "no signature by a key named " + v.Name() + " (the key given): another log's checkpoint, or the wrong key"
 		}
-		return 0, Hash{}, AgainstMalformed, "not a signed note"
+		return 0, ledger.Hash{}, AgainstMalformed, "not a signed note"
 	}
 	lines := strings.SplitN(n.Text, "\n", 4)
 	if len(lines) < 4 {
-		return 0, Hash{}, AgainstMalformed, "checkpoint text has fewer than three lines"
+		return 0, ledger.Hash{}, AgainstMalformed, "checkpoint text has fewer than three lines"
 	}
 	size, err = strconv.ParseUint(lines[1], 10, 64)
 	if err != nil || strconv.FormatUint(size, 10) != lines[1] {
-		return 0, Hash{}, AgainstMalformed, "checkpoint size is not a decimal number"
+		return 0, ledger.Hash{}, AgainstMalformed, "checkpoint size is not a decimal number"
 	}
 	rb, err := base64.StdEncoding.DecodeString(lines[2])
 	if err != nil || len(rb) != len(root) {
-		return 0, Hash{}, AgainstMalformed, "checkpoint root is not 32 bytes of base64"
+		return 0, ledger.Hash{}, AgainstMalformed, "checkpoint root is not 32 bytes of base64"
 	}
 	copy(root[:], rb)
 	if lines[0] != v.Name() {
