@@ -188,3 +188,45 @@ func TestAllowed(t *testing.T) {
 		}
 	}
 }
+
+// TestDocNamesFilesThatExist checks that every Go file docs/ARCHITECTURE.md
+// points at (a backticked module-relative path ending in .go, as in "where
+// each TRUST.md rule lives") exists, so the rule map cannot point at a file
+// that was renamed or removed.
+func TestDocNamesFilesThatExist(t *testing.T) {
+	root, _ := moduleRoot(t)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := goPaths(string(doc))
+	if len(paths) == 0 {
+		t.Fatal("docs/ARCHITECTURE.md names no Go file; the rule map is missing")
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(p))); err != nil {
+			t.Errorf("docs/ARCHITECTURE.md names %s, which does not exist", p)
+		}
+	}
+}
+
+// goPaths returns the backticked spans of s that are paths of Go files
+// (contain a slash, end in ".go"), in order, without repeats.
+func goPaths(s string) []string {
+	var out []string
+	parts := strings.Split(s, "`")
+	for i := 1; i < len(parts); i += 2 {
+		p := parts[i]
+		if strings.HasSuffix(p, ".go") && strings.Contains(p, "/") && !strings.ContainsAny(p, " *") && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestGoPaths(t *testing.T) {
+	got := goPaths("a `admit/rules.go` (`Token.Covers`), `ledger/x.go` and `admit/rules.go`, `cmd/ledger/agent*.go` `go`")
+	if want := []string{"admit/rules.go", "ledger/x.go"}; !slices.Equal(got, want) {
+		t.Fatalf("goPaths = %q, want %q", got, want)
+	}
+}
