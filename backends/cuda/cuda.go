@@ -53,8 +53,10 @@ type Backend struct {
 	arch   string // e.g. "compute_90"
 	ptx    []byte
 
-	prep map[int]uintptr // dtype -> prep kernel
-	qmv  map[[2]int]uintptr
+	qmv    map[[2]int]uintptr  // (dtype, bits) -> qmv kernel
+	sms    int                 // multiprocessors
+	stages int                 // QMV_STAGES of the compiled qmv.cu
+	occ    map[residentKey]int // guarded by mu; see resident
 
 	qmvMu sync.Mutex // serializes QMV
 
@@ -75,7 +77,11 @@ var _ runner.Backend = (*Backend)(nil)
 // driver on this host"; ErrNoNVRTC when no NVRTC library is found; driver
 // errors (*Error) when there is no device or a call fails; NVRTC's log on a
 // compile error.
-func Open() (*Backend, error) {
+func Open() (*Backend, error) { return open(nil, qmvStages) }
+
+// open is Open with extra NVRTC options (macro definitions of qmv.cu) and
+// the QMV_STAGES value they leave in force.
+func open(defines []string, stages int) (*Backend, error) {
 	d, err := loadDriver()
 	if err != nil {
 		return nil, err
@@ -87,14 +93,14 @@ func Open() (*Backend, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("cuda: the driver reports no CUDA device")
 	}
-	b := &Backend{d: d, live: map[uintptr]int{}, prep: map[int]uintptr{}, qmv: map[[2]int]uintptr{}}
+	b := &Backend{d: d, live: map[uintptr]int{}, qmv: map[[2]int]uintptr{}, occ: map[residentKey]int{}, stages: stages}
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&b.ctx, b.dev)); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	if err := b.init(); err != nil {
+	if err := b.init(defines); err != nil {
 		if b.mod != 0 {
 			if unlock, uerr := b.enter(); uerr == nil {
 				_ = d.cuModuleUnload(b.mod)
@@ -108,7 +114,7 @@ func Open() (*Backend, error) {
 }
 
 // init reads the device identity, compiles and loads the kernels.
-func (b *Backend) init() error {
+func (b *Backend) init(defines []string) error {
 	nv, err := loadNVRTC()
 	if err != nil {
 		return err
@@ -162,7 +168,7 @@ func (b *Backend) init() error {
 			"go_version":         runtime.Version(),
 		},
 	}
-	ptx, _, err := nv.compilePTX(srcKernel, "qmv.cu", b.arch, compileOptions)
+	ptx, _, err := nv.compilePTX(srcKernel, "qmv.cu", b.arch, append(append([]string(nil), compileOptions...), defines...))
 	if err != nil {
 		return fmt.Errorf("cuda: compile qmv.cu for %s: %w", b.arch, err)
 	}
@@ -170,16 +176,18 @@ func (b *Backend) init() error {
 	if err := d.check("cuModuleLoadData", d.cuModuleLoadData(&b.mod, pointer(ptx))); err != nil {
 		return fmt.Errorf("cuda: load PTX: %w", err)
 	}
+	b.sms = attr(attrMultiprocessorCount)
 	for code, t := range dtypeNames {
 		var fn uintptr
-		if err := d.check("cuModuleGetFunction prep_"+t, d.cuModuleGetFunction(&fn, b.mod, "prep_"+t)); err != nil {
-			return fmt.Errorf("cuda: %w", err)
-		}
-		b.prep[code] = fn
 		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 			name := fmt.Sprintf("qmv_%s_b%d", t, bits)
 			if err := d.check("cuModuleGetFunction "+name, d.cuModuleGetFunction(&fn, b.mod, name)); err != nil {
 				return fmt.Errorf("cuda: %w", err)
+			}
+			if sm := qmvSmem(b.stages, qmvRB, bits, qmvMaxT); sm > 48<<10 {
+				if err := d.check("cuFuncSetAttribute "+name, d.cuFuncSetAttribute(fn, funcAttrMaxDynamicShared, int32(sm))); err != nil {
+					return fmt.Errorf("cuda: %w", err)
+				}
 			}
 			b.qmv[[2]int{code, bits}] = fn
 		}

@@ -109,7 +109,7 @@ func TestLayout(t *testing.T) {
 			g := uint64(r.N * r.K / r.GroupSize)
 			parts := []struct{ at, size uint64 }{
 				{off.w, 4 * uint64(len(r.W))}, {off.scales, es * g}, {off.biases, es * g}, {off.x, es * uint64(r.K)},
-				{off.xf, 4 * uint64(r.K)}, {off.bsum, 4 * uint64(r.K/r.GroupSize)}, {off.y, es * uint64(r.N)},
+				{off.y, es * uint64(r.N)},
 			}
 			for i, p := range parts {
 				if p.at%align != 0 {
@@ -123,6 +123,58 @@ func TestLayout(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestKernelChunk: qmv.cu's bias-sum chunk per bit width (kernelChunk
+// mirrors its Chunk<BITS>) is quant.ChunkSize, and a unit never straddles
+// a group.
+func TestKernelChunk(t *testing.T) {
+	for _, bits := range quant.Bits {
+		if kernelChunk[bits] != quant.ChunkSize(bits) {
+			t.Errorf("%d bits: kernel chunk %d, quant.ChunkSize %d", bits, kernelChunk[bits], quant.ChunkSize(bits))
+		}
+		v := unitVals(bits)
+		if v%kernelChunk[bits] != 0 || 32%(quant.GroupSizes[0]/v) != 0 {
+			t.Errorf("%d bits: unit of %d values vs chunk %d, group %d", bits, v, kernelChunk[bits], quant.GroupSizes[0])
+		}
+		for _, g := range quant.GroupSizes {
+			if g%v != 0 || 32%(g/v) != 0 {
+				t.Errorf("%d bits, group %d: %d-value units do not tile the group within a warp", bits, g, v)
+			}
+		}
+	}
+}
+
+// TestQMVGeometry checks the launch geometry against qmv.cu's limits: a
+// block covers at most qmvMaxT threads in whole warps, no block gets more
+// than qmvMaxRows rows, and every block gets at least one chunk of rows.
+func TestQMVGeometry(t *testing.T) {
+	for _, bits := range quant.Bits {
+		for _, n := range []int{1, 3, 37, 4096, 8192, 16384, 1 << 20} {
+			for _, k := range []int{32, 384, 8192, 16384, 65536} {
+				for _, res := range []int{1, 132, 264, 528} {
+					block, grid := qmvGeometry(bits, n, k, res)
+					chunks := (n + qmvRB - 1) / qmvRB
+					perBlock := (chunks + grid - 1) / grid * qmvRB
+					if block%32 != 0 || block < 32 || block > qmvMaxT || grid < 1 || grid > chunks || perBlock > qmvMaxRows {
+						t.Fatalf("b%d n=%d k=%d resident %d: block %d grid %d (%d rows a block)", bits, n, k, res, block, grid, perBlock)
+					}
+					if units := k / unitVals(bits); units <= qmvMaxT && block < units {
+						t.Fatalf("b%d k=%d: block %d covers fewer than %d units", bits, k, block, units)
+					}
+				}
+			}
+		}
+	}
+	for _, bits := range quant.Bits {
+		// qmv.cu's static part[][] plus the ring must fit a block (227 KiB on Hopper)
+		if sm := qmvSmem(qmvStages, qmvRB, bits, qmvMaxT) + 4*qmvMaxT/32*qmvMaxRows; sm > 227<<10 {
+			t.Errorf("%d bits: %d bytes of shared memory per block", bits, sm)
+		}
+	}
+	if b, g := qmvGeometry(4, 8192, 8192, 264); b != 256 || g != 264 {
+		t.Fatalf("8192x8192 on 264 resident blocks: block %d grid %d", b, g)
 	}
 }
 
@@ -161,7 +213,7 @@ func TestKernelCompiles(t *testing.T) {
 		}
 		s := string(ptx)
 		for _, dt := range dtypeNames {
-			for _, name := range append([]string{"prep_" + dt}, kernelNames(dt)...) {
+			for _, name := range kernelNames(dt) {
 				if !strings.Contains(s, ".entry "+name+"(") {
 					t.Fatalf("%s: PTX lacks .entry %s", arch, name)
 				}

@@ -47,35 +47,37 @@ type cuResult int32
 // CUdevice is int, CUcontext/CUmodule/CUfunction/CUevent are pointers,
 // CUdeviceptr is a 64-bit integer.
 type driverAPI struct {
-	cuInit                    func(flags uint32) cuResult
-	cuDriverGetVersion        func(v *int32) cuResult
-	cuDeviceGet               func(dev *int32, ordinal int32) cuResult
-	cuDeviceGetCount          func(n *int32) cuResult
-	cuDeviceGetName           func(name *byte, n int32, dev int32) cuResult
-	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) cuResult
-	cuDeviceTotalMem          func(bytes *uint64, dev int32) cuResult
-	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) cuResult
-	cuDevicePrimaryCtxRelease func(dev int32) cuResult
-	cuCtxSetCurrent           func(ctx uintptr) cuResult
-	cuCtxSynchronize          func() cuResult
-	cuModuleLoadData          func(mod *uintptr, image unsafe.Pointer) cuResult
-	cuModuleUnload            func(mod uintptr) cuResult
-	cuModuleGetFunction       func(fn *uintptr, mod uintptr, name string) cuResult
-	cuMemAlloc                func(dptr *uint64, n uint64) cuResult
-	cuMemFree                 func(dptr uint64) cuResult
-	cuMemGetInfo              func(free, total *uint64) cuResult
-	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) cuResult
-	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) cuResult
-	cuMemcpyDtoD              func(dst, src uint64, n uint64) cuResult
-	cuMemsetD8                func(dst uint64, v uint8, n uint64) cuResult
-	cuLaunchKernel            func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra *unsafe.Pointer) cuResult
-	cuEventCreate             func(ev *uintptr, flags uint32) cuResult
-	cuEventRecord             func(ev, stream uintptr) cuResult
-	cuEventSynchronize        func(ev uintptr) cuResult
-	cuEventElapsedTime        func(ms *float32, start, end uintptr) cuResult
-	cuEventDestroy            func(ev uintptr) cuResult
-	cuGetErrorString          func(r cuResult, s *uintptr) cuResult
-	cuGetErrorName            func(r cuResult, s *uintptr) cuResult
+	cuInit                                      func(flags uint32) cuResult
+	cuDriverGetVersion                          func(v *int32) cuResult
+	cuDeviceGet                                 func(dev *int32, ordinal int32) cuResult
+	cuDeviceGetCount                            func(n *int32) cuResult
+	cuDeviceGetName                             func(name *byte, n int32, dev int32) cuResult
+	cuDeviceGetAttribute                        func(v *int32, attr int32, dev int32) cuResult
+	cuDeviceTotalMem                            func(bytes *uint64, dev int32) cuResult
+	cuDevicePrimaryCtxRetain                    func(ctx *uintptr, dev int32) cuResult
+	cuDevicePrimaryCtxRelease                   func(dev int32) cuResult
+	cuCtxSetCurrent                             func(ctx uintptr) cuResult
+	cuCtxSynchronize                            func() cuResult
+	cuModuleLoadData                            func(mod *uintptr, image unsafe.Pointer) cuResult
+	cuModuleUnload                              func(mod uintptr) cuResult
+	cuModuleGetFunction                         func(fn *uintptr, mod uintptr, name string) cuResult
+	cuMemAlloc                                  func(dptr *uint64, n uint64) cuResult
+	cuMemFree                                   func(dptr uint64) cuResult
+	cuMemGetInfo                                func(free, total *uint64) cuResult
+	cuMemcpyHtoD                                func(dst uint64, src unsafe.Pointer, n uint64) cuResult
+	cuMemcpyDtoH                                func(dst unsafe.Pointer, src uint64, n uint64) cuResult
+	cuMemcpyDtoD                                func(dst, src uint64, n uint64) cuResult
+	cuMemsetD8                                  func(dst uint64, v uint8, n uint64) cuResult
+	cuLaunchKernel                              func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra *unsafe.Pointer) cuResult
+	cuEventCreate                               func(ev *uintptr, flags uint32) cuResult
+	cuEventRecord                               func(ev, stream uintptr) cuResult
+	cuEventSynchronize                          func(ev uintptr) cuResult
+	cuEventElapsedTime                          func(ms *float32, start, end uintptr) cuResult
+	cuEventDestroy                              func(ev uintptr) cuResult
+	cuGetErrorString                            func(r cuResult, s *uintptr) cuResult
+	cuOccupancyMaxActiveBlocksPerMultiprocessor func(n *int32, fn uintptr, block int32, dynSmem uint64) cuResult
+	cuFuncSetAttribute                          func(fn uintptr, attr int32, value int32) cuResult
+	cuGetErrorName                              func(r cuResult, s *uintptr) cuResult
 }
 
 // nvrtcAPI holds the NVRTC entry points. nvrtcProgram is a pointer.
@@ -171,6 +173,8 @@ func loadDriver() (*driverAPI, error) {
 			sym(&d.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
 			sym(&d.cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy"),
 			sym(&d.cuGetErrorString, "cuGetErrorString"),
+			sym(&d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor"),
+			sym(&d.cuFuncSetAttribute, "cuFuncSetAttribute"),
 			sym(&d.cuGetErrorName, "cuGetErrorName"),
 		})
 		if err != nil {

@@ -155,6 +155,37 @@ func TestPathsLane(t *testing.T) {
 	t.Logf("promoted %d/%d; %s", res.Exact, res.Total, res.Control.Summary)
 }
 
+// TestLanesOtherPath runs both qmv lanes on the build of qmv.cu with the
+// other weight path (QMV_STAGES 0, registers, when the default streams
+// through shared memory, and 3 otherwise): each path must be exact on
+// every case with the narrow control caught.
+func TestLanesOtherPath(t *testing.T) {
+	gpu(t)
+	stages := 0
+	if qmvStages == 0 {
+		stages = 3
+	}
+	b, err := open([]string{fmt.Sprintf("-DQMV_STAGES=%d", stages)}, stages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, name := range []string{runner.LaneQMV, runner.LaneQMVPaths} {
+		l, err := runner.LookupLane(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := l.Run(context.Background(), &runner.Env{Backend: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := runner.Verdict(res, nil); v != ledger.StatusPassed || res.Exact != res.Total {
+			t.Fatalf("QMV_STAGES=%d %s: verdict %v, %d/%d exact, failing %v; control %s", stages, name, v, res.Exact, res.Total, res.Failing[:min(10, len(res.Failing))], res.Control.Summary)
+		}
+		t.Logf("QMV_STAGES=%d %s: promoted %d/%d; %s", stages, name, res.Exact, res.Total, res.Control.Summary)
+	}
+}
+
 func TestAllocLanes(t *testing.T) {
 	b := gpu(t)
 	for _, name := range []string{runner.LaneAllocSnap, runner.LaneAllocFoot} {

@@ -1,57 +1,100 @@
 // qmv.cu: the quantized matrix-vector kernels of the CUDA backend
 // (github.com/evidence-ledger/ledger/backends/cuda), compiled at run time
-// with NVRTC (no headers: the float16/bfloat16 conversions are written out
-// below with integer operations and round-to-nearest-even, so the source
-// needs neither cuda_fp16.h nor cuda_bf16.h).
+// with NVRTC (no headers: float16 is widened with one cvt instruction in
+// inline PTX, the other float16/bfloat16 conversions are written out below
+// with integer operations and round-to-nearest-even, so the source needs
+// neither cuda_fp16.h nor cuda_bf16.h).
 //
 // y = W x with M = 1 over affine-quantized weights (WORKLOADS.md section 1):
 // W is N rows of K*BITS/32 uint32 words, each row one little-endian bit
 // stream (element k at bits [k*BITS, (k+1)*BITS)); scales and biases are
-// N x K/group values of the activation dtype T; x is K values of T.
+// N x K/group values of the activation dtype T; x is K values of T; y is N
+// values of T.
 //
-// Two kernels per call:
+// One kernel per call, qmv_<T>_b<BITS>, one launch of a 1-D grid:
 //
-//   prep_<T>: one block per group g. It widens x to float32 (xf) and builds
-//     the group's bias sum: chunks of P consecutive x values (P = 4 for bits
-//     2, 4, 6; 8 for 3, 5; 1 for 8), each chunk added left to right,
-//       promoted (narrow == 0): ((U(x0)+U(x1))+U(x2))+U(x3)   in float32
-//       narrow   (narrow != 0): every add rounded to T, then widened
-//     and the chunk results added to the group's float32 sum in order.
-//     This is the same chunk-first grouping as backends/cpu/qmv.go.
+//   Thread t of a block owns the unit u = s + t of every row, for each K
+//   slice s = 0, T, 2T, ... (T threads per block, a multiple of 32; a unit
+//   is 32 consecutive values, 16 for 8 bits; see Unit). It widens its 32
+//   x values to float32 once per slice and keeps them in registers.
 //
-//   qmv_<T>_b<BITS>: one block of QMV_WARPS warps per QMV_ROWS consecutive
-//     rows. Thread t takes the units (see Unit) t, t+T, ... of each of its
-//     rows and accumulates scale[g] * dot(q, x) in float32, then the groups
-//     t, t+T, ... add bias[g] * bsum[g]; a warp reduction (shuffle) and a
-//     shared-memory sum over the warps add the threads, and the row sum is
-//     rounded to T (RNE).
+//   Bias sums: chunks of P consecutive x values (P = 4 for bits 2, 4, 6;
+//   8 for 3, 5; 1 for 8), each chunk added left to right,
+//     promoted (narrow == 0): ((U(x0)+U(x1))+U(x2))+U(x3)   in float32
+//     narrow   (narrow != 0): every add rounded to T, then widened
+//   and the chunk results added to the group's float32 sum in order,
+//   starting from 0. A group spans group/VALS consecutive units (lanes of
+//   one warp); each lane continues the running sum of the lane before it
+//   (a shuffle per step), so the last lane of the group ends with exactly
+//   the sum of backends/cpu/qmv.go's biasSums.
 //
-// The reduction order of the dot part differs from a left-to-right sum;
-// on the lanes' exact-by-construction inputs every float32 step is exact,
-// so the result is bit-identical to any order. Compile with --fmad=false
-// so the compiler fuses no multiply-add by itself (the bias sums and the
-// group terms round every product and sum, as in the Go reference); the
-// dot part uses explicit fused multiply-adds (__fmaf_rn), whose products
-// q*x are exact on those inputs.
+//   Rows: block b takes the row chunks [b*C/G, (b+1)*C/G) (C = ceil(N/RB)
+//   chunks of QMV_RB rows, G blocks). For each chunk every lane loads its
+//   unit of the RB rows (16-byte loads for 4 and 8 bits, issued one chunk
+//   ahead of the arithmetic, the first before x is read; see QMV_STAGES
+//   for the shared-memory ring), turns each value into a float32 with one
+//   LOP3 and one FADD (Unit::val), computes scale * dot(q, x) per row
+//   and, in the last lane of each group, adds bias * bias-sum; a
+//   transposing warp reduction leaves each row's warp sum in one lane,
+//   which writes it to shared memory; at the end the first threads add
+//   the warps' sums and round to T (RNE).
+//
+// The dot products and the sums over lanes, warps and groups are in an
+// order of their own; on the lanes' exact-by-construction inputs every
+// float32 step is exact, so the result is bit-identical to any order (the
+// chunked bias sums are computed in exactly the reference order). Compile
+// with --fmad=false so the compiler fuses no multiply-add by itself (the
+// bias sums and the group terms round every product and sum, as in the Go
+// reference); the dot part uses explicit fused multiply-adds (__fmaf_rn),
+// whose products q*x are exact on those inputs.
+//
+// Concurrency: blocks write disjoint rows of y; nothing else is written.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
 typedef unsigned long long u64;
 
-#define QMV_ROWS 8
-#define QMV_WARPS 4
+// Build parameters (the host, qmv.go, uses the same values; the
+// benchmarks compile variants with -D):
+//   QMV_RB      rows per chunk (a power of two, at most 32)
+//   QMV_MAXT    threads per block at most
+//   QMV_MINB    blocks per multiprocessor the register budget must allow
+//               (__launch_bounds__)
+//   QMV_L2PF    1: 16-byte weight loads with L1 no-allocate and the
+//               256-byte L2 prefetch hint; 0: plain __ldg
+//   QMV_STAGES  0: each lane double-buffers one chunk in registers;
+//               n > 0: each warp streams weights, scales and biases through
+//               a ring of n chunks in dynamic shared memory with cp.async
+//               (n-1 chunks in flight)
+//   QMV_MAXROWS rows per block at most (the host sizes the grid so that
+//               no block gets more)
+#ifndef QMV_RB
+#define QMV_RB 4
+#endif
+#ifndef QMV_MAXT
+#define QMV_MAXT 512
+#endif
+#ifndef QMV_MINB
+#define QMV_MINB 1
+#endif
+#ifndef QMV_L2PF
+#define QMV_L2PF 1
+#endif
+#ifndef QMV_STAGES
+#define QMV_STAGES 0
+#endif
+#ifndef QMV_MAXROWS
+#define QMV_MAXROWS 256
+#endif
 
 // ---- float16 / bfloat16 conversions (IEEE 754 binary16, bfloat16) ----
 
+// f16_to_f32 widens exactly (cvt.f32.f16; subnormals become normal float32
+// values, a NaN stays a NaN).
 __device__ __forceinline__ float f16_to_f32(u16 h) {
-    const u32 sign = (u32)(h & 0x8000u) << 16;
-    const u32 exp = (h >> 10) & 0x1fu;
-    const u32 man = h & 0x3ffu;
-    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (man << 13)); // inf, nan
-    if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (man << 13));
-    // zero or subnormal: man * 2^-24, exact in float32
-    const float v = (float)man * 5.9604644775390625e-8f;
-    return sign ? -v : v;
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
 }
 
 __device__ __forceinline__ u16 f32_to_f16(float f) {
@@ -107,49 +150,6 @@ template <> struct DTy<3> {
     static __device__ __forceinline__ float round(float f) { return f; }
 };
 
-// ---- bias sums ----
-
-// prep_body: one block per group g (blockDim.x >= group, at most 128).
-// Thread t widens x[g*group + t]; the threads at chunk starts build one
-// chunk each, left to right; thread 0 adds the chunk results in order.
-template <int D>
-__device__ __forceinline__ void prep_body(const typename DTy<D>::raw* __restrict__ x, float* __restrict__ xf,
-                                          float* __restrict__ bsum, int K, int group, int chunk, int narrow) {
-    __shared__ float sx[128];
-    __shared__ float sc[128];
-    const int g = blockIdx.x;
-    const int t = threadIdx.x;
-    const int base = g * group;
-    if (t < group) {
-        const float v = DTy<D>::load(x[base + t]);
-        xf[base + t] = v;
-        sx[t] = v;
-    }
-    __syncthreads();
-    const int chunks = group / chunk;
-    if (t < chunks) {
-        const int c = t * chunk;
-        float s = sx[c];
-        for (int i = 1; i < chunk; i++) s = narrow ? DTy<D>::round(s + sx[c + i]) : s + sx[c + i];
-        sc[t] = s;
-    }
-    __syncthreads();
-    if (t == 0) {
-        float sum = 0.0f;
-        for (int i = 0; i < chunks; i++) sum = sum + sc[i];
-        bsum[g] = sum;
-    }
-}
-
-#define PREP(NAME, D)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(128)                                                  \
-        NAME(const DTy<D>::raw* x, float* xf, float* bsum, int K, int group, int chunk, int narrow) {  \
-        prep_body<D>(x, xf, bsum, K, group, chunk, narrow);                                            \
-    }
-PREP(prep_f16, 1)
-PREP(prep_bf16, 2)
-PREP(prep_f32, 3)
-
 // ---- the matrix-vector product ----
 
 // Unit<BITS>: the values one thread takes at a time from a row: 32 values
@@ -165,8 +165,14 @@ template <int BITS> struct Unit {
         if constexpr (WORDS % 4 == 0) {
 #pragma unroll
             for (int i = 0; i < WORDS / 4; i++) {
+#if QMV_L2PF
+                asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                    : "=r"(w[4 * i]), "=r"(w[4 * i + 1]), "=r"(w[4 * i + 2]), "=r"(w[4 * i + 3])
+                    : "l"(p + 4 * i));
+#else
                 const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
                 w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+#endif
             }
         } else if constexpr (WORDS % 2 == 0) {
 #pragma unroll
@@ -179,107 +185,344 @@ template <int BITS> struct Unit {
             for (int i = 0; i < WORDS; i++) w[i] = __ldg(p + i);
         }
     }
-    // at returns value j (0 .. VALS-1); j must be a compile-time constant
-    // after unrolling so that w stays in registers.
-    __device__ __forceinline__ u32 at(int j) const {
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < WORDS; i++) w[i] = 0u;
+    }
+    // val returns value j (0 .. VALS-1) as an exact float32; j must be a
+    // compile-time constant after unrolling so that w stays in registers.
+    // A field that lies in bits [off, off+BITS) with off+BITS <= 23 becomes
+    // the mantissa bits of 2^(23-off) + q (its exponent ORed in), and one
+    // subtraction leaves q: an AND/OR and an FADD per value. Fields above
+    // bit 23 are taken from the word shifted right by 12 the same way;
+    // fields across two words are assembled and converted with 2^23.
+    // mag[o] must hold (150-o) << 23, the float 2^(23-o), in a register
+    // (see Magic) so that the AND and the OR are one LOP3.
+    __device__ __forceinline__ float val(int j, const u32 (&mag)[24]) const {
+        constexpr u32 M = (1u << BITS) - 1u;
         const int bit = j * BITS;
         const int wi = bit >> 5;
         const int off = bit & 31;
-        u32 v = w[wi] >> off;
-        if (off + BITS > 32) v |= w[wi + 1] << (32 - off);
-        return v & ((1u << BITS) - 1u);
+        if (off + BITS > 32) {
+            const u32 v = ((w[wi] >> off) | (w[wi + 1] << (32 - off))) & M;
+            return __uint_as_float(0x4b000000u | v) - 8388608.0f;
+        }
+        const u32 src = off + BITS <= 23 ? w[wi] : w[wi] >> 12;
+        const int o = off + BITS <= 23 ? off : off - 12;
+        return __uint_as_float((src & (M << o)) | mag[o]) - __uint_as_float((150u - (u32)o) << 23);
     }
 };
 
-// u2f converts a quantized value (q < 2^23) to float32 exactly with an OR
-// and a subtraction (2^23 + q has q in its mantissa), which runs at full
-// rate where an integer-to-float conversion instruction does not.
-__device__ __forceinline__ float u2f(u32 q) { return __uint_as_float(0x4b000000u | q) - 8388608.0f; }
-
-__device__ __forceinline__ float warp_sum(float v) {
+// load_widen reads N consecutive raw values of dtype D with 16-byte
+// loads (N * sizeof(raw) is a multiple of 16 and the address 16-byte
+// aligned), widened to float32.
+template <int D, int N>
+__device__ __forceinline__ void load_widen(const typename DTy<D>::raw* __restrict__ p, float (&out)[N]) {
+    constexpr int BYTES = N * (int)sizeof(typename DTy<D>::raw);
+    constexpr int V = BYTES / 16;
+    u32 r[BYTES / 4];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+    for (int i = 0; i < V; i++) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+        r[4 * i] = v.x; r[4 * i + 1] = v.y; r[4 * i + 2] = v.z; r[4 * i + 3] = v.w;
+    }
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        if constexpr (sizeof(typename DTy<D>::raw) == 2) {
+            out[j] = DTy<D>::load((u16)((r[j >> 1] >> (16 * (j & 1))) & 0xffffu));
+        } else {
+            out[j] = DTy<D>::load(r[j]);
+        }
+    }
 }
 
-// qmv_body: block b computes rows [b*QMV_ROWS, b*QMV_ROWS + QMV_ROWS).
-// Its threads take units t, t+T, ... (T = threads per block) of every one
-// of those rows, so neighbouring threads read neighbouring weight words
-// and x values; then groups t, t+T, ... add bias * bias-sum; a warp
-// shuffle reduction and a shared-memory step over the warps add the
-// partial sums, and the first QMV_ROWS threads round and store.
+// Chunk<BITS>::P is quant.ChunkSize(BITS): the bias-sum chunk.
+template <int BITS> struct Chunk {
+    static constexpr int P = BITS == 8 ? 1 : (BITS == 3 || BITS == 5) ? 8 : 4;
+};
+
+// rows_reduce adds v[r] over the 32 lanes of a warp for R rows (R a power
+// of two, at most 32) with R-1+log2(32/R) shuffles: each halving step
+// sends half of the remaining rows to the partner lane and keeps the other
+// half. Afterwards the lanes with lane % (32/R) == 0 hold the sums; the
+// returned value is the sum of row row_of(lane) in those lanes.
+template <int R>
+__device__ __forceinline__ float rows_reduce(float (&v)[R], int lane) {
+    int o = 16;
+#pragma unroll
+    for (int c = R; c > 1; c >>= 1, o >>= 1) {
+        const bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < c / 2; i++) {
+            const float send = up ? v[i] : v[i + c / 2];
+            const float keep = up ? v[i + c / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float s = v[0];
+#pragma unroll
+    for (; o > 0; o >>= 1) s = s + __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// row_of is the row (0 .. R-1) whose sum rows_reduce leaves in lane.
+template <int R>
+__device__ __forceinline__ int row_of(int lane) {
+    int row = 0, o = 16;
+#pragma unroll
+    for (int c = R; c > 1; c >>= 1, o >>= 1)
+        if (lane & o) row += c / 2;
+    return row;
+}
+
+// magic fills mag[o] = (150-o) << 23 ORed with opaque, a run-time zero:
+// the compiler cannot fold the constants into immediates (a LOP3 takes one
+// immediate, so it would split each AND/OR in two). Unused entries are
+// dead and take no registers.
+__device__ __forceinline__ void magic(u32 (&mag)[24], u32 opaque) {
+#pragma unroll
+    for (int o = 0; o < 24; o++) mag[o] = ((150u - (u32)o) << 23) | opaque;
+}
+
+// ---- asynchronous copies (QMV_STAGES > 0) ----
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// cp_unit copies WORDS words from global p to shared address s with
+// cp.async in the widest size their alignment allows (as Unit::load).
+template <int WORDS>
+__device__ __forceinline__ void cp_unit(u32 s, const u32* p) {
+    if constexpr (WORDS % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < WORDS / 4; i++)
+            asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s + 16 * i), "l"(p + 4 * i) : "memory");
+    } else if constexpr (WORDS % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < WORDS / 2; i++)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s + 8 * i), "l"(p + 2 * i) : "memory");
+    } else {
+#pragma unroll
+        for (int i = 0; i < WORDS; i++)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s + 4 * i), "l"(p + i) : "memory");
+    }
+}
+
+// cp_word copies the aligned 4-byte word that holds the value at p.
+__device__ __forceinline__ void cp_word(u32 s, const void* p) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"((u64)p & ~3ull) : "memory");
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Chunk registers: one unit of RB rows and the raw scale and bias of the
+// unit's group in each row.
+template <int D, int BITS> struct Rows {
+    Unit<BITS> q[QMV_RB];
+    typename DTy<D>::raw s[QMV_RB], b[QMV_RB];
+};
+
+// qmv_body: see the file comment. Block geometry: blockDim.x = T threads
+// (a multiple of 32, at most QMV_MAXT); grid: G blocks with
+// ceil(ceil(N/RB)/G) * RB <= QMV_MAXROWS.
 template <int D, int BITS>
 __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typename DTy<D>::raw* __restrict__ scales,
                                          const typename DTy<D>::raw* __restrict__ biases,
-                                         const float* __restrict__ xf, const float* __restrict__ bsum,
-                                         typename DTy<D>::raw* __restrict__ y, int N, int K, int group) {
+                                         const typename DTy<D>::raw* __restrict__ x, typename DTy<D>::raw* __restrict__ y,
+                                         int N, int K, int group, int narrow) {
     typedef Unit<BITS> U;
-    __shared__ float part[QMV_WARPS][QMV_ROWS];
+    typedef typename DTy<D>::raw R;
+    constexpr int RB = QMV_RB;
+    constexpr int VALS = U::VALS;
+    constexpr int P = Chunk<BITS>::P;
+    __shared__ float part[QMV_MAXT / 32][QMV_MAXROWS];
     const int t = threadIdx.x;
     const int lane = t & 31;
     const int warp = t >> 5;
     const int T = blockDim.x;
-    const int row0 = blockIdx.x * QMV_ROWS;
-    if (row0 >= N) return; // uniform across the block
+    const int NW = T >> 5;
+    const int chunks = (N + RB - 1) / RB;
+    const int c0 = (int)((long long)blockIdx.x * chunks / gridDim.x);
+    const int c1 = (int)((long long)(blockIdx.x + 1) * chunks / gridDim.x);
+    const int r0 = c0 * RB;
+    const int nrows = min(c1 * RB, N) - r0;
+    if (nrows <= 0) return; // uniform across the block
+    const int nch = (nrows + RB - 1) / RB;
     const u64 wpr = (u64)(K / 32) * BITS; // words per row
     const int groups = K / group;
-    const int units = K / U::VALS;
-    float acc[QMV_ROWS];
-#pragma unroll
-    for (int r = 0; r < QMV_ROWS; r++) acc[r] = 0.0f;
+    const int units = K / VALS;
+    const int upg = group / VALS; // units per group: 1 .. 8, divides 32
+    const int myrow = row_of<RB>(lane);
+    const bool writer = (lane & (32 / RB - 1)) == 0;
 
-    for (int u = t; u < units; u += T) {
-        const int k0 = u * U::VALS;
-        const int g = k0 / group;
-        U p[QMV_ROWS];
+    for (int ub = 0; ub < units; ub += T) {
+        const int u = ub + t;
+        const bool active = u < units;
+        // Loads are unconditional (inactive lanes read unit 0, last-row
+        // clamps repeat the last row) and selected afterwards, so they can
+        // be issued before x is ready.
+        const int uc = active ? u : 0;
+        const int gc = uc * VALS / group;
+        const u32* __restrict__ wp = w + (u64)r0 * wpr + (u64)uc * U::WORDS;
+        const R* __restrict__ sp = scales + (u64)r0 * groups + gc;
+        const R* __restrict__ bp = biases + (u64)r0 * groups + gc;
+        const u32 wstride = (u32)wpr;
+        const u32 gstride = (u32)groups;
+#if QMV_STAGES > 0
+        constexpr int WB = U::WORDS * 4;
+        constexpr int STAGE = RB * 32 * (WB + 8); // bytes of one chunk of one warp
+        extern __shared__ __align__(16) unsigned char ring[];
+        unsigned char* const mine = ring + warp * QMV_STAGES * STAGE;
+        const u32 mine_s = smem_u32(mine);
+        // element index parity of the first row's scale (2-byte types)
+        const u32 par0 = (u32)r0 * gstride + (u32)gc;
+        auto issue = [&](int ch) {
+            if (ch < nch) {
+                const u32 base = mine_s + (ch % QMV_STAGES) * STAGE;
 #pragma unroll
-        for (int r = 0; r < QMV_ROWS; r++) {
-            if (row0 + r < N) p[r].load(w + (u64)(row0 + r) * wpr + (u64)u * U::WORDS);
+                for (int r = 0; r < RB; r++) {
+                    const u32 i = (u32)min(ch * RB + r, nrows - 1);
+                    cp_unit<U::WORDS>(base + (r * 32 + lane) * WB, wp + i * wstride);
+                    cp_word(base + RB * 32 * WB + (r * 32 + lane) * 4, sp + i * gstride);
+                    cp_word(base + RB * 32 * (WB + 4) + (r * 32 + lane) * 4, bp + i * gstride);
+                }
+            }
+            cp_commit();
+        };
+        auto fetch = [&](Rows<D, BITS>& c, int ch) {
+            const unsigned char* base = mine + (ch % QMV_STAGES) * STAGE;
+#pragma unroll
+            for (int r = 0; r < RB; r++) {
+                const u32* q = reinterpret_cast<const u32*>(base + (r * 32 + lane) * WB);
+                if constexpr (U::WORDS % 4 == 0) {
+#pragma unroll
+                    for (int k = 0; k < U::WORDS / 4; k++) {
+                        const uint4 v = reinterpret_cast<const uint4*>(q)[k];
+                        c.q[r].w[4 * k] = v.x; c.q[r].w[4 * k + 1] = v.y; c.q[r].w[4 * k + 2] = v.z; c.q[r].w[4 * k + 3] = v.w;
+                    }
+                } else if constexpr (U::WORDS % 2 == 0) {
+#pragma unroll
+                    for (int k = 0; k < U::WORDS / 2; k++) {
+                        const uint2 v = reinterpret_cast<const uint2*>(q)[k];
+                        c.q[r].w[2 * k] = v.x; c.q[r].w[2 * k + 1] = v.y;
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < U::WORDS; k++) c.q[r].w[k] = q[k];
+                }
+                const u32 sw = *reinterpret_cast<const u32*>(base + RB * 32 * WB + (r * 32 + lane) * 4);
+                const u32 bw = *reinterpret_cast<const u32*>(base + RB * 32 * (WB + 4) + (r * 32 + lane) * 4);
+                if constexpr (sizeof(R) == 2) {
+                    const u32 i = (u32)min(ch * RB + r, nrows - 1);
+                    const u32 sh = ((par0 + i * gstride) & 1u) * 16u;
+                    c.s[r] = (R)(sw >> sh);
+                    c.b[r] = (R)(bw >> sh);
+                } else {
+                    c.s[r] = (R)sw;
+                    c.b[r] = (R)bw;
+                }
+            }
+        };
+#pragma unroll
+        for (int st = 0; st < QMV_STAGES - 1; st++) issue(st);
+#else
+        auto load = [&](Rows<D, BITS>& c, int ch) {
+#pragma unroll
+            for (int r = 0; r < RB; r++) {
+                const u32 i = (u32)min(ch * RB + r, nrows - 1);
+                c.q[r].load(wp + i * wstride);
+                c.s[r] = __ldg(sp + i * gstride);
+                c.b[r] = __ldg(bp + i * gstride);
+            }
+        };
+        Rows<D, BITS> cur, nxt;
+        load(cur, 0);
+#endif
+        float xv[VALS];
+        if (active) {
+            load_widen<D, VALS>(x + (u64)u * VALS, xv);
+        } else {
+#pragma unroll
+            for (int j = 0; j < VALS; j++) xv[j] = 0.0f;
         }
-        float xv[U::VALS];
+        // the group's bias sum, continued lane by lane (p = u % upg; a
+        // warp's units start at a multiple of 32, so p == lane % upg)
+        const int p = lane % upg;
+        float run = 0.0f;
+        for (int st = 0; st < upg; st++) {
+            const float prev = __shfl_up_sync(0xffffffffu, run, 1);
+            if (p == st) {
+                float sum = st == 0 ? 0.0f : prev;
 #pragma unroll
-        for (int i = 0; i < U::VALS / 4; i++) {
-            const float4 v = __ldg(reinterpret_cast<const float4*>(xf + k0) + i);
-            xv[4 * i] = v.x; xv[4 * i + 1] = v.y; xv[4 * i + 2] = v.z; xv[4 * i + 3] = v.w;
-        }
+                for (int c = 0; c < VALS; c += P) {
+                    float s = xv[c];
 #pragma unroll
-        for (int r = 0; r < QMV_ROWS; r++) {
-            if (row0 + r < N) {
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int j = 0; j < U::VALS; j++) d[j & 3] = __fmaf_rn(u2f(p[r].at(j)), xv[j], d[j & 3]);
-                const float dot = (d[0] + d[1]) + (d[2] + d[3]);
-                const float s = DTy<D>::load(scales[(u64)(row0 + r) * groups + g]);
-                acc[r] = acc[r] + s * dot;
+                    for (int i = 1; i < P; i++) s = narrow ? DTy<D>::round(s + xv[c + i]) : s + xv[c + i];
+                    sum = sum + s;
+                }
+                run = sum;
             }
         }
-    }
-    for (int g = t; g < groups; g += T) {
-        const float bs = bsum[g];
+        const bool last = active && p == upg - 1;
+        const float bs = run;
+        u32 mag[24];
+        magic(mag, (u32)K >> 31);
+
+        auto compute = [&](const Rows<D, BITS>& c, int ch) {
+            float v[RB];
 #pragma unroll
-        for (int r = 0; r < QMV_ROWS; r++) {
-            if (row0 + r < N) acc[r] = acc[r] + DTy<D>::load(biases[(u64)(row0 + r) * groups + g]) * bs;
+            for (int r = 0; r < RB; r++) {
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int j = 0; j < VALS; j++) d[j & 3] = __fmaf_rn(c.q[r].val(j, mag), xv[j], d[j & 3]);
+                const float dot = (d[0] + d[1]) + (d[2] + d[3]);
+                float a = active ? DTy<D>::load(c.s[r]) * dot : 0.0f;
+                if (last) a = a + DTy<D>::load(c.b[r]) * bs;
+                v[r] = a;
+            }
+            const float sum = rows_reduce<RB>(v, lane);
+            const int slot = ch * RB + myrow;
+            if (writer && slot < nrows) part[warp][slot] = ub == 0 ? sum : part[warp][slot] + sum;
+        };
+
+#if QMV_STAGES > 0
+        for (int ch = 0; ch < nch; ch++) {
+            issue(ch + QMV_STAGES - 1);
+            cp_wait<QMV_STAGES - 1>();
+            Rows<D, BITS> c;
+            fetch(c, ch);
+            compute(c, ch);
         }
-    }
-#pragma unroll
-    for (int r = 0; r < QMV_ROWS; r++) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0) part[warp][r] = v;
+#else
+        int ch = 0;
+        for (; ch + 1 < nch; ch += 2) {
+            load(nxt, ch + 1);
+            compute(cur, ch);
+            if (ch + 2 < nch) load(cur, ch + 2);
+            compute(nxt, ch + 1);
+        }
+        if (ch < nch) compute(cur, ch);
+#endif
     }
     __syncthreads();
-    if (t < QMV_ROWS && row0 + t < N) {
+    for (int i = t; i < nrows; i += T) {
         float v = 0.0f;
-#pragma unroll
-        for (int i = 0; i < QMV_WARPS; i++) v = v + part[i][t];
-        y[row0 + t] = DTy<D>::store(v);
+        for (int k = 0; k < NW; k++) v = v + part[k][i];
+        y[r0 + i] = DTy<D>::store(v);
     }
 }
 
 #define QMV(NAME, D, BITS)                                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * QMV_WARPS)                                       \
-        NAME(const u32* w, const DTy<D>::raw* scales, const DTy<D>::raw* biases, const float* xf,      \
-             const float* bsum, DTy<D>::raw* y, int N, int K, int group) {                             \
-        qmv_body<D, BITS>(w, scales, biases, xf, bsum, y, N, K, group);                                \
+    extern "C" __global__ void __launch_bounds__(QMV_MAXT, QMV_MINB)                                   \
+        NAME(const u32* w, const DTy<D>::raw* scales, const DTy<D>::raw* biases, const DTy<D>::raw* x, \
+             DTy<D>::raw* y, int N, int K, int group, int narrow) {                                    \
+        qmv_body<D, BITS>(w, scales, biases, x, y, N, K, group, narrow);                               \
     }
 #define QMV_ALL_BITS(T, D)                                                                             \
     QMV(qmv_##T##_b2, D, 2)                                                                            \

@@ -11,17 +11,65 @@ import (
 )
 
 // dtypeNames maps runner/quant.DType codes to the kernel name suffixes of
-// qmv.cu (prep_<t>, qmv_<t>_b<bits>).
+// qmv.cu (qmv_<t>_b<bits>).
 var dtypeNames = map[int]string{int(quant.Float16): "f16", int(quant.BFloat16): "bf16", int(quant.Float32): "f32"}
 
-// Launch geometry of qmv.cu: QMV_ROWS rows per block of QMV_WARPS warps;
-// the prep kernel runs one block of prepBlock threads per group (group
-// sizes are at most 128).
+// Launch geometry of qmv.cu (its QMV_RB, QMV_MAXT, QMV_MAXROWS,
+// QMV_STAGES): rows per chunk, threads per block at most, rows per block
+// at most, chunks in the shared-memory ring (0: none).
 const (
-	qmvRows   = 8
-	qmvWarps  = 4
-	prepBlock = 128
+	qmvRB      = 4
+	qmvMaxT    = 512
+	qmvMaxRows = 256
+	qmvStages  = 0
 )
+
+// funcAttrMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const funcAttrMaxDynamicShared = 8
+
+// qmvSmem returns the dynamic shared memory in bytes of a block of block
+// threads of a build of qmv.cu with QMV_STAGES = stages and QMV_RB = rb:
+// per warp, stages chunks of rb rows of 32 lanes' weight units plus a
+// 4-byte scale word and bias word each.
+func qmvSmem(stages, rb, bits, block int) int {
+	if stages == 0 {
+		return 0
+	}
+	unitBytes := unitVals(bits) * bits / 8
+	return block / 32 * stages * rb * 32 * (unitBytes + 8)
+}
+
+// kernelChunk is the bias-sum chunk P that qmv.cu's Chunk<BITS> uses; it
+// must equal quant.ChunkSize (checked before every launch and by a test).
+var kernelChunk = map[int]int{2: 4, 3: 8, 4: 4, 5: 8, 6: 4, 8: 1}
+
+// unitVals is the values per thread unit of qmv.cu's Unit<BITS>.
+func unitVals(bits int) int {
+	if bits == 8 {
+		return 16
+	}
+	return 32
+}
+
+// qmvGeometry returns the block size (threads, a multiple of 32 covering
+// the K/VALS units up to qmvMaxT) and the grid size of one product of n
+// rows, given how many blocks of that size fit on the device at once
+// (resident >= 1): one wave when the rows spread over it with at most
+// qmvMaxRows rows per block, else as many blocks as that limit needs, and
+// never more blocks than row chunks.
+func qmvGeometry(bits, n, k, resident int) (block, grid int) {
+	return geometry(qmvRB, qmvMaxT, qmvMaxRows, bits, n, k, resident)
+}
+
+// geometry is qmvGeometry for a build of qmv.cu with QMV_RB = rb,
+// QMV_MAXT = maxT and QMV_MAXROWS = maxRows.
+func geometry(rb, maxT, maxRows, bits, n, k, resident int) (block, grid int) {
+	units := k / unitVals(bits)
+	block = min(maxT, (units+31)/32*32)
+	chunks := (n + rb - 1) / rb
+	grid = max(resident, (chunks+maxRows/rb-1)/(maxRows/rb))
+	return block, min(grid, chunks)
+}
 
 // align is the alignment of the sub-buffers of one QMV call's device
 // allocation (cuMemAlloc returns 256-byte aligned memory).
@@ -29,7 +77,7 @@ const align = 256
 
 // qmvBuffers are the device addresses of one product's operands.
 type qmvBuffers struct {
-	w, scales, biases, x, xf, bsum, y uint64
+	w, scales, biases, x, y uint64
 }
 
 // layout returns the offsets of the operands in one allocation and its
@@ -38,19 +86,18 @@ func layout(r *runner.QMVRequest) (off qmvBuffers, total uint64) {
 	es := uint64(r.DType.Size())
 	groups := uint64(r.N) * uint64(r.K/r.GroupSize)
 	sizes := []uint64{
-		4 * uint64(len(r.W)), es * groups, es * groups, es * uint64(r.K),
-		4 * uint64(r.K), 4 * uint64(r.K/r.GroupSize), es * uint64(r.N),
+		4 * uint64(len(r.W)), es * groups, es * groups, es * uint64(r.K), es * uint64(r.N),
 	}
 	offs := make([]uint64, len(sizes))
 	for i, s := range sizes {
 		offs[i] = total
 		total += (s + align - 1) / align * align
 	}
-	return qmvBuffers{offs[0], offs[1], offs[2], offs[3], offs[4], offs[5], offs[6]}, total
+	return qmvBuffers{offs[0], offs[1], offs[2], offs[3], offs[4]}, total
 }
 
 func (q qmvBuffers) add(base uint64) qmvBuffers {
-	return qmvBuffers{q.w + base, q.scales + base, q.biases + base, q.x + base, q.xf + base, q.bsum + base, q.y + base}
+	return qmvBuffers{q.w + base, q.scales + base, q.biases + base, q.x + base, q.y + base}
 }
 
 // vecBytes returns the raw bytes of v (little-endian host order, as the
@@ -70,9 +117,9 @@ func vecBytes(v runner.Vec) []byte {
 
 // QMV runs y = W x on the GPU (see runner.QMVRequest and qmv.cu). One call
 // allocates one device buffer for all operands, copies W, scales, biases
-// and x to it, launches prep_<T> (x widened to float32 and the bias sums,
-// promoted or narrow, with chunk P = quant.ChunkSize(bits)) and then
-// qmv_<T>_b<bits>, copies y back and frees the buffer. Calls are
+// and x to it, launches qmv_<T>_b<bits> (bias sums promoted or narrow, with
+// chunk P = quant.ChunkSize(bits), and the product in one kernel), copies
+// y back and frees the buffer. Calls are
 // serialized. Errors: invalid requests (runner.QMVRequest.Validate), a
 // closed backend, shapes too large for 32-bit kernel indexing, driver
 // errors; ctx is checked before the launch.
@@ -133,46 +180,68 @@ func (b *Backend) QMV(ctx context.Context, r *runner.QMVRequest) (runner.Vec, er
 	return out, nil
 }
 
-// launchQMV launches the two kernels of one product (launchPrep, then
-// launchMain) on the default stream over operands already on the device.
-// The caller holds enter(). It does not wait for the kernels (a following
-// synchronous copy or cuCtxSynchronize does).
+// launchQMV launches qmv_<T>_b<bits> on the default stream over operands
+// already on the device (n x k weights, group size group). The caller
+// holds enter(). It does not wait for the kernel (a following synchronous
+// copy or cuCtxSynchronize does).
 func (b *Backend) launchQMV(dt quant.DType, bits, group, n, k int, narrow bool, buf qmvBuffers) error {
-	if err := b.launchPrep(dt, bits, group, k, narrow, buf); err != nil {
-		return err
-	}
-	return b.launchMain(dt, bits, group, n, k, buf)
-}
-
-// launchPrep launches prep_<T>: xf and the bias sums, one block per group.
-func (b *Backend) launchPrep(dt quant.DType, bits, group, k int, narrow bool, buf qmvBuffers) error {
-	prep, ok := b.prep[int(dt)]
-	if !ok {
-		return fmt.Errorf("no prep kernel for dtype %v", dt)
-	}
-	nw := int32(0)
-	if narrow {
-		nw = 1
-	}
-	return b.launch("prep", prep, uint32(k/group), prepBlock,
-		buf.x, buf.xf, buf.bsum, int32(k), int32(group), int32(quant.ChunkSize(bits)), nw)
-}
-
-// launchMain launches qmv_<T>_b<bits> over xf and the bias sums.
-func (b *Backend) launchMain(dt quant.DType, bits, group, n, k int, buf qmvBuffers) error {
 	fn, ok := b.qmv[[2]int{int(dt), bits}]
 	if !ok {
 		return fmt.Errorf("no qmv kernel for dtype %v, %d bits", dt, bits)
 	}
-	return b.launch("qmv", fn, uint32((n+qmvRows-1)/qmvRows), 32*qmvWarps,
-		buf.w, buf.scales, buf.biases, buf.xf, buf.bsum, buf.y, int32(n), int32(k), int32(group))
+	if kernelChunk[bits] != quant.ChunkSize(bits) {
+		return fmt.Errorf("qmv.cu's bias-sum chunk for %d bits is %d, quant.ChunkSize says %d", bits, kernelChunk[bits], quant.ChunkSize(bits))
+	}
+	block, _ := qmvGeometry(bits, n, k, 1)
+	smem := qmvSmem(b.stages, qmvRB, bits, block)
+	res, err := b.resident(fn, block, smem)
+	if err != nil {
+		return err
+	}
+	block, grid := qmvGeometry(bits, n, k, res)
+	nw := int32(0)
+	if narrow {
+		nw = 1
+	}
+	return b.launch("qmv", fn, uint32(grid), uint32(block), uint32(smem),
+		buf.w, buf.scales, buf.biases, buf.x, buf.y, int32(n), int32(k), int32(group), nw)
 }
 
-// launch calls cuLaunchKernel with a 1-D grid and block on the default
-// stream. args are the kernel's parameters in order: uint64 device
+// resident returns how many blocks of fn with block threads and smem
+// bytes of dynamic shared memory run at once on the whole device
+// (multiprocessors times the occupancy calculator's blocks per
+// multiprocessor), at least 1; results are cached. The caller holds
+// enter().
+func (b *Backend) resident(fn uintptr, block, smem int) (int, error) {
+	key := residentKey{fn, block, smem}
+	b.mu.Lock()
+	v, ok := b.occ[key]
+	b.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	var per int32
+	if err := b.d.check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+		b.d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per, fn, int32(block), uint64(smem))); err != nil {
+		return 0, err
+	}
+	v = max(1, int(per)*max(1, b.sms))
+	b.mu.Lock()
+	b.occ[key] = v
+	b.mu.Unlock()
+	return v, nil
+}
+
+type residentKey struct {
+	fn          uintptr
+	block, smem int
+}
+
+// launch calls cuLaunchKernel with a 1-D grid and block and smem bytes of
+// dynamic shared memory on the default stream. args are the kernel's parameters in order: uint64 device
 // pointers and int32 values, each passed by address as cuLaunchKernel
 // requires. The caller holds enter().
-func (b *Backend) launch(name string, fn uintptr, grid, block uint32, args ...any) error {
+func (b *Backend) launch(name string, fn uintptr, grid, block, smem uint32, args ...any) error {
 	// Parameter values live in one pinned slab; params points into it.
 	slab := make([]uint64, len(args))
 	params := make([]unsafe.Pointer, len(args))
@@ -191,5 +260,5 @@ func (b *Backend) launch(name string, fn uintptr, grid, block uint32, args ...an
 		params[i] = unsafe.Pointer(&slab[i])
 	}
 	pin.Pin(&params[0])
-	return b.d.check("cuLaunchKernel "+name, b.d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0, &params[0], nil))
+	return b.d.check("cuLaunchKernel "+name, b.d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, 0, &params[0], nil))
 }

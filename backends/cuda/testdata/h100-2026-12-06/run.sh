@@ -1,0 +1,9 @@
+set -u; B=.devbin/qmv/cuda.test
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; } > $OUT/env.txt 2>&1
+for d in "" "-DQMV_STAGES=0"; do echo "== $d"; nvcc -arch=sm_90 --fmad=false -std=c++17 -Xptxas -v $d -cubin -o /tmp/q.cubin backends/cuda/qmv.cu 2>&1 | grep -A2 "qmv_f16_b4\|qmv_bf16_b3\|qmv_f32_b6\|error" ; [ -z "$d" ] && cp /tmp/q.cubin /tmp/q0.cubin; done > $OUT/ptxas.txt 2>&1
+grep -B1 Used $OUT/ptxas.txt | grep -v "^--" | paste - - | sed 's/ptxas info    : //g' | cut -c1-150; grep -c error $OUT/ptxas.txt
+cuobjdump -sass -fun qmv_f16_b4 /tmp/q0.cubin > /tmp/sass.txt 2>&1; { for op in LDG LDGSTS LDS LOP3 SHF FADD FFMA SHFL BRA IMAD; do echo "$op $(grep -c " $op" /tmp/sass.txt)"; done; cat /tmp/sass.txt; } > $OUT/sass.txt
+$B -test.run 'Test' -test.v > $OUT/tests.txt 2>&1; echo "tests rc $?" >> $OUT/tests.txt; grep -E "^(--- FAIL|ok|FAIL|PASS)|promoted|tests rc|rror" $OUT/tests.txt | head -20
+$B -test.run '^$' -test.bench 'QMVDevice|Memcpy' -test.benchtime 0.4s -test.count 3 -test.v > $OUT/bench.txt 2>&1; grep -E "^Benchmark.*op|FAIL|rror" $OUT/bench.txt | sed -E 's/ +[0-9]+ ns\/op//; s/[0-9.]+ MB\/s//; s/ +[0-9]+\t+//; s/2.000 copies|8.000 copies|29.00 copies//'
+PYTHONUNBUFFERED=1 timeout 200 python3 scripts/qmv-torch-baselines.py --out $OUT/torch.json > $OUT/torch.txt 2>&1; grep -v '^{' $OUT/torch.txt | tail -40
+timeout 150 ncu --clock-control none -k regex:qmv_f16_b4 -c 6 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats $B -test.run '^$' -test.bench 'QMVDevice/8192x8192/new$' -test.benchtime 2x > $OUT/ncu.txt 2>&1; echo "ncu rc $?"; grep -E "qmv_f16_b4 \(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Dynamic Shared" $OUT/ncu.txt | head -60
