@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/ledger/auth"
 	"github.com/evidence-ledger/ledger/runs"
@@ -42,32 +41,6 @@ func RefuseAgentSignature(reg auth.RunnerRegistry, envelope []byte, payloadType,
 			Message: fmt.Sprintf("a signature of agent %s's key: an agent's evidence is recorded only through the runs it holds (POST /api/v1/agent/runs/{id}/finish), nothing was recorded", st.Name)}}
 	}
 	return nil
-}
-
-// RunnerEnvelopes is the ingest.EnvelopeVerifier over the runner-key
-// registry of log (auth.LoadRunnerKeys at the latest size) and the
-// ledger's one DSSE verifier (verify.VerifyRunnerEnvelope): the same
-// registry and checks as an envelope of native evidence (Admit), and an
-// approved agent's signature refused as there (RefuseAgentSigner,
-// RefuseAgentSignature).
-func RunnerEnvelopes(log ledger.Queries) ingest.EnvelopeVerifier {
-	return func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error) {
-		reg, err := auth.LoadRunnerKeys(ctx, log, 0)
-		if err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		payload, signer, err := verify.VerifyRunnerEnvelope(ctx, env, payloadType, reg)
-		if err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		if err := RefuseAgentSigner(reg, signer, ""); err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		if err := RefuseAgentSignature(reg, env, payloadType, ""); err != nil {
-			return nil, ledger.Signer{}, err
-		}
-		return payload, signer, nil
-	}
 }
 
 // LeaseHolder refuses (CodeForbidden, AgentLease) a heartbeat, staging or

@@ -52,7 +52,7 @@ var Rules = []Rule{
 	{AgentCommand, "agent on a hardware host", "run a command the server sends it",
 		[]string{"runs.Spec (a run names lanes, never commands; strictly decoded)", "agent (runs only its own configuration)"}},
 	{AgentUndeclared, "agent on a hardware host", "record for a lane or backend it did not declare",
-		[]string{"admit.RunEvidence", "admit.AgentServes", "admit.RefuseAgentSigner", "admit.RefuseAgentSignature", "admit.RunnerEnvelopes"}},
+		[]string{"admit.RunEvidence", "admit.AgentServes", "admit.RefuseAgentSigner", "admit.RefuseAgentSignature", "admit.Ingest"}},
 	{AgentLease, "agent on a hardware host", "finish a lease it does not hold",
 		[]string{"admit.LeaseHolder", "admit.CheckAttempt", "runs.Store.CheckLease (the lease must be the agent's current one)"}},
 	{ReviewerChange, "reviewer", "change anything",

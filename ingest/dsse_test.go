@@ -68,7 +68,7 @@ func TestDSSE(t *testing.T) {
 	art := fmt.Sprintf("%064x", 7)
 	stmt := testStatement(t, PredicateTestResult, art)
 	p := testParams()
-	p.Commit, p.Tree, p.Envelopes = "", "", keys
+	p.Commit, p.Tree = "", ""
 
 	for _, tc := range []struct {
 		name   string
@@ -76,7 +76,7 @@ func TestDSSE(t *testing.T) {
 		want   string
 	}{{"ed25519", runnerSigner(edPriv), "runner-ed"}, {"second runner", runnerSigner(ed2Priv), "runner-two"}, {"no keyid", edSigner{"", edPriv}, "runner-ed"}} {
 		env := signEnvelope(t, tc.signer, MediaInToto, stmt)
-		res, err := Decode(context.Background(), MediaDSSE, env, p)
+		res, err := decodeWith(context.Background(), keys, FormatDSSE, env, p)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -133,8 +133,6 @@ func TestDSSE(t *testing.T) {
 			e.Signatures[0].Sig = base64.StdEncoding.EncodeToString(b)
 		}), p, ledger.CodeInvalid, "does not verify"},
 		{"unsigned", tamper(func(e *dsse.Envelope) { e.Signatures = nil }), p, ledger.CodeInvalid, "signatures"},
-		{"no registry", good, func() Params { q := p; q.Envelopes = nil; return q }(), ledger.CodeUnauthorized, "no runner-key registry"},
-		{"empty registry", good, func() Params { q := p; q.Envelopes = testRegistry(t, nil); return q }(), ledger.CodeInvalid, "signed by no registered runner key"},
 		{"extra artifact pin the runner did not sign", good, func() Params {
 			q := p
 			q.Artifacts = map[string]string{"other.so": "sha256:" + fmt.Sprintf("%064x", 9)}
@@ -145,11 +143,33 @@ func TestDSSE(t *testing.T) {
 		{"commit disagrees", good, otherCommit, ledger.CodeInvalid, "commit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Decode(context.Background(), MediaDSSE, tc.body, tc.p)
+			_, err := decodeWith(context.Background(), keys, FormatDSSE, tc.body, tc.p)
 			var le *ledger.Error
 			if err == nil || !errors.As(err, &le) || le.Code != tc.code || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %s naming %q", err, tc.code, tc.want)
 			}
 		})
+	}
+	for _, tc := range []struct {
+		name string
+		keys envelopeKeys
+		code ledger.Code
+		want string
+	}{
+		{"no registry", nil, ledger.CodeUnauthorized, "no runner-key registry"},
+		{"empty registry", testRegistry(t, nil), ledger.CodeInvalid, "signed by no registered runner key"},
+	} {
+		_, err := decodeWith(context.Background(), tc.keys, FormatDSSE, good, p)
+		var le *ledger.Error
+		if err == nil || !errors.As(err, &le) || le.Code != tc.code || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: err = %v, want %s naming %q", tc.name, err, tc.code, tc.want)
+		}
+	}
+	// A verified envelope decodes only the body it was verified for.
+	q := p
+	q.Envelope = &VerifiedEnvelope{Envelope: []byte("{}"), Payload: stmt, Signer: ledger.Signer{Runner: "runner-ed"}}
+	var le *ledger.Error
+	if _, err := DecodeFormat(context.Background(), FormatDSSE, good, q); err == nil || !errors.As(err, &le) || le.Code != ledger.CodeInternal {
+		t.Fatalf("a verification of other bytes: err = %v, want CodeInternal", err)
 	}
 }

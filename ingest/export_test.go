@@ -40,13 +40,13 @@ func TestExportRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Only what the format lacks: lane and backend.
-			again := Params{Lane: ev.Lane, Backend: ev.Backend, Envelopes: keys}
+			again := Params{Lane: ev.Lane, Backend: ev.Backend}
 			for _, format := range []string{FormatInToto, FormatDSSE} {
 				body := st
 				if format == FormatDSSE {
 					body = signEnvelope(t, runnerSigner(priv), MediaInToto, st)
 				}
-				res, err := DecodeFormat(context.Background(), format, body, again)
+				res, err := decodeWith(context.Background(), keys, format, body, again)
 				if err != nil {
 					t.Fatalf("%s: record again: %v", format, err)
 				}

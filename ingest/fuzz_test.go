@@ -14,7 +14,13 @@ import (
 // byte, then evidence that validates and names it; on failure an error
 // that never quotes more than a clipped fragment of the input.
 func fuzzDecode(t *testing.T, format string, data []byte, p Params) {
-	res, err := DecodeFormat(context.Background(), format, data, p)
+	fuzzDecodeWith(t, nil, format, data, p)
+}
+
+// fuzzDecodeWith is fuzzDecode with keys verifying a DSSE envelope first
+// (decodeWith).
+func fuzzDecodeWith(t *testing.T, keys envelopeKeys, format string, data []byte, p Params) {
+	res, err := decodeWith(context.Background(), keys, format, data, p)
 	if err != nil {
 		if len(data) > 200 && bytes.Contains([]byte(err.Error()), data) {
 			t.Fatalf("error echoes the input")
@@ -63,9 +69,7 @@ func FuzzDSSE(f *testing.F) {
 	f.Add([]byte(`{"payloadType":"application/vnd.in-toto+json","payload":"e30=","signatures":[{"keyid":"k","sig":"AAAA"}]}`))
 	f.Add([]byte(`{"payloadType":"x","payload":"!!","signatures":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p := testParams()
-		p.Envelopes = keys
-		fuzzDecode(t, FormatDSSE, data, p)
+		fuzzDecodeWith(t, keys, FormatDSSE, data, testParams())
 	})
 }
 

@@ -108,9 +108,10 @@ type Params struct {
 	// PredicateType is the in-toto predicate type the lane expects; ""
 	// means the test-result predicate (PredicateTestResult).
 	PredicateType string
-	// Envelopes verifies in-toto DSSE envelopes against the registered
-	// runner keys; nil refuses every DSSE envelope.
-	Envelopes EnvelopeVerifier
+	// Envelope is the runner-key verification of a DSSE body
+	// (FormatDSSE), done by the caller before decoding; nil refuses every
+	// DSSE envelope (CodeUnauthorized).
+	Envelope *VerifiedEnvelope
 	// Sigstore is the Sigstore trust policy to verify a bundle with; nil
 	// means the rule of SigstoreTrust for Lane and Token.
 	Sigstore *SigstorePolicy

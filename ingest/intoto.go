@@ -50,13 +50,44 @@ type TestResult struct {
 	FailedTests   []string          `json:"failedTests"`
 }
 
-// EnvelopeVerifier verifies a DSSE envelope whose payload type must be
-// payloadType against the ledger's runner-key registry and returns the
-// payload and the Signer the decoded record carries (in the ledger it is
-// verify.VerifyRunnerEnvelope over auth.LoadRunnerKeys: one registry
-// and one verifier for every signed input). Implementations must be safe
-// for concurrent use.
-type EnvelopeVerifier func(ctx context.Context, envelope []byte, payloadType string) (payload []byte, signer ledger.Signer, err error)
+// VerifiedEnvelope is a DSSE envelope whose signature the caller verified
+// against the ledger's runner-key registry before decoding (admit.Ingest:
+// the registry at the latest size, verify.VerifyRunnerEnvelope, an
+// approved agent's key refused): Envelope is the exact body verified,
+// Payload its payload and Signer the runner the decoded record carries.
+// Decoding refuses (CodeInternal) a body other than Envelope.
+type VerifiedEnvelope struct {
+	Envelope []byte
+	Payload  []byte
+	Signer   ledger.Signer
+}
+
+// CheckDSSE is what decoding a DSSE body (FormatDSSE) refuses before any
+// signature is verified, with the errors DecodeFormat gives: an empty
+// body, and an envelope signed with a certificate (Sigstore's keyless
+// form) that p's Sigstore trust does not admit. A caller verifying the
+// runner-key signature first (admit.Ingest) calls it before, so the
+// answer to such a body is the same as without a registry.
+func CheckDSSE(body []byte, p Params) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return ledger.FieldError("", "empty body: send a %s document", FormatDSSE)
+	}
+	if hasCertSignature(body) {
+		return refuseCertEnvelope(body, p)
+	}
+	return nil
+}
+
+// hasCertSignature reports whether body is a DSSE envelope whose first
+// signature carries a certificate.
+func hasCertSignature(body []byte) bool {
+	var certEnv struct {
+		Signatures []struct {
+			Cert string `json:"cert"`
+		} `json:"signatures"`
+	}
+	return json.Unmarshal(body, &certEnv) == nil && len(certEnv.Signatures) > 0 && certEnv.Signatures[0].Cert != ""
+}
 
 // IsInTotoEnvelope reports whether body is one DSSE envelope whose
 // payloadType is an in-toto Statement's (MediaInToto). Envelopes of the
@@ -203,21 +234,16 @@ func statementSubject(st *Statement) (*ledger.Subject, error) {
 }
 
 func decodeDSSE(ctx context.Context, body []byte, p Params) (*Run, error) {
-	var certEnv struct {
-		Signatures []struct {
-			Cert string `json:"cert"`
-		} `json:"signatures"`
-	}
-	if json.Unmarshal(body, &certEnv) == nil && len(certEnv.Signatures) > 0 && certEnv.Signatures[0].Cert != "" {
+	if hasCertSignature(body) {
 		return nil, refuseCertEnvelope(body, p)
 	}
-	if p.Envelopes == nil {
+	if p.Envelope == nil {
 		return nil, ledger.Errorf(ledger.CodeUnauthorized, "no runner-key registry to verify a DSSE envelope against")
 	}
-	payload, signer, err := p.Envelopes(ctx, body, MediaInToto)
-	if err != nil {
-		return nil, err
+	if !bytes.Equal(p.Envelope.Envelope, body) {
+		return nil, ledger.Errorf(ledger.CodeInternal, "the verified DSSE envelope is not the body being decoded")
 	}
+	payload, signer := p.Envelope.Payload, p.Envelope.Signer
 	var probe struct {
 		Type *string `json:"_type"`
 	}

@@ -71,14 +71,14 @@ func maxInput(tb testing.TB, format string, size int, priv ed25519.PrivateKey) [
 func BenchmarkDecodeMax(b *testing.B) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	p := testParams()
-	p.Envelopes = testRegistry(b, map[string]ed25519.PublicKey{"h1": pub})
+	keys := testRegistry(b, map[string]ed25519.PublicKey{"h1": pub})
 	for _, f := range []string{FormatJUnit, FormatGoTest, FormatInToto, FormatDSSE} {
 		body := maxInput(b, f, 4<<20, priv)
 		b.Run(f, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeFormat(context.Background(), f, body, p); err != nil {
+				if _, err := decodeWith(context.Background(), keys, f, body, p); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,7 +16,7 @@ import (
 // Ed25519 public key), each with a made-up runner-key entry id, verified
 // through the ledger's one verifier (verify.VerifyRunnerEnvelope), as the
 // server wires it.
-func testRegistry(t testing.TB, runners map[string]ed25519.PublicKey) EnvelopeVerifier {
+func testRegistry(t testing.TB, runners map[string]ed25519.PublicKey) envelopeKeys {
 	t.Helper()
 	var reg auth.RunnerRegistry
 	names := make([]string, 0, len(runners))
@@ -38,4 +38,26 @@ func testRegistry(t testing.TB, runners map[string]ed25519.PublicKey) EnvelopeVe
 // runners sign (verify.SignEvidence).
 func runnerSigner(priv ed25519.PrivateKey) edSigner {
 	return edSigner{verify.RunnerKeyID(priv.Public().(ed25519.PublicKey)), priv}
+}
+
+// envelopeKeys verifies a DSSE envelope against a runner-key registry and
+// returns its payload and signer, as admit.Ingest does before decoding.
+type envelopeKeys func(ctx context.Context, env []byte, payloadType string) ([]byte, ledger.Signer, error)
+
+// decodeWith decodes body of format as admit.Ingest does: for a DSSE
+// body with keys given, CheckDSSE, then keys' verification, then
+// DecodeFormat with the verified envelope; otherwise DecodeFormat alone
+// (keys nil: no registry).
+func decodeWith(ctx context.Context, keys envelopeKeys, format string, body []byte, p Params) (*Result, error) {
+	if format == FormatDSSE && keys != nil {
+		if err := CheckDSSE(body, p); err != nil {
+			return nil, err
+		}
+		payload, signer, err := keys(ctx, body, MediaInToto)
+		if err != nil {
+			return nil, err
+		}
+		p.Envelope = &VerifiedEnvelope{Envelope: body, Payload: payload, Signer: signer}
+	}
+	return DecodeFormat(ctx, format, body, p)
 }

@@ -40,14 +40,13 @@ func evidenceFormat(r *http.Request) (string, error) {
 
 // ingestParams reads what a format lacks from the query string of
 // POST /api/v1/evidence: lane, backend, repository, commit, tree, and
-// artifact=NAME=sha256:HEX (repeatable); and wires what the server
-// holds: the runner-key registry for DSSE envelopes (admit.RunnerEnvelopes) and
-// the Sigstore trust setting for bundles.
+// artifact=NAME=sha256:HEX (repeatable); and the server's Sigstore trust
+// setting for bundles.
 func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 	q := r.URL.Query()
 	p := ingest.Params{Lane: q.Get("lane"), Backend: ledger.Backend(q.Get("backend")),
 		Repository: q.Get("repository"), Commit: q.Get("commit"), Tree: q.Get("tree"), Now: s.cfg.Now(),
-		Envelopes: admit.RunnerEnvelopes(s.store), SigstoreTrust: s.cfg.Sigstore}
+		SigstoreTrust: s.cfg.Sigstore}
 	if t, ok := TokenFrom(r.Context()); ok {
 		p.Token = t.Name
 	}
@@ -59,26 +58,17 @@ func (s *Server) ingestParams(r *http.Request) (ingest.Params, error) {
 	return p, nil
 }
 
-// ingestRecords decodes body of format (not the native one) into the
-// records of one atomic append, the original first, and admits them
-// (admit.IngestScope, then admit.Decoded: the checks plain JSON evidence
-// gets). Nothing is returned to append on any error.
+// ingestRecords admits body of format (not the native one) as the
+// request's principal (admit.Ingest) and returns the records of one
+// atomic append, the original first. Nothing is returned to append on any
+// error.
 func (s *Server) ingestRecords(r *http.Request, format string, body []byte) ([]ledger.Record, error) {
 	p, err := s.ingestParams(r)
 	if err != nil {
 		return nil, err
 	}
-	// Scope first, as far as the parameters tell it, so a token out of
-	// scope learns nothing about signatures or parsing.
-	pr := principalOf(r)
-	if err := admit.IngestScope(pr, p.Repository, p.Lane, p.Backend); err != nil {
-		return nil, err
-	}
-	res, err := ingest.DecodeFormat(r.Context(), format, body, p)
-	if err != nil {
-		return nil, err
-	}
-	return admit.Decoded(res.Records, pr)
+	_, recs, err := admit.Ingest(r.Context(), s.store, principalOf(r), format, body, p)
+	return recs, err
 }
 
 // originalByID loads the original an id names: an original entry's own

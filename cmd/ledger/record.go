@@ -279,21 +279,16 @@ func recordNative(ctx context.Context, l theLedger, data []byte, signKey, idem s
 
 // recordFormat records an input of another format: through a server, the
 // bytes as they are (the server decodes, verifies and checks them); locally,
-// decoded here with the local runner-key registry and put through the
-// checks the server applies (admit.Decoded, as the local administrator), then
-// appended as one batch, the original first.
+// admitted here as the local administrator through the server's one path
+// (admit.Ingest: the local runner-key registry, the decode, the checks),
+// then appended as one batch, the original first.
 func recordFormat(ctx context.Context, l theLedger, format, mediaType string, data []byte, p ingest.Params, artifacts []string, idem string) (*ledger.AppendResult, error) {
 	switch l := l.(type) {
 	case remoteLedger:
 		return l.Ingest(ctx, mediaType, data, client.IngestParams{Lane: p.Lane, Backend: string(p.Backend),
 			Repository: p.Repository, Commit: p.Commit, Tree: p.Tree, Artifacts: artifacts}, idem)
 	case *localLedger:
-		p.Envelopes = admit.RunnerEnvelopes(l.Store)
-		dec, err := ingest.DecodeFormat(ctx, format, data, p)
-		if err != nil {
-			return nil, err
-		}
-		recs, err := admit.Decoded(dec.Records, admit.Administrator())
+		_, recs, err := admit.Ingest(ctx, l.Store, admit.Administrator(), format, data, p)
 		if err != nil {
 			return nil, err
 		}
