@@ -110,7 +110,13 @@ func newRootCmd() *cobra.Command {
 		newRunnerCmd(a),
 		newAgentCmd(a),
 		newRunsCmd(a),
+		newEvidenceCmd(a),
 	)
+	root.Version = versionString()
+	root.SetVersionTemplate("ledger {{.Version}}\n")
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	strictTree(root)
 	return root
 }
 
