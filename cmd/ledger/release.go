@@ -176,18 +176,13 @@ func printReadiness(w io.Writer, rd *gates.Readiness) {
 	}
 }
 
-// parseExpiry accepts RFC 3339 or a duration from now ("72h", "14d").
+// parseExpiry accepts RFC 3339 or a duration from now ("72h", "14d";
+// parseDuration).
 func parseExpiry(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t, nil
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		var n int
-		if _, err := fmt.Sscanf(d, "%d", &n); err == nil && n > 0 {
-			return now.Add(time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil || d <= 0 {
 		return time.Time{}, fmt.Errorf("--expires must be RFC 3339 or a positive duration (72h, 14d), got %q", s)
 	}

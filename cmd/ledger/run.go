@@ -69,7 +69,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	addImplFlags(f, &c)
 	f.BoolVar(&c.Remote, "remote", false, "queue the run on --server for an agent (ledger agent) and follow it; exit status as for a local run, 3 when the run was canceled or expired")
 	f.StringArrayVar(&c.Labels, "label", nil, "with --remote: agent label key=value the run requires (repeatable)")
-	f.DurationVar(&c.GiveUp, "give-up-after", 30*time.Second, "with --remote: stop following (exit 2; the run goes on) when every read of the run has failed for this long")
+	durationVar(f, &c.GiveUp, "give-up-after", 30*time.Second, "with --remote: stop following (exit 2; the run goes on) when every read of the run has failed for this long")
 	return cmd
 }
 
