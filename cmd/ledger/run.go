@@ -231,6 +231,11 @@ type progress struct {
 	tty  bool
 	lane string
 	bar  *progressbar.ProgressBar
+	// every, when positive, makes a non-terminal progress print the
+	// running lane's count at most this often, as it changes.
+	every time.Duration
+	last  time.Time
+	shown int
 }
 
 func (a *app) newProgress() *progress {
@@ -251,10 +256,16 @@ func (p *progress) update(lane string, done, total int) {
 				progressbar.OptionClearOnFinish())
 		} else {
 			fmt.Fprintf(p.w, "running %s (%d units)\n", lane, total)
+			p.last, p.shown = time.Now(), done
 		}
 	}
 	if p.bar != nil {
 		_ = p.bar.Set(done)
+		return
+	}
+	if p.every > 0 && done != p.shown && (time.Since(p.last) >= p.every || done == total) {
+		p.last, p.shown = time.Now(), done
+		fmt.Fprintf(p.w, "  %s %d/%d\n", lane, done, total)
 	}
 }
 
