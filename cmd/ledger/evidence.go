@@ -157,7 +157,7 @@ func flagged(err error) error {
 	if !errors.As(err, &le) || le.Field == "" {
 		return err
 	}
-	return fmt.Errorf("--%s: %v", strings.ReplaceAll(le.Field, "_", "-"), err)
+	return fmt.Errorf("--%s: %s", strings.ReplaceAll(le.Field, "_", "-"), strings.TrimPrefix(err.Error(), le.Field+": "))
 }
 
 // printEvidenceList writes one line per entry.
@@ -227,7 +227,7 @@ func printEvidence(w io.Writer, e ledger.EvidenceEntry) {
 	}
 	switch rb := ev.RecordedBy; {
 	case rb == nil:
-		row("recorded by", "not named (appended to the store directly)")
+		row("recorded by", "not named (recorded to the local database, not through the API)")
 	case rb.Token != nil:
 		row("recorded by", "token %s (%s)", rb.Token.Name, rb.Token.ID)
 	case rb.Runner != nil:

@@ -15,22 +15,52 @@ import (
 // any command given an unknown flag. Without it cobra prints a group's help
 // and exits 0 for `ledger release chek`, so `ledger release chek X || exit 1`
 // would pass. A group called with no arguments still prints its help and
-// exits 0. Call it once, after every command (cobra's help and completion
+// exits 0; `ledger help TOPIC` of an unknown topic exits 2 as well. Call it once, after every command (cobra's help and completion
 // included) is added.
 func strictTree(root *cobra.Command) {
 	root.SetFlagErrorFunc(flagError)
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		c.SuggestionsMinimumDistance = 2
-		if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		switch {
+		case c.HasSubCommands() && c.Run == nil && c.RunE == nil:
 			c.Args = unknownSubcommand
 			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+		case c.HasSubCommands():
+			// A command that runs itself and groups subcommands (ledger
+			// agent): a first argument close to a subcommand's name is a
+			// mistyped subcommand; anything else is checked as before.
+			own := c.Args
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 && len(cmd.SuggestionsFor(args[0])) > 0 {
+					return unknownSubcommand(cmd, args)
+				}
+				if own == nil {
+					return nil
+				}
+				return own(cmd, args)
+			}
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)
 		}
 	}
 	walk(root)
+	for _, h := range root.Commands() {
+		if h.Name() != "help" || h.Run == nil {
+			continue
+		}
+		show := h.Run
+		h.Run = nil
+		h.RunE = func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err == nil && cmd != nil && len(rest) > 0 {
+				return errExit(2, "unknown help topic %q for %q%s", rest[0], cmd.CommandPath(), didYouMean(cmd.SuggestionsFor(rest[0])))
+			}
+			show(c, args)
+			return nil
+		}
+	}
 }
 
 // unknownSubcommand is the Args check of a command group: any positional
