@@ -83,6 +83,18 @@ func TestEvidenceListShowRecordSummary(t *testing.T) {
 		if out := run(0, "evidence", "list", "--repository", "github.com/example/repo", "--commit", strings.Repeat("c", 40), "--backend", "cpu", "--limit", "1"); !strings.Contains(out, where.id) {
 			t.Fatalf("%s evidence list with filters:\n%s", where.name, out)
 		}
+		if where.name == "--db" {
+			// Two entries, one a page: the first page names the cursor of
+			// the second, which holds the other.
+			first := run(0, "evidence", "list", "--limit", "1")
+			m := regexp.MustCompile(`more: --cursor (\S+)`).FindStringSubmatch(first)
+			if m == nil || !strings.Contains(first, "qmv-bias-sum/v1") {
+				t.Fatalf("evidence list --limit 1:\n%s", first)
+			}
+			if second := run(0, "evidence", "list", "--limit", "1", "--cursor", m[1]); !strings.Contains(second, where.id) || strings.Contains(second, "more:") {
+				t.Fatalf("evidence list --cursor %s:\n%s", m[1], second)
+			}
+		}
 		if out := run(2, "evidence", "list", "--status", "nope"); !strings.Contains(out, "--status") {
 			t.Fatalf("%s bad --status: %s", where.name, out)
 		}
