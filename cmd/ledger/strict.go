@@ -26,6 +26,7 @@ func strictTree(root *cobra.Command) {
 		case c.HasSubCommands() && c.Run == nil && c.RunE == nil:
 			c.Args = unknownSubcommand
 			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+			c.DisableFlagsInUseLine = true
 		case c.HasSubCommands():
 			// A command that runs itself and groups subcommands (ledger
 			// agent): a first argument close to a subcommand's name is a
