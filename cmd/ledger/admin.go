@@ -308,7 +308,7 @@ it the token never expires (revoke it with ` + "`ledger token revoke`" + `).`,
 	create.Flags().StringSliceVar(&repos, "repository", nil, "repository the token may record evidence for (repeatable; default any)")
 	create.Flags().StringSliceVar(&lanes, "lane", nil, "lane (name or name/vN) the token may record evidence for (repeatable; default any)")
 	create.Flags().StringSliceVar(&backends, "backend", nil, "backend the token may record evidence for (repeatable; default any)")
-	create.Flags().DurationVar(&expires, "expires", 0, "lifetime from now, e.g. 720h (default: never expires)")
+	durationVar(create.Flags(), &expires, "expires", 0, "lifetime from now, e.g. 720h or 30d (default: never expires)")
 	create.MarkFlagRequired("name")
 	list := &cobra.Command{
 		Use: "list", Short: "List tokens (never their secrets)", Args: cobra.NoArgs,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,7 +32,7 @@ func newRecordCmd(a *app) *cobra.Command {
 	var maxBody int64
 	cmd := &cobra.Command{
 		Use:   "record FILE|-",
-		Short: "Append evidence (ledger JSON, JUnit XML, go test -json, in-toto, DSSE) to the ledger, atomically",
+		Short: "Append evidence (ledger JSON, JUnit XML, go test -json, in-toto, DSSE, Sigstore bundle) to the ledger, atomically",
 		Long: `Append evidence records to the log. With --server the records go through the
 HTTP API (POST /api/v1/evidence, needs a token of scope record; the server
 decodes and verifies the input); otherwise they are appended to the local
@@ -39,7 +40,8 @@ database given by --db. An array is appended atomically: all records or none.
 Identical records already in the log are not appended again.
 
 --format is evidence (the ledger's JSON), junit, gotest (go test -json),
-in-toto or dsse; auto (the default) detects it from the file. Every format but
+in-toto, dsse or sigstore-bundle (a Sigstore bundle of a DSSE-signed in-toto
+Statement); auto (the default) detects it from the file. Every format but
 evidence is kept byte for byte as an "original" entry that the evidence names
 by id and digest, and needs --lane and --backend; --repository, --commit and
 --tree (or --from-git, the current checkout) unless the input carries them;
@@ -48,6 +50,9 @@ disagrees with the flags is refused.
 With --sign-key FILE each ledger JSON record is signed as a DSSE envelope with
 that runner key and recorded with its signer (the key must be registered:
 ledger runner add).
+
+Each recorded evidence entry is printed with its decoded status and counts:
+  recorded  id=…  index=12  leaf=…  status=failed cases 214/216 exact, failing: a, b
 
 Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 		Args: cobra.ExactArgs(1),
@@ -71,7 +76,7 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 			format := f.format
 			if format == "auto" || format == "" {
 				if format, err = ingest.Detect(args[0], data); err != nil {
-					return errExit(2, "record %s: %v", args[0], err)
+					return errExit(2, "record %s: %v%s", args[0], err, jsonBreak(data))
 				}
 			}
 			if format == ingest.FormatDSSE && !ingest.IsInTotoEnvelope(data) {
@@ -100,19 +105,28 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 				res, err = recordFormat(cmd.Context(), l, format, mediaType, data, p, f.artifacts, idem)
 			}
 			if err != nil {
-				return errExit(2, "record %s: %v", args[0], err)
+				hint := flagHint(err, format)
+				if format != ingest.FormatGoTest && format != ingest.FormatJUnit {
+					hint += jsonBreak(data)
+				}
+				return errExit(2, "record %s: %v%s", args[0], err, hint)
 			}
 			if a.JSON {
 				return a.printJSON(appendedOf(res))
 			}
+			summaries := 0
 			for _, e := range res.Entries {
 				state := "recorded"
 				if e.Existing {
 					state = "already present"
 				}
 				kind := ""
-				if e.Kind == ledger.KindOriginal {
+				switch {
+				case e.Kind == ledger.KindOriginal:
 					kind = "  (original)"
+				case e.Kind == ledger.KindEvidence && summaries < maxRecordSummaries:
+					summaries++
+					kind = evidenceSummary(cmd.Context(), l, e.ID)
 				}
 				fmt.Fprintf(a.stdout, "%s  id=%s  index=%d  leaf=%s%s\n", state, e.ID, e.Index, e.LeafHash, kind)
 			}
@@ -133,6 +147,88 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 	fl.Int64Var(&maxBody, "max-body", defaultMaxBody, "with --db: the largest input in bytes recorded (the server's default --max-body; decoding takes several times the input's size in memory)")
 	fl.StringVar(&signKey, "sign-key", "", "sign each ledger JSON record as a DSSE envelope with this registered runner key (see ledger runner)")
 	return cmd
+}
+
+// subjectFlags names the record flags that set each field of an input's
+// subject and lane when the format lacks them.
+var subjectFlags = map[string]string{
+	"subject.repository": "--repository, or --from-git in the checkout the run tested",
+	"subject.commit":     "--commit, or --from-git in the checkout the run tested",
+	"subject.tree":       "--tree, or --from-git in the checkout the run tested",
+	"lane":               "--lane",
+	"backend":            "--backend",
+}
+
+// flagHint is " (set it with --repository …)" when err is a field error of
+// a field a record flag sets, for an input of a format other than the
+// ledger's own JSON (whose records carry every field themselves); else "".
+func flagHint(err error, format string) string {
+	var le *ledger.Error
+	if format == ingest.FormatEvidence || !errors.As(err, &le) {
+		return ""
+	}
+	if f, ok := subjectFlags[le.Field]; ok {
+		return " (set it with " + f + ")"
+	}
+	return ""
+}
+
+// jsonBreak says where data, when it is meant as one JSON value (it
+// starts with '{' or '['), stops being JSON: "; the JSON ends early at byte
+// 1234 of 1234 (truncated?)" or "; the JSON breaks at byte 17 of 1234:
+// invalid character …". It is "" for valid JSON and for other input.
+func jsonBreak(data []byte) string {
+	b := bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
+	if len(b) == 0 || (b[0] != '{' && b[0] != '[') {
+		return ""
+	}
+	var v any
+	err := json.Unmarshal(b, &v)
+	var se *json.SyntaxError
+	if err == nil || !errors.As(err, &se) {
+		return ""
+	}
+	off := len(data) - len(bytes.TrimLeft(data, " \t\r\n\xef\xbb\xbf")) + int(se.Offset)
+	if strings.Contains(se.Error(), "unexpected end") {
+		return fmt.Sprintf("; the JSON ends early at byte %d of %d (truncated?)", off, len(data))
+	}
+	return fmt.Sprintf("; the JSON breaks at byte %d of %d: %v", off, len(data), se)
+}
+
+// maxRecordSummaries is how many evidence entries of one record get their
+// status read back and printed; a larger batch prints the rest by id.
+const maxRecordSummaries = 50
+
+// maxFailingShown is how many failing case ids a record summary names.
+const maxFailingShown = 5
+
+// evidenceSummary reads back the evidence entry id as the ledger decoded
+// it and returns "  status=failed cases 214/216 exact, failing: a, b" for
+// the record line, "" when it cannot be read (the record itself stands).
+func evidenceSummary(ctx context.Context, l theLedger, id string) string {
+	e, err := l.Entry(ctx, id)
+	if err != nil {
+		return ""
+	}
+	ev, err := ledger.ParseEvidence(e.Body)
+	if err != nil {
+		return ""
+	}
+	return "  " + statusLine(ev)
+}
+
+// statusLine is "status=failed cases 214/216 exact, failing: a, b (and 3
+// more)" for ev, naming at most maxFailingShown failing cases.
+func statusLine(ev ledger.Evidence) string {
+	s := fmt.Sprintf("status=%s cases %d/%d exact", ev.Status, ev.CasesExact, ev.CasesTotal)
+	if n := len(ev.FailingCases); n > 0 {
+		shown := ev.FailingCases[:min(n, maxFailingShown)]
+		s += ", failing: " + strings.Join(shown, ", ")
+		if n > len(shown) {
+			s += fmt.Sprintf(" (and %d more)", n-len(shown))
+		}
+	}
+	return s
 }
 
 // defaultMaxBody is the input cap of a local record: the default

@@ -79,12 +79,27 @@ func releaseApply(a *app) *cobra.Command {
 
 func releaseCheck(a *app) *cobra.Command {
 	var verdictOut string
+	var only, gateIDs []string
 	c := &cobra.Command{
 		Use:   "check VERSION",
 		Short: "Evaluate readiness: exit 0 ready, 1 not ready, 2 error",
-		Args:  cobra.ExactArgs(1),
+		Long: `Evaluate the release's readiness at the latest checkpoint, print each gate's state and
+reason, and exit 0 when the release is ready, 1 when it is not, 2 on an error.
+
+--only STATES (passed, waived, open, failed; comma-separated or repeated) and --gate ID
+(repeatable) choose which gates are printed. They filter the printed gates only: the exit
+code is computed from the whole verdict, every gate included, so
+"ledger release check 0.9.0 --only failed" exits 1 for a release with an open gate and no
+failed one. --json and --verdict carry the whole signed verdict.`,
+		Example: `  ledger release check 0.9.0 --only failed,open
+  ledger release check 0.9.0 --gate cuda-numerics --gate sbom`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			show, err := gateFilter(only)
+			if err != nil {
+				return err
+			}
 			l, err := a.openLedger(ctx, ledgerOptions{})
 			if err != nil {
 				return errExit(exitErr, "%v", err)
@@ -104,7 +119,12 @@ func releaseCheck(a *app) *cobra.Command {
 					return errExit(exitErr, "%v", err)
 				}
 			} else {
-				printReadiness(a.stdout, sv.Readiness)
+				if err := knownGates(sv.Readiness, gateIDs); err != nil {
+					return err
+				}
+				printReadinessOf(a.stdout, sv.Readiness, func(g gates.GateResult) bool {
+					return show[g.State] && (len(gateIDs) == 0 || slices.Contains(gateIDs, g.ID))
+				})
 			}
 			if !sv.Readiness.Ready {
 				return &exitError{code: exitNotReady}
@@ -113,17 +133,73 @@ func releaseCheck(a *app) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&verdictOut, "verdict", "", "also write the signed verdict (a signed note) to this file")
+	c.Flags().StringSliceVar(&only, "only", nil, "print only gates in these states: passed, waived, open, failed (the exit code still reads every gate)")
+	c.Flags().StringArrayVar(&gateIDs, "gate", nil, "print only this gate (repeatable; the exit code still reads every gate)")
 	return c
 }
 
+// gateFilter returns the set of gate states --only names (every state when
+// it names none), or an exit-2 error naming a state it does not know.
+func gateFilter(only []string) (map[gates.State]bool, error) {
+	all := []gates.State{gates.StatePassed, gates.StateWaived, gates.StateOpen, gates.StateFailed}
+	show := map[gates.State]bool{}
+	for _, s := range only {
+		st := gates.State(strings.ToLower(strings.TrimSpace(s)))
+		if !slices.Contains(all, st) {
+			return nil, errExit(exitErr, "--only %q: want passed, waived, open or failed (comma-separated)", s)
+		}
+		show[st] = true
+	}
+	if len(show) == 0 {
+		for _, st := range all {
+			show[st] = true
+		}
+	}
+	return show, nil
+}
+
+// knownGates refuses (exit 2) a --gate that names no gate of rd, with the
+// closest gate ids.
+func knownGates(rd *gates.Readiness, ids []string) error {
+	for _, id := range ids {
+		found := false
+		var near []string
+		for _, g := range rd.Gates {
+			if g.ID == id {
+				found = true
+				break
+			}
+			if levenshtein(id, g.ID) <= 2 || strings.Contains(g.ID, id) {
+				near = append(near, g.ID)
+			}
+		}
+		if !found {
+			return errExit(exitErr, "--gate %q: release %s has no such gate%s", id, rd.Version, didYouMean(near))
+		}
+	}
+	return nil
+}
+
+// printReadiness writes rd's headline and every gate.
 func printReadiness(w io.Writer, rd *gates.Readiness) {
+	printReadinessOf(w, rd, func(gates.GateResult) bool { return true })
+}
+
+// printReadinessOf writes rd's headline (always, counting every gate) and
+// the gates for which show is true.
+func printReadinessOf(w io.Writer, rd *gates.Readiness, show func(gates.GateResult) bool) {
 	state := "NOT READY"
 	if rd.Ready {
 		state = "READY"
 	}
 	fmt.Fprintf(w, "release %s: %s (passed %d, waived %d, open %d, failed %d) at checkpoint %d %s\n", rd.Version, state,
 		rd.Counts[gates.StatePassed], rd.Counts[gates.StateWaived], rd.Counts[gates.StateOpen], rd.Counts[gates.StateFailed], rd.Checkpoint.Size, rd.Checkpoint.Root)
+	hidden := 0
 	for _, g := range rd.Gates {
+		if !show(g) {
+			hidden++
+			continue
+		}
 		fmt.Fprintf(w, "  %-7s %-28s %s\n", g.State, g.ID, g.Reason)
 		if g.Divergence != nil {
 			fmt.Fprintf(w, "          first divergence: %s\n", g.Divergence)
@@ -161,6 +237,9 @@ func printReadiness(w io.Writer, rd *gates.Readiness) {
 			fmt.Fprintf(w, "          waiver %s by %s until %s (%s): %s\n", wv.ID, wv.Author, wv.Expires.Format(time.RFC3339), st, wv.Reason)
 		}
 	}
+	if hidden > 0 {
+		fmt.Fprintf(w, "  (%d of %d gates not shown by --only/--gate)\n", hidden, len(rd.Gates))
+	}
 	if rd.Witnessing != "" {
 		fmt.Fprintf(w, "  checkpoint not witnessed: %s\n", rd.Witnessing)
 	}
@@ -176,18 +255,13 @@ func printReadiness(w io.Writer, rd *gates.Readiness) {
 	}
 }
 
-// parseExpiry accepts RFC 3339 or a duration from now ("72h", "14d").
+// parseExpiry accepts RFC 3339 or a duration from now ("72h", "14d";
+// parseDuration).
 func parseExpiry(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t, nil
 	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		var n int
-		if _, err := fmt.Sscanf(d, "%d", &n); err == nil && n > 0 {
-			return now.Add(time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil || d <= 0 {
 		return time.Time{}, fmt.Errorf("--expires must be RFC 3339 or a positive duration (72h, 14d), got %q", s)
 	}

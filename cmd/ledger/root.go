@@ -63,9 +63,9 @@ func newRootCmd() *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: a.logLevel()}))
 			if v := os.Getenv("LEDGER_TIMEOUT"); v != "" && !cmd.Flags().Changed("timeout") {
-				d, err := time.ParseDuration(v)
+				d, err := parseDuration(v)
 				if err != nil {
-					return errExit(2, "LEDGER_TIMEOUT=%q: want a duration such as 30s or 5m", v)
+					return errExit(2, "LEDGER_TIMEOUT=%q: want %s", v, durationHelp)
 				}
 				a.Timeout = d
 			}
@@ -89,7 +89,7 @@ func newRootCmd() *cobra.Command {
 	pf.BoolVar(&a.JSON, "json", false, "print machine-readable JSON")
 	pf.StringVar(&a.Server, "server", envOr("LEDGER_SERVER", ""), "ledger server base URL for client commands (env LEDGER_SERVER)")
 	pf.StringVar(&a.Token, "token", envOr("LEDGER_TOKEN", ""), "bearer token for the server (env LEDGER_TOKEN)")
-	pf.DurationVar(&a.Timeout, "timeout", client.DefaultTimeout, "bound of each request to --server (env LEDGER_TIMEOUT)")
+	durationVar(pf, &a.Timeout, "timeout", client.DefaultTimeout, "bound of each request to --server (env LEDGER_TIMEOUT)")
 	pf.BoolVarP(&a.Verbose, "verbose", "v", false, "debug logging")
 	root.AddCommand(
 		newServeCmd(a),
@@ -110,7 +110,13 @@ func newRootCmd() *cobra.Command {
 		newRunnerCmd(a),
 		newAgentCmd(a),
 		newRunsCmd(a),
+		newEvidenceCmd(a),
 	)
+	root.Version = versionString()
+	root.SetVersionTemplate("ledger {{.Version}}\n")
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	strictTree(root)
 	return root
 }
 

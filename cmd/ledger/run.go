@@ -69,7 +69,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	addImplFlags(f, &c)
 	f.BoolVar(&c.Remote, "remote", false, "queue the run on --server for an agent (ledger agent) and follow it; exit status as for a local run, 3 when the run was canceled or expired")
 	f.StringArrayVar(&c.Labels, "label", nil, "with --remote: agent label key=value the run requires (repeatable)")
-	f.DurationVar(&c.GiveUp, "give-up-after", 30*time.Second, "with --remote: stop following (exit 2; the run goes on) when every read of the run has failed for this long")
+	durationVar(f, &c.GiveUp, "give-up-after", 30*time.Second, "with --remote: stop following (exit 2; the run goes on) when every read of the run has failed for this long")
 	return cmd
 }
 
@@ -231,6 +231,11 @@ type progress struct {
 	tty  bool
 	lane string
 	bar  *progressbar.ProgressBar
+	// every, when positive, makes a non-terminal progress print the
+	// running lane's count at most this often, as it changes.
+	every time.Duration
+	last  time.Time
+	shown int
 }
 
 func (a *app) newProgress() *progress {
@@ -251,10 +256,16 @@ func (p *progress) update(lane string, done, total int) {
 				progressbar.OptionClearOnFinish())
 		} else {
 			fmt.Fprintf(p.w, "running %s (%d units)\n", lane, total)
+			p.last, p.shown = time.Now(), done
 		}
 	}
 	if p.bar != nil {
 		_ = p.bar.Set(done)
+		return
+	}
+	if p.every > 0 && done != p.shown && (time.Since(p.last) >= p.every || done == total) {
+		p.last, p.shown = time.Now(), done
+		fmt.Fprintf(p.w, "  %s %d/%d\n", lane, done, total)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,7 +45,9 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 		return errExit(2, "queue run: %v", err)
 	}
 	fmt.Fprintf(a.stderr, "queued run %s (%s on %s)\n", run.ID, strings.Join(run.Lanes, ","), run.Backend)
+	a.warnNoAgent(ctx, cl, run)
 	prog := a.newProgress()
+	prog.every = remoteProgressEvery
 	run, err = a.followRun(ctx, cl, run, c.GiveUp, prog)
 	if err != nil {
 		return err
@@ -55,7 +58,7 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 			return err
 		}
 	} else {
-		printRun(a.stdout, run)
+		printRun(a.stdout, run, laneResults(ctx, cl, run.Evidence))
 	}
 	switch run.State {
 	case runs.Done:
@@ -72,7 +75,8 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 // run is then polled every 100 ms. It gives up (exit 2) when every read
 // has failed for giveUp, and on interrupt.
 func (a *app) followRun(ctx context.Context, cl *client.Client, run runs.Run, giveUp time.Duration, prog *progress) (runs.Run, error) {
-	var failing time.Time // when the reads of the run began to fail
+	reported := map[string]bool{} // evidence ids whose lane result was printed
+	var failing time.Time         // when the reads of the run began to fail
 	version, waits, first := "", true, true
 	wait := followWait
 	if a.Timeout > 0 {
@@ -109,11 +113,129 @@ func (a *app) followRun(ctx context.Context, cl *client.Client, run runs.Run, gi
 		if run.Progress.Lane != "" {
 			prog.update(runs.Visible(run.Progress.Lane), run.Progress.Done, run.Progress.Total)
 		}
+		a.reportLanes(ctx, cl, run, reported, prog)
 	}
 	return run, nil
 }
 
-func printRun(w io.Writer, r runs.Run) {
+// remoteProgressEvery is how often `run --remote` prints a progress line
+// for the running lane when stderr is not a terminal.
+const remoteProgressEvery = 2 * time.Second
+
+// reportLanes prints, on stderr, the result of each lane whose evidence
+// appeared in run since the last call (reported holds the ids printed).
+func (a *app) reportLanes(ctx context.Context, cl *client.Client, run runs.Run, reported map[string]bool, prog *progress) {
+	var fresh []string
+	for _, id := range run.Evidence {
+		if !reported[id] {
+			reported[id] = true
+			fresh = append(fresh, id)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	res := laneResults(ctx, cl, fresh)
+	prog.finishLane()
+	for _, id := range fresh {
+		if ev, ok := res[id]; ok {
+			fmt.Fprintf(a.stderr, "lane %s: %s (evidence %s)\n", runs.Visible(ev.Lane), laneResult(ev), id)
+		} else {
+			fmt.Fprintf(a.stderr, "lane result recorded: evidence %s\n", id)
+		}
+	}
+}
+
+// maxLaneResults bounds the evidence entries read back for one run's
+// lane results.
+const maxLaneResults = 100
+
+// laneResults reads the evidence entries ids from the server, keyed by id;
+// an entry that cannot be read (a token without read access, a server
+// gone) is left out, and its id is printed alone.
+func laneResults(ctx context.Context, cl *client.Client, ids []string) map[string]ledger.Evidence {
+	out := map[string]ledger.Evidence{}
+	for i, id := range ids {
+		if i == maxLaneResults {
+			break
+		}
+		e, err := cl.Entry(ctx, id)
+		if err != nil || e.Kind != ledger.KindEvidence {
+			continue
+		}
+		if ev, err := ledger.ParseEvidence(e.Body); err == nil {
+			out[id] = ev
+		}
+	}
+	return out
+}
+
+// laneResult is "failed, cases 214/216 exact, control caught" for ev.
+func laneResult(ev ledger.Evidence) string {
+	s := fmt.Sprintf("%s, cases %d/%d exact", ev.Status, ev.CasesExact, ev.CasesTotal)
+	if ev.Control != "" && ev.Control != ledger.ControlNone {
+		s += ", control " + string(ev.Control)
+	}
+	if n := len(ev.FailingCases); n > 0 {
+		s += fmt.Sprintf(", %d failing (first %s)", n, runs.Visible(ev.FailingCases[0]))
+	}
+	return s
+}
+
+// warnNoAgent warns on stderr when no approved agent the server knows
+// could take run (agentTakes), or when those that could are all offline:
+// the run would wait in the queue without a word. An agent list the token
+// may not read is passed over (logged at debug level).
+func (a *app) warnNoAgent(ctx context.Context, cl *client.Client, run runs.Run) {
+	ags, err := cl.Agents(ctx)
+	if err != nil {
+		a.log.Debug("list agents", "err", err)
+		return
+	}
+	matching, online := 0, 0
+	for _, ag := range ags {
+		if !ag.Approved || !agentTakes(ag.Agent, run) {
+			continue
+		}
+		matching++
+		if ag.Online {
+			online++
+		}
+	}
+	want := fmt.Sprintf("backend %s", run.Backend)
+	if len(run.Labels) > 0 {
+		want += ", labels " + runs.SortedLabels(runs.VisibleMap(run.Labels))
+	}
+	switch {
+	case matching == 0:
+		fmt.Fprintf(a.stderr, "warning: no approved agent matches run %s (%s, lanes %s): it waits in the queue until one registers and is approved (ledger agent list; ledger agent approve NAME)\n", run.ID, want, strings.Join(runs.VisibleAll(run.Lanes), ","))
+	case online == 0:
+		fmt.Fprintf(a.stderr, "warning: the %d approved agent(s) matching run %s (%s) are offline: it waits in the queue until one polls\n", matching, run.ID, want)
+	}
+}
+
+// agentTakes reports whether agent ag could take run r as the server's
+// poll decides (admit.AgentServes) less the agent token's scope, which
+// the agent list does not show: backend, labels and build (runs.Serves),
+// the repository, and every lane in the agent's own configuration.
+func agentTakes(ag runs.Agent, r runs.Run) bool {
+	if !runs.Serves(r, ag.Backend, ag.Labels, ag.Spec.Commit) {
+		return false
+	}
+	if r.Repository != "" && r.Repository != ag.Spec.Repository {
+		return false
+	}
+	for _, l := range r.Lanes {
+		if !slices.Contains(ag.Spec.Lanes, l) && !slices.Contains(ag.Spec.Lanes, ledger.LaneName(l)) {
+			return false
+		}
+	}
+	return true
+}
+
+// printRun writes r; results, when they hold an evidence id of r, give
+// that lane's result next to the id.
+func printRun(w io.Writer, r runs.Run, results map[string]ledger.Evidence) {
 	r = r.Visible()
 	fmt.Fprintf(w, "run %s: %s (backend %s, lanes %s", r.ID, r.State, r.Backend, strings.Join(r.Lanes, ","))
 	if len(r.Labels) > 0 {
@@ -135,6 +257,10 @@ func printRun(w io.Writer, r runs.Run) {
 		fmt.Fprintln(w, line)
 	}
 	for _, id := range r.Evidence {
+		if ev, ok := results[id]; ok {
+			fmt.Fprintf(w, "  evidence %s  lane %s: %s\n", id, runs.Visible(ev.Lane), laneResult(ev))
+			continue
+		}
 		fmt.Fprintf(w, "  evidence %s\n", id)
 	}
 	if r.OutcomeEntry != "" {
@@ -182,7 +308,7 @@ func newRunsCmd(a *app) *cobra.Command {
 	list.Flags().IntVar(&limit, "limit", 100, "at most this many runs")
 	show := &cobra.Command{
 		Use:   "show ID",
-		Short: "Show one run: state, attempts, progress, evidence",
+		Short: "Show one run: state, attempts, progress, and each lane's evidence with its result",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := a.serverClient(false)
@@ -196,7 +322,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			if a.JSON {
 				return a.printJSON(map[string]any{"run": r})
 			}
-			printRun(a.stdout, r)
+			printRun(a.stdout, r, laneResults(cmd.Context(), cl, r.Evidence))
 			return nil
 		},
 	}
@@ -216,7 +342,7 @@ func newRunsCmd(a *app) *cobra.Command {
 			if a.JSON {
 				return a.printJSON(map[string]any{"run": r})
 			}
-			printRun(a.stdout, r)
+			printRun(a.stdout, r, nil)
 			return nil
 		},
 	}

@@ -115,9 +115,9 @@ func defaultServeConfig() (c ServeConfig, envErr error) {
 		c.FullScan = b
 	}
 	if v := os.Getenv("LEDGER_FULL_SCAN_EVERY"); v != "" {
-		d, err := time.ParseDuration(v)
+		d, err := parseDuration(v)
 		if err != nil {
-			return c, fmt.Errorf("LEDGER_FULL_SCAN_EVERY=%q: want a duration such as 1h (0: only at start)", v)
+			return c, fmt.Errorf("LEDGER_FULL_SCAN_EVERY=%q: want %s (0: only at start)", v, durationHelp)
 		}
 		c.ScanEvery = d
 	}
@@ -130,9 +130,9 @@ func defaultServeConfig() (c ServeConfig, envErr error) {
 	}
 	c.IdempotencyTTL = sqlite.DefaultIdempotencyTTL
 	if v := os.Getenv("LEDGER_IDEMPOTENCY_TTL"); v != "" {
-		d, err := time.ParseDuration(v)
+		d, err := parseDuration(v)
 		if err != nil {
-			return c, fmt.Errorf("LEDGER_IDEMPOTENCY_TTL=%q: want a duration such as 24h", v)
+			return c, fmt.Errorf("LEDGER_IDEMPOTENCY_TTL=%q: want %s", v, durationHelp)
 		}
 		c.IdempotencyTTL = d
 	}
@@ -532,22 +532,22 @@ func newServeCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
 	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
 	cmd.Flags().Int64Var(&c.IngestBudget, "ingest-budget", 0, fmt.Sprintf("memory in bytes that request bodies being decoded may take together; a request past it waits up to 10s, then gets 503 with Retry-After (0: %d times --max-body, two maximum-size bodies at %d bytes per body byte)", web.DefaultIngestBudget(1), web.IngestFactor))
-	cmd.Flags().DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
+	durationVar(cmd.Flags(), &c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
 	cmd.Flags().StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the server's run to this file (for go tool pprof; complete after shutdown)")
 	cmd.Flags().StringVar(&c.WitnessState, "witness-state", "", "witness state file (default: witness-state.json in the data directory)")
 	cmd.Flags().BoolVar(&c.FullScan, "full-scan", c.FullScan, "verify every leaf against its leaf hash and the signed tree, then every projection row against its leaf (the audit), in the background after start, and refuse to sign once one fails (env LEDGER_FULL_SCAN); off: a leaf edited below the journal's last size is found only by `ledger audit` and when it is served, an edited projection row only by `ledger audit`")
 	cmd.Flags().IntVar(&c.ScanChunk, "full-scan-chunk", c.ScanChunk, "leaves the full verification checks at a time")
-	cmd.Flags().DurationVar(&c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
-	cmd.Flags().DurationVar(&c.FileCheckEvery, "file-check-every", c.FileCheckEvery, "how often to check that the SQLite database file at --db is still the file the server opened; the server stops (exit 2) once it was replaced or removed (0: no check)")
-	cmd.Flags().DurationVar(&c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
+	durationVar(cmd.Flags(), &c.ScanPause, "full-scan-pause", c.ScanPause, "pause between chunks of the full verification (yields the database to requests)")
+	durationVar(cmd.Flags(), &c.FileCheckEvery, "file-check-every", c.FileCheckEvery, "how often to check that the SQLite database file at --db is still the file the server opened; the server stops (exit 2) once it was replaced or removed (0: no check)")
+	durationVar(cmd.Flags(), &c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
 	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
 	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of identity rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp, san|san_regexp}] (env LEDGER_SIGSTORE_POLICY)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
-	cmd.Flags().DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
-	cmd.Flags().DurationVar(&c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")
-	cmd.Flags().DurationVar(&c.LeaseSweep, "lease-sweep", 0, "how often expired leases are looked for (default: lease-ttl/4)")
+	durationVar(cmd.Flags(), &c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
+	durationVar(cmd.Flags(), &c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")
+	durationVar(cmd.Flags(), &c.LeaseSweep, "lease-sweep", 0, "how often expired leases are looked for (default: lease-ttl/4)")
 	return cmd
 }
 
