@@ -76,6 +76,7 @@ func (d *Details) summarize(r *Run) error {
 	}
 	room := ledger.MaxDetailsBytes - len(fixed)
 	var buf bytes.Buffer
+	buf.Grow(2 * MaxMessage)
 	enc := json.NewEncoder(&buf)
 	size := func(c Case) int { // c's bytes in the cases array, its comma included
 		buf.Reset()
@@ -136,25 +137,36 @@ func (d *Details) summarize(r *Run) error {
 		}
 	}
 	omitted := CasesOmitted{KeptIn: "original"}
-	some := false
+	kept := 0
+	for i, c := range r.Cases {
+		switch {
+		case keep[i] == out:
+			omitted.count(c.Outcome)
+		case keep[i] == bare && c.Message != "":
+			omitted.Messages++
+			kept++
+		default:
+			kept++
+		}
+	}
+	d.CasesOmitted = nil
+	if kept == len(r.Cases) && omitted.Messages == 0 {
+		d.Cases = r.Cases // all of them, whole
+		if d.Cases == nil {
+			d.Cases = []Case{}
+		}
+		return nil
+	}
+	d.CasesOmitted = &omitted
+	d.Cases = make([]Case, 0, kept)
 	for i, c := range r.Cases {
 		switch keep[i] {
 		case out:
-			omitted.count(c.Outcome)
-			some = true
 			continue
 		case bare:
-			if c.Message != "" {
-				omitted.Messages++
-				some = true
-			}
 			c.Message = ""
 		}
 		d.Cases = append(d.Cases, c)
-	}
-	d.CasesOmitted = nil
-	if some {
-		d.CasesOmitted = &omitted
 	}
 	return nil
 }
