@@ -38,7 +38,7 @@ func largeJUnit(n int) []byte {
 	}
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+`<testsuites name="pytest" tests="%d" failures="%d" errors="%d" skipped="1" time="812.4">`+"\n", n, failed, errored)
 	for s := 0; s*1000 < n; s++ {
-		fmt.Fprintf(&b, `<testsuite name="tests.mod%03d" tests="%d" timestamp="2026-12-06T10:00:00" time="8.1">`+"\n", s, min(1000, n-s*1000))
+		fmt.Fprintf(&b, `<testsuite name="tests.mod%03d" tests="%d" timestamp="2026-11-06T10:00:00" time="8.1">`+"\n", s, min(1000, n-s*1000))
 		for i := s * 1000; i < min(n, (s+1)*1000); i++ {
 			fmt.Fprintf(&b, `<testcase classname="tests.mod%03d.TestK%d" name="test_%d" time="0.008"`, s, i%7, i)
 			switch {
@@ -65,7 +65,7 @@ func largeJUnit(n int) []byte {
 // than MaxMessage.
 func largeGoTest(n int) []byte {
 	var b bytes.Buffer
-	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 6, 10, 0, 0, 0, time.UTC)
 	ts := func(i int) string { return at.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano) }
 	for p := 0; p*1000 < n; p++ {
 		pkg := fmt.Sprintf("example.com/repo/pkg%03d", p)

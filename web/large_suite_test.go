@@ -25,7 +25,7 @@ func largeSuiteJUnit(n int) []byte {
 	var b bytes.Buffer
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n<testsuites>\n")
 	for s := 0; s*1000 < n; s++ {
-		fmt.Fprintf(&b, `<testsuite name="tests.mod%03d" timestamp="2026-12-06T10:00:00" time="8.1">`+"\n", s)
+		fmt.Fprintf(&b, `<testsuite name="tests.mod%03d" timestamp="2026-11-06T10:00:00" time="8.1">`+"\n", s)
 		for i := s * 1000; i < min(n, (s+1)*1000); i++ {
 			fmt.Fprintf(&b, `<testcase classname="tests.mod%03d.TestK%d" name="test_%d" time="0.008"`, s, i%7, i)
 			switch {
@@ -48,7 +48,7 @@ func largeSuiteJUnit(n int) []byte {
 // logging a line, test 10,007 logs a line longer than ingest.MaxMessage.
 func largeSuiteGoTest(n int) []byte {
 	var b bytes.Buffer
-	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 6, 10, 0, 0, 0, time.UTC)
 	ts := func(i int) string { return at.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano) }
 	for p := 0; p*1000 < n; p++ {
 		pkg := fmt.Sprintf("example.com/repo/pkg%03d", p)
