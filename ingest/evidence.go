@@ -20,17 +20,25 @@ type OriginalRef struct {
 }
 
 // Details is the shape of the evidence details an ingested record carries.
+// Cases are the run's cases that fit within ledger.MaxDetailsBytes (see
+// Details.summarize): every failing case first, with its message where
+// there is room; CasesOmitted counts those left out, which the original
+// keeps. FailingOmitted is how many failing case ids the evidence's
+// failing_cases leaves out past ledger.MaxFailingCases (the first ones in
+// the input's order are kept).
 type Details struct {
-	Format        string      `json:"format"`
-	Original      OriginalRef `json:"original"`
-	Counts        Counts      `json:"counts"`
-	Declared      *Declared   `json:"declared,omitempty"`
-	CountMismatch string      `json:"count_mismatch,omitempty"`
-	Truncated     bool        `json:"truncated,omitempty"`
-	Notes         []string    `json:"notes,omitempty"`
-	PredicateType string      `json:"predicate_type,omitempty"`
-	Identity      *Identity   `json:"runner_identity,omitempty"`
-	Cases         []Case      `json:"cases"`
+	Format         string        `json:"format"`
+	Original       OriginalRef   `json:"original"`
+	Counts         Counts        `json:"counts"`
+	Declared       *Declared     `json:"declared,omitempty"`
+	CountMismatch  string        `json:"count_mismatch,omitempty"`
+	Truncated      bool          `json:"truncated,omitempty"`
+	Notes          []string      `json:"notes,omitempty"`
+	PredicateType  string        `json:"predicate_type,omitempty"`
+	Identity       *Identity     `json:"runner_identity,omitempty"`
+	Cases          []Case        `json:"cases"`
+	CasesOmitted   *CasesOmitted `json:"cases_omitted,omitempty"`
+	FailingOmitted int           `json:"failing_cases_omitted,omitempty"`
 }
 
 // OriginalEntryID is the entry id the original gets in the log.
@@ -142,7 +150,10 @@ func (p Params) subject(r *Run) (ledger.Subject, error) {
 // passed ones; the status is error for a cut-off input, failed when any
 // case failed or errored, inconclusive when a case was flaky or
 // incomplete, when no case ran or when the file's own counts disagree with
-// the cases found, and passed otherwise.
+// the cases found, and passed otherwise. failing_cases names every
+// failing case (failed, error, flaky, incomplete) up to
+// ledger.MaxFailingCases, the first in the input's order; the details
+// keep the cases that fit (Details).
 func (p Params) evidence(r *Run, orig ledger.Original, id string) (ledger.Evidence, error) {
 	var ev ledger.Evidence
 	if !ledger.ValidLane(p.Lane) {
@@ -157,23 +168,27 @@ func (p Params) evidence(r *Run, orig ledger.Original, id string) (ledger.Eviden
 	}
 	c := r.Tally()
 	d := Details{Format: orig.Format, Original: OriginalRef{ID: id, Digest: orig.Digest, Format: orig.Format, MediaType: orig.MediaType},
-		Counts: c, Declared: r.Declared, CountMismatch: r.Declared.mismatch(c), Truncated: r.Truncated, Notes: r.Notes,
-		PredicateType: r.PredicateType, Identity: r.Identity, Cases: r.Cases}
-	if d.Cases == nil {
-		d.Cases = []Case{}
+		Counts: c, Declared: r.Declared, CountMismatch: r.Declared.mismatch(c), Truncated: r.Truncated, Notes: keptNotes(r.Notes),
+		PredicateType: r.PredicateType, Identity: r.Identity}
+	var failingIDs []string
+	for _, k := range r.Cases {
+		if failing(k.Outcome) {
+			if len(failingIDs) == ledger.MaxFailingCases {
+				d.FailingOmitted++
+				continue
+			}
+			failingIDs = append(failingIDs, k.ID)
+		}
+	}
+	if err := d.summarize(r); err != nil {
+		return ev, err
 	}
 	details, err := json.Marshal(d)
 	if err != nil {
 		return ev, err
 	}
-	var failing []string
-	for _, k := range r.Cases {
-		if k.Outcome != Passed && k.Outcome != Skipped {
-			failing = append(failing, k.ID)
-		}
-	}
 	ev = ledger.Evidence{Lane: p.Lane, Subject: subj, Backend: p.Backend, Control: ledger.ControlNone,
-		CasesExact: c.Passed, CasesTotal: c.Tests - c.Skipped, FailingCases: failing, Details: details,
+		CasesExact: c.Passed, CasesTotal: c.Tests - c.Skipped, FailingCases: failingIDs, Details: details,
 		StartedAt: r.Started, FinishedAt: r.Finished, Signer: r.Signer}
 	switch {
 	case r.Truncated:

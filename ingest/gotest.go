@@ -42,7 +42,8 @@ type testEvent struct {
 // ctx.Err() soon after ctx is done (checked every cancelStep lines and
 // cases). It is safe for concurrent use.
 func DecodeGoTest(ctx context.Context, body []byte) (*Run, error) {
-	g := &goTestState{tests: map[testKey]*testState{}, pkgs: map[string]string{}, builds: map[string]bool{}, r: &Run{}}
+	g := &goTestState{tests: map[testKey]*testState{}, pkgs: map[string]string{}, builds: map[string]bool{},
+		pkgOut: map[string]*messageText{}, buildOut: map[string]*messageText{}, r: &Run{}}
 	// Lines are walked in place (no slice of all of them): line i is the
 	// text before the i-th newline, the last one what follows the last
 	// newline.
@@ -87,6 +88,26 @@ type testState struct {
 	outcome Outcome
 	elapsed float64
 	order   int
+	out     *messageText // the test's output lines (testOutput), nil while none; dropped when it passes
+}
+
+// testOutput adds the output of one event to *m (allocated on first use),
+// leaving out test2json's framing lines ("=== RUN", "--- FAIL: ..."),
+// which the case's outcome already says.
+func testOutput(m **messageText, out string) {
+	t := strings.TrimLeft(out, " \t")
+	for _, frame := range []string{"=== RUN", "=== PAUSE", "=== CONT", "=== NAME", "--- PASS:", "--- FAIL:", "--- SKIP:"} {
+		if strings.HasPrefix(t, frame) {
+			return
+		}
+	}
+	if strings.TrimSpace(out) == "" && *m == nil {
+		return
+	}
+	if *m == nil {
+		*m = &messageText{}
+	}
+	(*m).add(out)
 }
 
 // goTestState accumulates a stream's events.
@@ -95,6 +116,8 @@ type goTestState struct {
 	pkgs     map[string]string // package -> final action ("" while running)
 	pkgOrder []string
 	builds   map[string]bool
+	pkgOut   map[string]*messageText // package-level output, for a "(package)" case
+	buildOut map[string]*messageText // build-output by package, for a "(build)" case
 	events   int
 	skipped  int
 	r        *Run
@@ -118,6 +141,12 @@ func (g *goTestState) event(ev testEvent) {
 		g.builds[p] = true
 		return
 	case "build-output":
+		p, _, _ := strings.Cut(ev.ImportPath, " [")
+		m := g.buildOut[p]
+		testOutput(&m, ev.Output)
+		if m != nil {
+			g.buildOut[p] = m
+		}
 		return
 	}
 	if ev.Package == "" {
@@ -134,6 +163,15 @@ func (g *goTestState) event(ev testEvent) {
 		switch ev.Action {
 		case "pass", "fail", "skip":
 			g.pkgs[ev.Package] = ev.Action
+			if ev.Action != "fail" {
+				delete(g.pkgOut, ev.Package)
+			}
+		case "output":
+			m := g.pkgOut[ev.Package]
+			testOutput(&m, ev.Output)
+			if m != nil {
+				g.pkgOut[ev.Package] = m
+			}
 		}
 		return
 	}
@@ -144,8 +182,12 @@ func (g *goTestState) event(ev testEvent) {
 		g.tests[k] = st
 	}
 	switch ev.Action {
+	case "output":
+		if st.outcome != Passed {
+			testOutput(&st.out, ev.Output)
+		}
 	case "pass":
-		st.outcome, st.elapsed = Passed, ev.Elapsed
+		st.outcome, st.elapsed, st.out = Passed, ev.Elapsed, nil
 	case "fail":
 		st.outcome, st.elapsed = Failed, ev.Elapsed
 	case "skip":
@@ -174,7 +216,11 @@ func (g *goTestState) finish(ctx context.Context) (*Run, error) {
 			}
 		}
 		st := g.tests[k]
-		r.Cases = append(r.Cases, Case{ID: ids.next(k.pkg, k.test), Outcome: st.outcome, Duration: st.elapsed})
+		c := Case{ID: ids.next(k.pkg, k.test), Outcome: st.outcome, Duration: st.elapsed}
+		if st.outcome != Passed {
+			c.Message = st.out.text()
+		}
+		r.Cases = append(r.Cases, c)
 		if st.outcome == Failed || st.outcome == Incomplete {
 			failedIn[k.pkg] = true
 		}
@@ -182,12 +228,12 @@ func (g *goTestState) finish(ctx context.Context) (*Run, error) {
 	for _, p := range g.pkgOrder {
 		switch final := g.pkgs[p]; {
 		case g.builds[p]:
-			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
+			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored, Message: g.buildOut[p].text()})
 		case final == "":
 			r.Truncated = true
 			r.Notes = append(r.Notes, "package "+clip(p)+" has no final result: the stream ends before it finished")
 		case final == "fail" && !failedIn[p]:
-			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(package)"), Outcome: Errored})
+			r.Cases = append(r.Cases, Case{ID: ids.next(p, "(package)"), Outcome: Errored, Message: g.pkgOut[p].text()})
 		}
 	}
 	var orphans []string // builds that failed with no package events
@@ -198,7 +244,7 @@ func (g *goTestState) finish(ctx context.Context) (*Run, error) {
 	}
 	sort.Strings(orphans)
 	for _, p := range orphans {
-		r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored})
+		r.Cases = append(r.Cases, Case{ID: ids.next(p, "(build)"), Outcome: Errored, Message: g.buildOut[p].text()})
 	}
 	for _, k := range r.Cases {
 		if k.Outcome == Incomplete {

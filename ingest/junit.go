@@ -49,30 +49,142 @@ type xmlSuite struct {
 	Cases     []xmlCase  `xml:"testcase"`
 }
 
+// xmlCase is one <testcase>: its name, classname and time attributes,
+// how many of each outcome element it has, and the message of the element
+// that decides its outcome (xmlCase.outcome). It is read by its own
+// UnmarshalXML, which keeps only those: the text of other children
+// (system-out, properties) is read past, and of the outcome elements only
+// the first of each name is read for a message, at most MaxMessage bytes
+// of it.
 type xmlCase struct {
-	Name         string   `xml:"name,attr"`
-	Classname    string   `xml:"classname,attr"`
-	Time         string   `xml:"time,attr"`
-	Failures     elements `xml:"failure"`
-	Errors       elements `xml:"error"`
-	Skipped      elements `xml:"skipped"`
-	FlakyFailure elements `xml:"flakyFailure"`
-	FlakyError   elements `xml:"flakyError"`
-	RerunFailure elements `xml:"rerunFailure"`
-	RerunError   elements `xml:"rerunError"`
+	Name         string
+	Classname    string
+	Time         string
+	Failures     int
+	Errors       int
+	Skipped      int
+	FlakyFailure int
+	FlakyError   int
+	RerunFailure int
+	RerunError   int
+	Message      string
 }
 
-// elements counts the child elements of one name and keeps nothing of
-// them: a case is read for which outcome elements it has and how many.
-// (A slice of empty structs per name would cost each case 24 bytes per
-// name, and a file of many cases several times its size while the slice
-// of cases grows.)
-type elements int
+// outcome is the case's outcome by the elements it has: an error, else a
+// failure, else a flaky failure or error (failed, then passed on a
+// rerun), else skipped, else passed.
+func (c *xmlCase) outcome() Outcome {
+	switch {
+	case c.Errors > 0:
+		return Errored
+	case c.Failures > 0:
+		return Failed
+	case c.FlakyFailure+c.FlakyError > 0:
+		return Flaky
+	case c.Skipped > 0:
+		return Skipped
+	}
+	return Passed
+}
 
-// UnmarshalXML counts one element and reads past its content.
-func (n *elements) UnmarshalXML(d *xml.Decoder, start xml.StartElement) error {
-	*n++
-	return d.Skip()
+// UnmarshalXML reads one <testcase> element (see xmlCase). Attributes and
+// child elements are matched by local name, any namespace; a repeated
+// attribute's last value counts.
+func (c *xmlCase) UnmarshalXML(d *xml.Decoder, start xml.StartElement) error {
+	for _, a := range start.Attr {
+		switch a.Name.Local {
+		case "name":
+			c.Name = a.Value
+		case "classname":
+			c.Classname = a.Value
+		case "time":
+			c.Time = a.Value
+		}
+	}
+	var msgs [4]string // error, failure, flaky, skipped: the first element's message of each
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return err
+		}
+		switch t := tok.(type) {
+		case xml.EndElement:
+			switch c.outcome() {
+			case Errored:
+				c.Message = msgs[0]
+			case Failed:
+				c.Message = msgs[1]
+			case Flaky:
+				c.Message = msgs[2]
+			case Skipped:
+				c.Message = msgs[3]
+			}
+			return nil
+		case xml.StartElement:
+			var n *int
+			slot := -1
+			switch t.Name.Local {
+			case "error":
+				n, slot = &c.Errors, 0
+			case "failure":
+				n, slot = &c.Failures, 1
+			case "flakyFailure":
+				n, slot = &c.FlakyFailure, 2
+			case "flakyError":
+				n, slot = &c.FlakyError, 2
+			case "skipped":
+				n, slot = &c.Skipped, 3
+			case "rerunFailure":
+				n = &c.RerunFailure
+			case "rerunError":
+				n = &c.RerunError
+			}
+			if n != nil {
+				*n++
+			}
+			if slot < 0 || msgs[slot] != "" {
+				if err := d.Skip(); err != nil {
+					return err
+				}
+				continue
+			}
+			m, err := elementMessage(d, t)
+			if err != nil {
+				return err
+			}
+			msgs[slot] = m
+		}
+	}
+}
+
+// elementMessage reads the element start opened to its end and returns
+// its message (joinMessage): the message attribute and the text inside
+// it, at any depth.
+func elementMessage(d *xml.Decoder, start xml.StartElement) (string, error) {
+	var attr string
+	for _, a := range start.Attr {
+		if a.Name.Local == "message" {
+			attr = a.Value
+		}
+	}
+	body := &messageText{}
+	for depth := 0; ; {
+		tok, err := d.Token()
+		if err != nil {
+			return "", err
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			depth++
+		case xml.EndElement:
+			if depth == 0 {
+				return joinMessage(attr, body), nil
+			}
+			depth--
+		case xml.CharData:
+			body.addBytes(t)
+		}
+	}
 }
 
 // DecodeJUnit reads a JUnit XML document: a <testsuites> root or a bare
@@ -268,21 +380,11 @@ func (w *walker) walk(s *xmlSuite, path idPrefix) error {
 		if cn == suite {
 			cn = "" // classname left out when it repeats the suite's name
 		}
-		k := Case{ID: w.ids.nextUnder(path, cn, c.Name), Duration: seconds(c.Time)}
-		switch {
-		case c.Errors > 0:
-			k.Outcome = Errored
-		case c.Failures > 0:
-			k.Outcome = Failed
-		case c.FlakyFailure+c.FlakyError > 0:
-			k.Outcome = Flaky
+		k := Case{ID: w.ids.nextUnder(path, cn, c.Name), Duration: seconds(c.Time), Outcome: c.outcome(), Message: c.Message}
+		if k.Outcome == Flaky {
 			r.Notes = append(r.Notes, "flaky: "+k.ID+" failed, then passed on a rerun")
-		case c.Skipped > 0:
-			k.Outcome = Skipped
-		default:
-			k.Outcome = Passed
 		}
-		if n := int(c.RerunFailure + c.RerunError); n > 0 && k.Outcome != Flaky {
+		if n := c.RerunFailure + c.RerunError; n > 0 && k.Outcome != Flaky {
 			r.Notes = append(r.Notes, "rerun: "+k.ID+" was rerun "+strconv.Itoa(n)+" time(s) and still did not pass")
 		}
 		r.Cases = append(r.Cases, k)

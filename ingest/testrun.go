@@ -22,11 +22,16 @@ const (
 	Incomplete Outcome = "incomplete"
 )
 
-// Case is one test case: a stable id, its outcome and duration in seconds.
+// Case is one test case: a stable id, its outcome, duration in seconds
+// and, for a case that did not pass, the message the input gave for it
+// (JUnit's failure, error, flaky or skipped element: its message
+// attribute and text; go test's output lines of the test), at most
+// MaxMessage bytes (cutMessage).
 type Case struct {
 	ID       string  `json:"id"`
 	Outcome  Outcome `json:"outcome"`
 	Duration float64 `json:"duration_s,omitempty"`
+	Message  string  `json:"message,omitempty"`
 }
 
 // Counts tallies cases by outcome; Tests is all of them.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/ingest"
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
@@ -206,10 +208,13 @@ func TestIngestScopeAndSignatures(t *testing.T) {
 }
 
 // TestIngestAtomicAndCapped: an input is appended as its original and its
-// evidence in one batch, or not at all: a JUnit file whose cases exceed
-// the details cap is refused naming details and appends neither; a
-// Sigstore bundle on a server without a Sigstore trust setting is refused
-// with 409 naming the setting.
+// evidence in one batch, or not at all: a JUnit file whose evidence is
+// refused after the decode (a failing case id with a bidirectional
+// formatting character) is refused naming failing_cases and appends
+// neither; a JUnit file whose cases exceed the details cap is recorded,
+// its details under the cap counting the passed cases left out (kept in
+// the original); a Sigstore bundle on a server without a Sigstore trust
+// setting is refused with 409 naming the setting.
 func TestIngestAtomicAndCapped(t *testing.T) {
 	e := newAPIEnv(t, Config{})
 	before := e.size(t)
@@ -225,12 +230,31 @@ func TestIngestAtomicAndCapped(t *testing.T) {
 	}
 	big.WriteString(`</testsuite>`)
 	before = e.size(t)
-	code, body = e.post(t, ingestQuery, "application/junit+xml", []byte(big.String()))
+	bidi := `<testsuite name="s"><testcase name="ok"/><testcase name="a&#x202E;b"><failure message="boom"/></testcase></testsuite>`
+	code, body = e.post(t, ingestQuery, "application/junit+xml", []byte(bidi))
 	var ae struct{ Field string }
 	_ = json.Unmarshal(body, &ae)
-	if code != http.StatusBadRequest || ae.Field != "details" || e.size(t) != before {
-		t.Fatalf("over the details cap (%d bytes): %d %s, %d appended; want 400 naming details, nothing appended", big.Len(), code, body, e.size(t)-before)
+	if code != http.StatusBadRequest || !strings.HasPrefix(ae.Field, "failing_cases") || e.size(t) != before {
+		t.Fatalf("a refused evidence: %d %s, %d appended; want 400 naming failing_cases, nothing appended", code, body, e.size(t)-before)
 	}
+	code, body = e.post(t, ingestQuery, "application/junit+xml", []byte(big.String()))
+	if code != http.StatusCreated || e.size(t) != before+2 {
+		t.Fatalf("over the details cap (%d bytes): %d %.300s, %d appended; want 201 and 2", big.Len(), code, body, e.size(t)-before)
+	}
+	ev := e.evidenceOf(t, body)
+	var d ingest.Details
+	if err := ledger.DecodeStrict(ev.Details, &d); err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, ev.Details); err != nil {
+		t.Fatal(err)
+	}
+	if compact.Len() > ledger.MaxDetailsBytes || d.Counts.Tests != 9000 || d.CasesOmitted == nil || d.CasesOmitted.Passed == 0 ||
+		d.CasesOmitted.Passed+len(d.Cases) != 9000 || d.CasesOmitted.KeptIn != "original" {
+		t.Fatalf("details of %d bytes: counts %+v, %d cases kept, omitted %+v", compact.Len(), d.Counts, len(d.Cases), d.CasesOmitted)
+	}
+	before = e.size(t)
 	bundle := []byte(`{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","verificationMaterial":{},"dsseEnvelope":{"payload":"e30=","payloadType":"application/vnd.in-toto+json","signatures":[{"sig":"AAAA"}]}}`)
 	code, body = e.post(t, ingestQuery, "application/vnd.dev.sigstore.bundle.v0.3+json", bundle)
 	if code != http.StatusConflict || !strings.Contains(string(body), "--sigstore-trusted-root") || e.size(t) != before {

@@ -238,25 +238,71 @@ func opEvidenceJSON(e *lcEnv, r *rand.Rand) error {
 	return nil
 }
 
+// opEvidenceJUnit records a JUnit report of two cases, or one of a few
+// hundred (a large-ish suite), with up to three failures each carrying a
+// message (text that HTML escaping changes included); the evidence read
+// back names every failing case and keeps each one's message in its
+// details.
 func opEvidenceJUnit(e *lcEnv, r *rand.Rand) error {
 	commit, api, n := pick(r, lcCommitA, lcCommitB), viaAPI(r), e.m.next()
-	failures, body := 0, ""
+	failures, extra := 0, 0
 	if r.IntN(4) == 0 {
-		failures, body = 1, `<failure message="boom">trace</failure>`
+		failures = 1 + r.IntN(3)
+	}
+	if r.IntN(3) == 0 {
+		extra = 50 + r.IntN(350)
+	}
+	var cases strings.Builder
+	fmt.Fprintf(&cases, "  <testcase classname=\"pkg\" name=\"TestA%d\" time=\"0.5\"/>\n", n)
+	fmt.Fprintf(&cases, "  <testcase classname=\"pkg\" name=\"TestB\" time=\"0.5\"/>\n")
+	for k := range extra {
+		fmt.Fprintf(&cases, "  <testcase classname=\"pkg.K%d\" name=\"test_%d\" time=\"0.001\"/>\n", k%5, k)
+	}
+	want := map[string]string{} // failing case id -> what its message must say
+	for k := range failures {
+		fmt.Fprintf(&cases, "  <testcase classname=\"pkg\" name=\"TestF%d\" time=\"0.1\"><failure message=\"boom %d &lt;x&amp;y&gt;\">trace %d</failure></testcase>\n", k, k, n)
+		want[fmt.Sprintf("pkg > TestF%d", k)] = fmt.Sprintf("boom %d <x&y>\ntrace %d", k, n)
 	}
 	x := fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
-<testsuite name="pkg" tests="2" failures="%d" errors="0" skipped="0" timestamp="2026-11-29T10:%02d:%02d" time="1">
-  <testcase classname="pkg" name="TestA%d" time="0.5">%s</testcase>
-  <testcase classname="pkg" name="TestB" time="0.5"/>
-</testsuite>
-`, failures, n/60%60, n%60, n, body)
+<testsuite name="pkg" tests="%d" failures="%d" errors="0" skipped="0" timestamp="2026-11-29T10:%02d:%02d" time="1">
+%s</testsuite>
+`, 2+extra+failures, failures, n/60%60, n%60, cases.String())
 	f := e.writeFile(fmt.Sprintf("junit-%d.xml", n), []byte(x))
 	es, err := e.record(api, e.rec, "", append([]string{"--format", "junit", f}, lcPins(commit)...)...)
 	if err != nil {
 		return err
 	}
 	e.noteEvidence(es, commit, "ci-tests/v1")
-	e.logf("evidence-junit at %s api=%v: %d entries", commit[:4], api, len(es))
+	e.logf("evidence-junit at %s api=%v: %d cases, %d failing, %d entries", commit[:4], api, 2+extra+failures, failures, len(es))
+	if len(es) == 0 {
+		return nil
+	}
+	var got struct {
+		Evidence ledger.Evidence `json:"evidence"`
+	}
+	if err := e.getJSON("/api/v1/evidence/"+es[len(es)-1].ID, &got); err != nil {
+		return err
+	}
+	var d struct {
+		Cases []struct{ ID, Outcome, Message string } `json:"cases"`
+	}
+	if err := json.Unmarshal(got.Evidence.Details, &d); err != nil {
+		return fmt.Errorf("evidence-junit details: %v", err)
+	}
+	if len(got.Evidence.FailingCases) != failures || got.Evidence.CasesTotal != 2+extra+failures {
+		return fmt.Errorf("evidence-junit: %d failing case ids of %d cases, want %d of %d", len(got.Evidence.FailingCases), got.Evidence.CasesTotal, failures, 2+extra+failures)
+	}
+	for _, c := range d.Cases {
+		if w, ok := want[c.ID]; ok {
+			if c.Outcome != "failed" || c.Message != w {
+				return fmt.Errorf("evidence-junit: case %s is %s with message %q, want failed with %q", c.ID, c.Outcome, c.Message, w)
+			}
+			delete(want, c.ID)
+		}
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("evidence-junit: failing cases missing from the details: %v", want)
+	}
 	return nil
 }
 
