@@ -183,9 +183,10 @@ func runDocPage(t *testing.T, root, page string, blocks []docBlock) {
 		}
 		ran++
 		cmds += commandCount(bl.lines)
-		// Line 1 restores the state and sets the error trap, so line N+1
+		// Line 1 restores the state, exports every variable a block sets
+		// (set -a) and sets the error trap, so line N+1
 		// of the script is line N of the block.
-		script := "source " + shellQuote(state) + "; set -eE -o pipefail; trap 'echo \"docs test: exit $? at block line $((LINENO))\" >&2' ERR\n" +
+		script := "source " + shellQuote(state) + "; set -a -eE -o pipefail; trap 'echo \"docs test: exit $? at block line $((LINENO))\" >&2' ERR\n" +
 			strings.Join(bl.lines, "\n") +
 			"\n{ export -p; echo \"cd $(printf %q \"$PWD\")\"; } > " + shellQuote(state) + "\n"
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
