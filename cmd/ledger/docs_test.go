@@ -151,18 +151,18 @@ func runDocPage(t *testing.T, root, page string, blocks []docBlock) {
 	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
 
 	// The shell state (exported variables and the working directory)
-	// carried from one block to the next.
+	// carried from one block to the next; the server's URL and token are
+	// in it, not in the environment, so that a block may unset them.
 	state := filepath.Join(t.TempDir(), "state.sh")
 	env := []string{
 		"PATH=" + filepath.Dir(ledgerBin) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + dir,
 		"LANG=C.UTF-8",
 		"GIT_CONFIG_NOSYSTEM=1",
-		"LEDGER_SERVER=" + url,
-		"LEDGER_TOKEN=" + token,
 		"TMPDIR=" + os.TempDir(),
 	}
-	if err := os.WriteFile(state, []byte("cd "+shellQuote(dir)+"\n"), 0o600); err != nil {
+	initial := "export LEDGER_SERVER=" + shellQuote(url) + " LEDGER_TOKEN=" + shellQuote(token) + "\ncd " + shellQuote(dir) + "\n"
+	if err := os.WriteFile(state, []byte(initial), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var groups []int
