@@ -318,17 +318,17 @@ func TestReferencePosture(t *testing.T) {
 	}
 }
 
-// readmeEvidence returns the evidence example of README.md's "Recording
-// evidence from CI" section (its first json block).
+// readmeEvidence returns the evidence example of docs/reference/formats.md's
+// "Recording evidence from CI" section (its first json block).
 func readmeEvidence(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/reference/formats.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, sec, ok := strings.Cut(string(b), "## Recording evidence from CI")
 	if !ok {
-		t.Fatal("README has no section Recording evidence from CI")
+		t.Fatal("docs/reference/formats.md has no section Recording evidence from CI")
 	}
 	_, block, ok := strings.Cut(sec, "```json\n")
 	if !ok {
