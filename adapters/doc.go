@@ -1,5 +1,5 @@
 // Package adapters holds the adapters shipped with the ledger for external
-// implementations (README: "External implementations"): PyTorch
+// implementations (docs/reference/implementations.md): PyTorch
 // (pytorch/ledger_torch_adapter.py), MLX (mlx/ledger_mlx_adapter.py) and
 // the shared pure-Python protocol side (python/ledger_adapter.py), plus
 // implementations.yaml, their configuration for `ledger run --impl`. The

@@ -11,7 +11,7 @@ import (
 
 // CountingRule is the one rule that decides which records count, for every
 // gate kind (TRUST.md rule 4). It is shown on the release page and written
-// in the README; each kind's Rule says what a passing and a failing record
+// in docs/reference/release-yaml.md ("Which evidence counts"); each kind's Rule says what a passing and a failing record
 // of that kind are.
 const CountingRule = "Only records at the release's exact pins count: repository, commit, tree where pinned, " +
 	"the digest of every bound artifact the record names, every bound artifact the gate is about, a clean work tree, " +

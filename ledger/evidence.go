@@ -16,7 +16,7 @@ import (
 
 // Caps on the free-text fields of records, in bytes of UTF-8. They are
 // the same for every way a record arrives (API, CLI, forms) and are listed
-// in the README's "Limits" section.
+// in docs/reference/api.md, "Limits".
 const (
 	MaxIdentifier   = 512     // repository, device model and driver, attribute values
 	MaxShortText    = 256     // runner version and commit, case ids, attribute names

@@ -15,8 +15,8 @@ import (
 )
 
 // AdapterProtocol is the version string of the adapter protocol that both
-// sides put in their hello. The README's "External implementations"
-// section is the specification; this file is its Go codec. It carries the
+// sides put in their hello. docs/reference/implementations.md is the
+// specification; this file is its Go codec. It carries the
 // qmv lanes; the allocator lanes use a second version,
 // AllocAdapterProtocol ("ledger-alloc-adapter/1", runner/alloc_ext.go),
 // over the same frames.

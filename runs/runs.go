@@ -9,7 +9,7 @@
 // library: a run is taken by the first agent whose backend, labels, commit
 // and token scope satisfy it, which a FIFO receive cannot express, and a
 // lease is held by one (agent, lease id) pair that every extend and finish
-// must name. See the README's "Runs and agents" section.
+// must name. See docs/reference/runs-and-agents.md.
 //
 // A Store is safe for concurrent use; its methods that change a run are
 // compare-and-set updates, so two agents claiming one run cannot both win.

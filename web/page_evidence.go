@@ -150,7 +150,7 @@ type evidencePage struct {
 }
 
 // Caps on what one evidence page shows, so a page stays small whatever
-// the record holds (the README's "Limits"): the details are shown indented
+// the record holds (docs/reference/api.md, "Limits"): the details are shown indented
 // up to pageDetailsBytes, the case table up to pageCaseRows rows (failing
 // first), the leaf bytes inline up to pageLeafBytes; past them the page
 // says how much is left out and links the raw leaf.

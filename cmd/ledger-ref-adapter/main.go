@@ -1,6 +1,6 @@
 // Command ledger-ref-adapter is the reference adapter of the ledger's
-// adapter protocol (ledger-adapter/1, see the README's "External
-// implementations"): it answers every case with the qmv kernel of the
+// adapter protocol (ledger-adapter/1, see
+// docs/reference/implementations.md): it answers every case with the qmv kernel of the
 // ledger's own CPU backend (backends/cpu), so `ledger run --impl` and the
 // protocol itself are exercised on every CI run without outside software.
 //

@@ -132,8 +132,7 @@ service's back is reported with the first bad leaf index.
 
 With --against FILE|URL (repeatable), prove instead that the log (--db, or
 --server) extends each saved signed checkpoint, with the public key alone
-(--key, default the data directory's ledger.pub); see "Witnesses and offline
-proofs" in the README.
+(--key, default the data directory's ledger.pub); see docs/operations/witnesses.md.
 
 Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 		Args: cobra.NoArgs,

@@ -14,7 +14,7 @@ import (
 
 // addImplFlags adds the external-implementation flags of `ledger run`.
 func addImplFlags(f *pflag.FlagSet, c *runConfig) {
-	f.StringVar(&c.Impl, "impl", "", "run the qmv lanes against this configured external implementation through its adapter (README: External implementations); --repository/--commit/--tree/--dirty then describe the implementation")
+	f.StringVar(&c.Impl, "impl", "", "run the qmv lanes against this configured external implementation through its adapter (docs/reference/implementations.md); --repository/--commit/--tree/--dirty then describe the implementation")
 	f.StringVar(&c.ImplFile, "impls", envOr("LEDGER_IMPLEMENTATIONS", "implementations.yaml"), "implementation configuration file (env LEDGER_IMPLEMENTATIONS)")
 }
 

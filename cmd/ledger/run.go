@@ -42,7 +42,7 @@ func newRunCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run hardware validation lanes and record one evidence record per lane",
-		Long: `Run runs validation lanes (described in the README's "Lanes" section) on a backend, decides each from its
+		Long: `Run runs validation lanes (described in docs/reference/lanes.md) on a backend, decides each from its
 independent reference and negative control, prints a summary table and records
 one evidence record per lane run: into the local database (--db), or to a
 server (--server URL --token T, POST /api/v1/evidence).

@@ -19,7 +19,7 @@ func newSupersedeCmd(a *app) *cobra.Command {
 		Long: `Appends a supersede leaf: the record RECORD_ID (evidence or a head verification) no longer
 counts for any gate of release VERSION at its current pins, failing or passing; it is listed as
 baseline with the author, role and reason. It is the only way a failing record at the pins stops
-failing its gate short of a waiver (see "Which evidence counts" in the README). It lapses when the
+failing its gate short of a waiver (see "Which evidence counts" in docs/reference/release-yaml.md). It lapses when the
 release's pins change.
 
 It needs an admin token holding the release's approval_role when the release names one: locally
