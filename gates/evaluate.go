@@ -60,6 +60,11 @@ type Readiness struct {
 	// (Release.RequireWitnessed) and none is at hand, says why; Ready is
 	// then false.
 	Witnessing string `json:"witnessing,omitempty"`
+
+	// ruled are the records whose authors the release's two-person rule
+	// (Release.Approval) keeps from approving, as of Checkpoint; set by
+	// Evaluate, not part of the verdict's JSON.
+	ruled []handRecord
 }
 
 // Blockers returns "gate (state): reason" for every gate that is neither
@@ -94,6 +99,9 @@ type evaluator struct {
 	// id of the entry they retract.
 	approvals  []approvalEntry
 	supersedes map[string]supersedeEntry
+	// supersedeList is every supersede record for the current pins,
+	// newest first (the two-person rule reads their authors).
+	supersedeList []supersedeEntry
 	// bound are the names of the release's bound artifacts, sorted (the
 	// order mismatches are reported in).
 	bound []string
@@ -218,7 +226,8 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 	if unwitnessed != "" {
 		rd.Ready, rd.Witnessing = false, unwitnessed
 	}
-	rd.Approvals, rd.Approved = ev.approvalStates(rd.Decision())
+	rd.ruled = ev.ruledRecords()
+	rd.Approvals, rd.Approved = ev.approvalStates(rd.Decision(), rd.ruled)
 	return rd, nil
 }
 
