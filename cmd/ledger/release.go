@@ -234,6 +234,9 @@ func releaseSignoff(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "signoff VERSION --gate ID",
 		Short: "Sign off a manual gate (needs a token holding the gate's role); not the release approval",
+		Long: `Signs off a manual gate for the release's current pins, as the token (--server) or the live token
+named by --as (local). The same sign-off again (same gate, role, author and pins) is one fact: it
+appends nothing and answers the entry of the sign-off already recorded (its note stands).`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -249,7 +252,7 @@ func releaseSignoff(a *app) *cobra.Command {
 			if a.JSON {
 				return a.printJSON(map[string]any{"id": e.ID, "index": e.Index, "signoff": so})
 			}
-			fmt.Fprintf(a.stdout, "gate %s of release %s signed off\n", gate, args[0])
+			fmt.Fprintf(a.stdout, "gate %s of release %s signed off by %s: entry %s at index %d\n", gate, args[0], so.Author, e.ID, e.Index)
 			return nil
 		},
 	}
@@ -264,6 +267,10 @@ func releaseApprove(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "approve VERSION",
 		Short: "Record the final release approval; refused (exit 1) unless the release is ready",
+		Long: `Records the final approval of the release, naming the readiness verdict it approves. Refused
+with exit 1 while the release is not ready, and with exit 2 when the approver lacks the release's
+approval role or, under the release's two-person rule (approval: {distinct_from: [...]}), wrote a
+waiver, sign-off or supersede the rule names for the current pins: another person must approve.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
