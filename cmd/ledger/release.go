@@ -237,7 +237,7 @@ func releaseSignoff(a *app) *cobra.Command {
 		Long: `Signs off a manual gate for the release's current pins, as the token (--server) or the live token
 named by --as (local). The same sign-off again (same gate, role, author and pins) is one fact: it
 appends nothing and answers the entry of the sign-off already recorded (its note stands).`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			l, err := a.openLedger(ctx, ledgerOptions{as: as})
@@ -271,7 +271,7 @@ func releaseApprove(a *app) *cobra.Command {
 with exit 1 while the release is not ready, and with exit 2 when the approver lacks the release's
 approval role or, under the release's two-person rule (approval: {distinct_from: [...]}), wrote a
 waiver, sign-off or supersede the rule names for the current pins: another person must approve.`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			l, err := a.openLedger(ctx, ledgerOptions{as: as})
