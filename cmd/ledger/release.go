@@ -443,6 +443,9 @@ func releaseShow(a *app) *cobra.Command {
 			for _, n := range names {
 				fmt.Fprintf(a.stdout, "  artifact  %-14s %s\n", n, rel.Artifacts[n])
 			}
+			if rel.Approval != nil {
+				fmt.Fprintf(a.stdout, "  two-person rule: %s (their authors may not approve)\n", rel.Approval)
+			}
 			for _, g := range rel.Gates {
 				fmt.Fprintf(a.stdout, "  gate %-28s %-16s %s\n", g.ID, g.Kind, g.Title)
 			}

@@ -45,6 +45,9 @@ func TestReleaseTwoPersonCLI(t *testing.T) {
 		os.WriteFile(f, []byte(twoPersonCLIYAML(v.version, v.rule)), 0o644)
 		expect(0, "release", "apply", f)
 	}
+	if out, _ := expect(0, "release", "show", "5.0.0"); !strings.Contains(out, "two-person rule: approval.distinct_from: [waiver, signoff]") {
+		t.Fatalf("release show does not name the two-person rule: %s", out)
+	}
 	expect(0, "token", "create", "--name", "ann", "--scope", "admin", "--role", "release-manager", "--role", "reviewer")
 	expect(0, "token", "create", "--name", "bob", "--scope", "admin", "--role", "release-manager")
 
