@@ -2,6 +2,7 @@ package admit
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
@@ -27,20 +28,27 @@ func Waiver(ctx context.Context, st gates.Recorder, by gates.Actor, version, gat
 }
 
 // Signoff admits and appends by's sign-off of manual gate of release
-// version (gates.RecordSignoff: by must hold the gate's role).
-func Signoff(ctx context.Context, st gates.Recorder, by gates.Actor, version, gate, note string, now time.Time) (gates.Signoff, ledger.Entry, error) {
+// version (gates.RecordSignoff: by must hold the gate's role). The same
+// sign-off again (same release, gate, role, author and pins) appends
+// nothing: the existing sign-off is returned with Existing set.
+func Signoff(ctx context.Context, st gates.Recorder, by gates.Actor, version, gate, note string, now time.Time) (gates.Signoff, ledger.AppendedEntry, error) {
 	return gates.RecordSignoff(ctx, st, version, gate, note, by, now)
 }
 
 // Approval admits and appends by's final approval of release version
 // (gates.RecordApproval): refused with CodePrecondition and the signed
 // verdict when the release is not ready (ManagerNotReady), CodeForbidden
-// when by lacks the release's approval role. The approval names the
-// verdict it approved, so it lapses when the verdict changes
-// (ManagerStale, decided by gates' readiness).
+// when by lacks the release's approval role, and CodeForbidden with the
+// signed verdict when the release's two-person rule (gates.ApprovalRule)
+// excludes by because by waived, signed off or superseded for the
+// current pins (ManagerNotReady: the release is not ready for by's
+// approval; errors.Is(err, gates.ErrTwoPerson)). The approval names the
+// verdict it approved, so it lapses when the verdict changes, or when by
+// later writes a record the two-person rule names (ManagerStale, decided
+// by gates' readiness with the same rule).
 func Approval(ctx context.Context, st gates.Approver, by gates.Actor, version, note string, now time.Time) (gates.Approval, ledger.Entry, *gates.SignedVerdict, error) {
 	a, e, sv, err := gates.RecordApproval(ctx, st, version, note, by, now)
-	if ledger.ErrorCode(err) == ledger.CodePrecondition {
+	if ledger.ErrorCode(err) == ledger.CodePrecondition || errors.Is(err, gates.ErrTwoPerson) {
 		err = refuse(ManagerNotReady, err)
 	}
 	return a, e, sv, err

@@ -55,8 +55,9 @@ const (
 	// approved; the approval counts.
 	ApprovalCurrent = "current"
 	// ApprovalStale: the decision has changed since (a gate changed
-	// state, the pins or the definition changed); the approval no longer
-	// counts.
+	// state, the pins or the definition changed), or the release's
+	// two-person rule (ApprovalRule) excludes the approver; the approval
+	// no longer counts.
 	ApprovalStale = "stale"
 )
 
@@ -81,8 +82,9 @@ type approvalEntry struct {
 }
 
 // approvalStates lists the approvals of ev (newest first) against the
-// decision now, and whether any is current.
-func (ev *evaluator) approvalStates(now Decision) ([]ApprovalState, bool) {
+// decision now and the release's two-person rule (ruled: the records
+// whose authors it keeps from approving), and whether any is current.
+func (ev *evaluator) approvalStates(now Decision, ruled []handRecord) ([]ApprovalState, bool) {
 	var out []ApprovalState
 	approved := false
 	digest := now.Digest()
@@ -94,6 +96,13 @@ func (ev *evaluator) approvalStates(now Decision) ([]ApprovalState, bool) {
 			st.State, st.Why = ApprovalStale, "the approval names no decision (checkpoint and verdict only), so it cannot be shown to hold"
 		case a.DecisionDigest != digest || a.Decision.Digest() != digest:
 			st.State, st.Why = ApprovalStale, staleWhy(*a.Decision, now, a.Checkpoint.Size)
+		}
+		if same := byAuthor(ruled, a.Author); len(same) > 0 {
+			why := ev.rel.Approval.staleWhy(a.Author, same)
+			if st.State == ApprovalStale {
+				why = st.Why + "; " + why
+			}
+			st.State, st.Why = ApprovalStale, why
 		}
 		if st.State == ApprovalCurrent {
 			approved = true

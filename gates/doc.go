@@ -50,7 +50,12 @@
 // (RecordSignoff) are separate from the final release approval
 // (RecordApproval), which is accepted only when the release is ready and
 // names the Decision it approved; a later verdict whose decision differs
-// lists it as stale (Readiness.Approvals) and it no longer counts.
+// lists it as stale (Readiness.Approvals) and it no longer counts. A
+// release may set the two-person rule (ApprovalRule, `approval:
+// {distinct_from: [waiver, signoff]}`): whoever waived, signed off (or
+// superseded, when named) for the current pins may not approve, and an
+// approval whose author does so later is stale. The same sign-off twice
+// (same gate, role, author and pins) is one record (RecordSignoff).
 //
 // Evaluate computes a Readiness as of a checkpoint; Sign signs its canonical
 // JSON with the log key (a signed note) and VerifyVerdict checks it, so a

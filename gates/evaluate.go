@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
-	"github.com/evidence-ledger/ledger/ledger/auth"
 )
 
 // EvalOptions controls Evaluate.
@@ -60,6 +59,11 @@ type Readiness struct {
 	// (Release.RequireWitnessed) and none is at hand, says why; Ready is
 	// then false.
 	Witnessing string `json:"witnessing,omitempty"`
+
+	// ruled are the records whose authors the release's two-person rule
+	// (Release.Approval) keeps from approving, as of Checkpoint; set by
+	// Evaluate, not part of the verdict's JSON.
+	ruled []handRecord
 }
 
 // Blockers returns "gate (state): reason" for every gate that is neither
@@ -94,6 +98,9 @@ type evaluator struct {
 	// id of the entry they retract.
 	approvals  []approvalEntry
 	supersedes map[string]supersedeEntry
+	// supersedeList is every supersede record for the current pins,
+	// newest first (the two-person rule reads their authors).
+	supersedeList []supersedeEntry
 	// bound are the names of the release's bound artifacts, sorted (the
 	// order mismatches are reported in).
 	bound []string
@@ -218,7 +225,8 @@ func Evaluate(ctx context.Context, store ledger.Reader, rel *Release, opts EvalO
 	if unwitnessed != "" {
 		rd.Ready, rd.Witnessing = false, unwitnessed
 	}
-	rd.Approvals, rd.Approved = ev.approvalStates(rd.Decision())
+	rd.ruled = ev.ruledRecords()
+	rd.Approvals, rd.Approved = ev.approvalStates(rd.Decision(), rd.ruled)
 	return rd, nil
 }
 
@@ -565,33 +573,3 @@ func (ev *evaluator) components(g *Gate) []Component {
 	}
 	return out
 }
-
-// resolvePolicy sets ev.policy from the release's policy_digest, else from
-// the registered policy it names (TRUST.md rule 2: a head counts only when
-// it was verified under the policy the release binds); it sets ev.noPolicy
-// instead when the named policy is not registered or the release binds none.
-func (ev *evaluator) resolvePolicy() error {
-	switch {
-	case ev.rel.PolicyDigest != "":
-		ev.policy = ev.rel.PolicyDigest
-	case ev.rel.Policy != "":
-		p, err := auth.ResolvePolicy(ev.ctx, ev.store, ev.rel.Policy, ev.asOf)
-		switch {
-		case ledger.ErrorCode(err) == ledger.CodeNotFound:
-			ev.noPolicy = fmt.Sprintf("the release's policy %q is not registered (ledger policy apply)", ev.rel.Policy)
-		case err != nil:
-			return err
-		default:
-			ev.policy = p.Policy.Digest
-		}
-	default:
-		ev.noPolicy = ReasonNoPolicy
-	}
-	return nil
-}
-
-// ReasonNoPolicy is why a signed-heads gate of a release that binds no
-// trust policy (neither policy nor policy_digest) stays open: a head
-// verification counts only under the policy the release names, never one
-// the verifying caller chose (TRUST.md rule 2).
-const ReasonNoPolicy = "release binds no policy: a head verification counts only under the trust policy the release names (add policy: NAME, registered with `ledger policy apply`, or policy_digest)"

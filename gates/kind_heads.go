@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/evidence-ledger/ledger/ledger/auth"
 )
 
 // KindSignedHeads is the kind of gates over head verifications: each
@@ -144,3 +145,33 @@ func (ev *evaluator) headExcluded(c Component, h ledger.HeadEntry) string {
 	}
 	return ""
 }
+
+// resolvePolicy sets ev.policy from the release's policy_digest, else from
+// the registered policy it names (TRUST.md rule 2: a head counts only when
+// it was verified under the policy the release binds); it sets ev.noPolicy
+// instead when the named policy is not registered or the release binds none.
+func (ev *evaluator) resolvePolicy() error {
+	switch {
+	case ev.rel.PolicyDigest != "":
+		ev.policy = ev.rel.PolicyDigest
+	case ev.rel.Policy != "":
+		p, err := auth.ResolvePolicy(ev.ctx, ev.store, ev.rel.Policy, ev.asOf)
+		switch {
+		case ledger.ErrorCode(err) == ledger.CodeNotFound:
+			ev.noPolicy = fmt.Sprintf("the release's policy %q is not registered (ledger policy apply)", ev.rel.Policy)
+		case err != nil:
+			return err
+		default:
+			ev.policy = p.Policy.Digest
+		}
+	default:
+		ev.noPolicy = ReasonNoPolicy
+	}
+	return nil
+}
+
+// ReasonNoPolicy is why a signed-heads gate of a release that binds no
+// trust policy (neither policy nor policy_digest) stays open: a head
+// verification counts only under the policy the release names, never one
+// the verifying caller chose (TRUST.md rule 2).
+const ReasonNoPolicy = "release binds no policy: a head verification counts only under the trust policy the release names (add policy: NAME, registered with `ledger policy apply`, or policy_digest)"

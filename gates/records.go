@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -239,34 +240,74 @@ func RecordWaiver(ctx context.Context, store Recorder, version, gate, reason str
 }
 
 // RecordSignoff appends a sign-off of manual gate by an actor holding the
-// gate's role, bound to the current pins. Errors: CodeInvalid (no such
-// manual gate), CodeForbidden (role missing), CodeNotFound.
-func RecordSignoff(ctx context.Context, store Recorder, version, gate, note string, by Actor, now time.Time) (Signoff, ledger.Entry, error) {
+// gate's role, bound to the current pins. A sign-off identical to one
+// already in the log is one fact and is not appended again: when the log
+// holds a sign-off of the same release, gate, role, author (by.Name) and
+// pins digest, that sign-off and its entry are returned with Existing set
+// (its note and time stand; the note given now is not recorded). Two
+// concurrent identical sign-offs may both be appended; they count once.
+// Errors: CodeInvalid (no such manual gate), CodeForbidden (role
+// missing), CodeNotFound.
+func RecordSignoff(ctx context.Context, store Recorder, version, gate, note string, by Actor, now time.Time) (Signoff, ledger.AppendedEntry, error) {
 	rel, _, err := LoadRelease(ctx, store, version)
 	if err != nil {
-		return Signoff{}, ledger.Entry{}, err
+		return Signoff{}, ledger.AppendedEntry{}, err
 	}
 	g, ok := rel.gate(gate)
 	if !ok || g.Kind != KindManual {
-		return Signoff{}, ledger.Entry{}, ledger.FieldError("gate", "release %s has no manual gate %q", version, gate)
+		return Signoff{}, ledger.AppendedEntry{}, ledger.FieldError("gate", "release %s has no manual gate %q", version, gate)
 	}
 	if !slices.Contains(by.Roles, g.Role) {
-		return Signoff{}, ledger.Entry{}, ledger.Errorf(ledger.CodeForbidden, "gate %s needs a sign-off by a token holding role %q; %q holds %v", gate, g.Role, by.Name, by.Roles)
+		return Signoff{}, ledger.AppendedEntry{}, ledger.Errorf(ledger.CodeForbidden, "gate %s needs a sign-off by a token holding role %q; %q holds %v", gate, g.Role, by.Name, by.Roles)
 	}
 	if err := ledger.CheckText("note", note, MaxNote, false, true); err != nil {
-		return Signoff{}, ledger.Entry{}, err
+		return Signoff{}, ledger.AppendedEntry{}, err
 	}
 	s := Signoff{Version: version, Type: TypeSignoff, Gate: gate, Role: g.Role, Author: by.Name, Note: strings.TrimSpace(note), PinsDigest: rel.PinsDigest(), CreatedAt: now.UTC()}
+	if old, e, ok, err := sameSignoff(ctx, store, s); err != nil || ok {
+		return old, ledger.AppendedEntry{Entry: e, Existing: ok}, err
+	}
 	body, _ := json.Marshal(s)
 	e, err := appendOne(ctx, store, ledger.KindApproval, body)
-	return s, e, err
+	return s, ledger.AppendedEntry{Entry: e}, err
+}
+
+// errFound stops a walk of the log that found what it looked for.
+var errFound = errors.New("found")
+
+// sameSignoff returns the newest sign-off in the log identical to s
+// (same version, gate, role, author and pins digest) and its entry; ok is
+// false when there is none. A sign-off record that does not decode is an
+// error naming its entry.
+func sameSignoff(ctx context.Context, store ledger.Queries, s Signoff) (Signoff, ledger.Entry, bool, error) {
+	var found Signoff
+	var fe ledger.Entry
+	err := forEachEntry(ctx, store, ledger.EntryFilter{Kind: ledger.KindApproval, Key: s.Version}, func(e ledger.Entry) error {
+		_, o, err := decodeApproval(e)
+		switch {
+		case err != nil:
+			return err
+		case o != nil && o.Gate == s.Gate && o.Role == s.Role && o.Author == s.Author && o.PinsDigest == s.PinsDigest:
+			found, fe = *o, e
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		return found, fe, true, nil
+	}
+	return Signoff{}, ledger.Entry{}, false, err
 }
 
 // RecordApproval evaluates the release now and, only when it is ready,
 // appends the final approval naming the verdict. When not ready it returns
 // a CodePrecondition error listing every gate that is not passed or waived,
 // together with the readiness. Approval needs the release's ApprovalRole
-// when one is set (CodeForbidden otherwise).
+// when one is set (CodeForbidden otherwise). When the release has a
+// two-person rule (Release.Approval) and by wrote a record it names for
+// the current pins, the approval is refused with a CodeForbidden error
+// wrapping ErrTwoPerson that names the rule, by and the records, together
+// with the readiness; nothing is appended.
 func RecordApproval(ctx context.Context, store Approver, version, note string, by Actor, now time.Time) (Approval, ledger.Entry, *SignedVerdict, error) {
 	rel, _, err := LoadRelease(ctx, store, version)
 	if err != nil {
@@ -291,6 +332,9 @@ func RecordApproval(ctx context.Context, store Approver, version, note string, b
 	}
 	if !rd.Ready {
 		return Approval{}, ledger.Entry{}, &sv, &ledger.Error{Code: ledger.CodePrecondition, Message: "release " + version + " is not ready: " + strings.Join(rd.Blockers(), "; ")}
+	}
+	if err := rel.Approval.refusal(version, by.Name, rd.ruled); err != nil {
+		return Approval{}, ledger.Entry{}, &sv, err
 	}
 	d := rd.Decision()
 	a := Approval{Version: version, Type: TypeApproval, Author: by.Name, Note: strings.TrimSpace(note), PinsDigest: rd.PinsDigest,

@@ -42,6 +42,10 @@ type Release struct {
 	// ApprovalRole, when set, is the role a token must hold to record the
 	// final release approval (besides admin scope).
 	ApprovalRole string `yaml:"approval_role,omitempty" json:"approval_role,omitempty"`
+	// Approval, when set, is the release's two-person rule (ApprovalRule):
+	// who may not give the final approval. Nil: anyone holding the
+	// approval role may.
+	Approval *ApprovalRule `yaml:"approval,omitempty" json:"approval,omitempty"`
 	// RequireWitnessed makes the verdict be computed at the newest
 	// checkpoint that met the witness quorum (ledger.WitnessedLog): with
 	// none, or on a store that runs no witnesses, the release is not ready
@@ -202,9 +206,10 @@ func yamlError(err error) error {
 	if !errors.As(err, &te) {
 		return ledger.FieldError("", "%s", strings.Join(yamltext.Messages(err, nil), "; "))
 	}
-	where := map[string]string{"gates.Release": "the release", "gates.Component": "a component", "gates.Gate": "a gate", "gates.Dimension": "a matrix dimension"}
+	where := map[string]string{"gates.Release": "the release", "gates.Component": "a component", "gates.Gate": "a gate", "gates.Dimension": "a matrix dimension",
+		"gates.ApprovalRule": "the approval rule (approval:)"}
 	msgs := yamltext.Messages(err, map[string]string{"gates.Release": "the release (a mapping)", "gates.Component": "a component (a mapping)",
-		"gates.Gate": "a gate (a mapping)", "gates.Dimension": "a matrix dimension (a mapping)"})
+		"gates.Gate": "a gate (a mapping)", "gates.Dimension": "a matrix dimension (a mapping)", "gates.ApprovalRule": "the approval rule (a mapping with distinct_from)"})
 	for i, m := range msgs {
 		// "line 3: field colour not found in type gates.Release" ->
 		// "line 3: unknown key "colour" (in the release)"
@@ -320,6 +325,9 @@ func (r *Release) validate() error {
 	}
 	if r.ApprovalRole != "" && !roleRe.MatchString(r.ApprovalRole) {
 		return ledger.FieldError("approval_role", "role must be 1-64 of [A-Za-z0-9._-], got %q", r.ApprovalRole)
+	}
+	if err := r.Approval.validate(); err != nil {
+		return err
 	}
 	if len(r.Gates) == 0 {
 		return ledger.FieldError("gates", "at least one gate is required")

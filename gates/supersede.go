@@ -121,7 +121,7 @@ type supersedeEntry struct {
 
 // loadSupersedes reads the supersede records of the release as of the
 // evaluation size; those for the current pins apply (the oldest one per
-// superseded entry is kept).
+// superseded entry is kept in supersedes, every one in supersedeList).
 func (ev *evaluator) loadSupersedes() error {
 	pins := ev.rel.PinsDigest()
 	ev.supersedes = map[string]supersedeEntry{}
@@ -129,6 +129,7 @@ func (ev *evaluator) loadSupersedes() error {
 		s, err := decodeSupersede(e)
 		if err == nil && s.PinsDigest == pins {
 			ev.supersedes[s.Entry] = supersedeEntry{e, s} // newest first: the last kept is the oldest
+			ev.supersedeList = append(ev.supersedeList, supersedeEntry{e, s})
 		}
 		return err
 	})

@@ -167,6 +167,10 @@ type SignoffRequest struct {
 	Note string `json:"note,omitempty"`
 }
 
+// handlePostSignoff records a sign-off (admit.Signoff): 201 with the new
+// entry, or 200 with "existing": true and the entry of the identical
+// sign-off already in the log (same gate, role, author and pins), which
+// is not appended again.
 func (s *Server) handlePostSignoff(w http.ResponseWriter, r *http.Request) {
 	var req SignoffRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
@@ -183,8 +187,12 @@ func (s *Server) handlePostSignoff(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.metrics.appended.WithLabelValues(string(ledger.KindApproval)).Inc()
-	s.writeJSON(w, http.StatusCreated, map[string]any{"id": e.ID, "index": e.Index, "signoff": so})
+	status := http.StatusOK
+	if !e.Existing {
+		status = http.StatusCreated
+		s.metrics.appended.WithLabelValues(string(ledger.KindApproval)).Inc()
+	}
+	s.writeJSON(w, status, map[string]any{"id": e.ID, "index": e.Index, "existing": e.Existing, "signoff": so})
 }
 
 // ApprovalRequest is the body of POST /releases/{version}/approvals.

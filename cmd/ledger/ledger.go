@@ -183,7 +183,8 @@ func (l *localLedger) Signoff(ctx context.Context, version, gate, note string) (
 	if err != nil {
 		return gates.Signoff{}, ledger.Entry{}, err
 	}
-	return admit.Signoff(ctx, l.Store, who, version, gate, note, time.Now())
+	so, e, err := admit.Signoff(ctx, l.Store, who, version, gate, note, time.Now())
+	return so, e.Entry, err
 }
 
 func (l *localLedger) Approve(ctx context.Context, version, note string) (gates.Approval, ledger.Entry, *gates.SignedVerdict, error) {

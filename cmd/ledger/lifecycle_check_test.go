@@ -129,8 +129,9 @@ func parseLCVerdict(b []byte) (lcVerdict, error) {
 }
 
 // checkReaders runs the CLI's readers on the local database (every one
-// must answer) and has each release's readiness evaluated both by the
-// server and locally: the two must agree, gate by gate.
+// must answer), checks each release's sign-offs and approvals
+// (checkRecordsOnce) and has each release's readiness evaluated both by
+// the server and locally: the two must agree, gate by gate.
 func (e *lcEnv) checkReaders() error {
 	reads := [][]string{{"release", "show"}, {"token", "list"}, {"runner", "list"}, {"key", "chain"}}
 	if e.m.policies > 0 {
@@ -150,6 +151,9 @@ func (e *lcEnv) checkReaders() error {
 		}
 	}
 	for _, v := range slices.Sorted(mapKeys(e.m.releases)) {
+		if err := e.checkRecordsOnce(v); err != nil {
+			return err
+		}
 		_, b, err := e.get("/api/v1/releases/" + v + "/readiness")
 		if err != nil {
 			return err

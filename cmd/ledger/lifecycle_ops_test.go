@@ -50,7 +50,7 @@ type lcIdem struct {
 }
 
 type lcRelease struct {
-	version, kind, head string // kind: lane, manual or heads
+	version, kind, head string // kind: lane, manual, heads or twoperson
 	approvalRole        bool
 }
 
@@ -151,6 +151,7 @@ var lcOps = []lcOp{
 	{"dashboard-form", 3, []ledger.Kind{ledger.KindWaiver, ledger.KindApproval, ledger.KindSupersede, ledger.KindRelease}, opDashboardForm},
 	{"run-local", 2, []ledger.Kind{ledger.KindEvidence, ledger.KindRunnerKey}, opRunLocal},
 	{"agent-remove", 1, []ledger.Kind{ledger.KindRunnerKey}, opAgentRemove},
+	{"two-person", 2, []ledger.Kind{ledger.KindRelease, ledger.KindApproval, ledger.KindWaiver, ledger.KindToken}, opTwoPerson},
 }
 
 func lcOpByName(name string) (lcOp, bool) {
@@ -581,8 +582,11 @@ func lcReleaseYAML(rel *lcRelease) string {
 	}
 	fmt.Fprintf(&b, "components:\n  - name: core\n    repository: %s\n    reviewed: %s\n    head: %s\n", lcCoreRepo, lcCommitB, rel.head)
 	b.WriteString("gates:\n")
-	if rel.kind == "manual" {
+	if rel.kind == "manual" || rel.kind == "twoperson" {
 		b.WriteString("  - id: review\n    kind: manual\n    role: release-manager\n")
+		if rel.kind == "twoperson" {
+			b.WriteString("approval:\n  distinct_from: [waiver, signoff]\n")
+		}
 		return b.String()
 	}
 	b.WriteString("  - id: qmv\n    kind: lane\n    lane: qmv-bias-sum/v1\n    component: core\n    backends: [cpu]\n")
@@ -1205,6 +1209,9 @@ func opDashboardForm(e *lcEnv, r *rand.Rand) error {
 		v.Set("note", "approved from the dashboard")
 		v.Set("token", e.adm)
 		want = append(want, http.StatusConflict) // not ready
+		if rel.kind == "twoperson" {
+			want = append(want, http.StatusForbidden) // adm waived or signed off
+		}
 	}
 	resp, err = hc.PostForm(e.url+f[0], v)
 	if err != nil {

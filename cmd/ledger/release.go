@@ -308,7 +308,10 @@ func releaseSignoff(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "signoff VERSION --gate ID",
 		Short: "Sign off a manual gate (needs a token holding the gate's role); not the release approval",
-		Args:  cobra.ExactArgs(1),
+		Long: `Signs off a manual gate for the release's current pins, as the token (--server) or the live token
+named by --as (local). The same sign-off again (same gate, role, author and pins) is one fact: it
+appends nothing and answers the entry of the sign-off already recorded (its note stands).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			l, err := a.openLedger(ctx, ledgerOptions{as: as})
@@ -323,7 +326,7 @@ func releaseSignoff(a *app) *cobra.Command {
 			if a.JSON {
 				return a.printJSON(map[string]any{"id": e.ID, "index": e.Index, "signoff": so})
 			}
-			fmt.Fprintf(a.stdout, "gate %s of release %s signed off\n", gate, args[0])
+			fmt.Fprintf(a.stdout, "gate %s of release %s signed off by %s: entry %s at index %d\n", gate, args[0], so.Author, e.ID, e.Index)
 			return nil
 		},
 	}
@@ -338,7 +341,11 @@ func releaseApprove(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "approve VERSION",
 		Short: "Record the final release approval; refused (exit 1) unless the release is ready",
-		Args:  cobra.ExactArgs(1),
+		Long: `Records the final approval of the release, naming the readiness verdict it approves. Refused
+with exit 1 while the release is not ready, and with exit 2 when the approver lacks the release's
+approval role or, under the release's two-person rule (approval: {distinct_from: [...]}), wrote a
+waiver, sign-off or supersede the rule names for the current pins: another person must approve.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			l, err := a.openLedger(ctx, ledgerOptions{as: as})
@@ -509,6 +516,9 @@ func releaseShow(a *app) *cobra.Command {
 			slices.Sort(names)
 			for _, n := range names {
 				fmt.Fprintf(a.stdout, "  artifact  %-14s %s\n", n, rel.Artifacts[n])
+			}
+			if rel.Approval != nil {
+				fmt.Fprintf(a.stdout, "  two-person rule: %s (their authors may not approve)\n", rel.Approval)
 			}
 			for _, g := range rel.Gates {
 				fmt.Fprintf(a.stdout, "  gate %-28s %-16s %s\n", g.ID, g.Kind, g.Title)
