@@ -209,13 +209,18 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 	}
 	done := 0
 	backoff := time.Second
+	var repeats pollErrors
 	for ctx.Err() == nil && (c.MaxRuns == 0 || done < c.MaxRuns) {
 		lease, err := ag.api.Poll(ctx, c.PollWait, health)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			a.log.Warn("agent poll failed", "err", err)
+			if n, ok := repeats.note(err.Error(), time.Now()); ok {
+				a.log.Warn("agent poll failed", "err", err, "same_since_last_warning", n)
+			} else {
+				a.log.Debug("agent poll failed", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -224,6 +229,7 @@ func (a *app) runAgent(ctx context.Context, c agentConfig) error {
 			continue
 		}
 		backoff = time.Second
+		repeats = pollErrors{}
 		if lease == nil {
 			continue
 		}
@@ -245,4 +251,32 @@ func programDigest() (string, error) {
 		return "", fmt.Errorf("hash the running binary: %w", err)
 	}
 	return d, nil
+}
+
+// pollErrors decides which failed polls an agent warns about: a new
+// error at once, the same error again at most once a minute (an agent
+// waiting for its approval would otherwise warn at every retry). Not safe
+// for concurrent use.
+type pollErrors struct {
+	last   string
+	warned time.Time
+	since  int // the same error, not warned about, since the last warning
+}
+
+// pollWarnEvery is how often the same poll error is warned about again.
+const pollWarnEvery = time.Minute
+
+// note records err at now and reports whether to warn, with how many of
+// the same error went unwarned since the last warning.
+func (p *pollErrors) note(err string, now time.Time) (int, bool) {
+	if err != p.last || now.Sub(p.warned) >= pollWarnEvery {
+		n := p.since
+		if err != p.last {
+			n = 0
+		}
+		p.last, p.warned, p.since = err, now, 0
+		return n, true
+	}
+	p.since++
+	return 0, false
 }

@@ -499,3 +499,25 @@ func TestAgentUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPollErrorsWarnOncePerMinute: a new poll error is warned about at
+// once, the same one again only after a minute (with the count of those
+// in between), another one at once.
+func TestPollErrorsWarnOncePerMinute(t *testing.T) {
+	var p pollErrors
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	if _, ok := p.note("403 not approved", t0); !ok {
+		t.Fatal("the first error is not warned about")
+	}
+	for i := 1; i <= 30; i++ {
+		if _, ok := p.note("403 not approved", t0.Add(time.Duration(i)*time.Second)); ok {
+			t.Fatalf("the same error warned about again after %ds", i)
+		}
+	}
+	if n, ok := p.note("403 not approved", t0.Add(time.Minute)); !ok || n != 30 {
+		t.Fatalf("after a minute: warn %v with %d repeats, want true with 30", ok, n)
+	}
+	if _, ok := p.note("connection refused", t0.Add(time.Minute+time.Second)); !ok {
+		t.Fatal("a different error is not warned about at once")
+	}
+}
