@@ -64,8 +64,12 @@ type releasePage struct {
 	// Gates are R's gates in the order reviewers need them: failed, open,
 	// waived, passed (the release's order within a state).
 	Gates []gates.GateResult
-	// Rule is the counting rule every gate follows (gates.CountingRule).
+	// Rule is the counting rule every gate follows (gates.CountingRule),
+	// written once on the page; KindRules are the rules of the gate kinds
+	// the release uses (gates.KindRule), by kind, each gate linking its
+	// kind's.
 	Rule       string
+	KindRules  []kv
 	Components []componentRow
 	Artifacts  []kv
 	Waivers    []gates.WaiverInfo
@@ -143,6 +147,11 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 		Rule:      gates.CountingRule,
 		Artifacts: sortedKV(rel.Artifacts),
 	}
+	kinds := map[string]string{}
+	for _, g := range rel.Gates {
+		kinds[g.Kind] = gates.KindRule(g.Kind)
+	}
+	p.KindRules = sortedKV(kinds)
 	seen := map[string]bool{}
 	for _, g := range p.Gates {
 		p.Waivers = append(p.Waivers, g.Waivers...)
