@@ -15,34 +15,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// releaseSummaries evaluates every defined release (newest definition
-// first) for the overview. A release that fails to evaluate is listed with
-// the problem rather than failing the whole overview.
-func (s *Server) releaseSummaries(ctx context.Context) ([]ReleaseSummary, error) {
-	rels, err := gates.ListReleases(ctx, s.store)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ReleaseSummary, 0, len(rels))
-	for _, rel := range rels {
-		sum := ReleaseSummary{Version: rel.Version, Title: rel.Title}
-		rd, err := s.evaluate(ctx, rel)
-		if err != nil {
-			st, body := errorBody(err)
-			if st >= 500 {
-				s.log.Error("overview: evaluate release", "version", rel.Version, "err", err)
-			}
-			sum.Problem = "cannot evaluate: " + body.Message
-		} else {
-			sum.Ready, sum.ComputedAt = rd.Ready, rd.ComputedAt
-			sum.Passed, sum.Failed = rd.Counts[gates.StatePassed], rd.Counts[gates.StateFailed]
-			sum.Open, sum.Waived = rd.Counts[gates.StateOpen], rd.Counts[gates.StateWaived]
-		}
-		out = append(out, sum)
-	}
-	return out, nil
-}
-
 // componentRow is one component of the release page with the newest
 // signature verification of its signed head and the newest server-computed
 // tree-equivalence evidence for it.
