@@ -3,6 +3,7 @@ package web
 import (
 	"bufio"
 	"net"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // The `make run` database, built the way `make run` builds it: the
@@ -199,4 +201,35 @@ func TestBrowserMakeRunPages(t *testing.T) {
 	}
 	sort.Strings(kinds)
 	t.Logf("%d pages loaded: %s", len(kinds), strings.Join(kinds, " "))
+}
+
+// TestBrowserLongTextWraps: an evidence page whose failed case carries a
+// long unbroken failure message and id, and the page of its original
+// file with a long line, do not overflow a 1400 px window; the evidence
+// page links the original.
+func TestBrowserLongTextWraps(t *testing.T) {
+	ctx := pgBrowser(t)
+	st := pgStore(t)
+	long := strings.Repeat("x", 3000)
+	content := []byte(`<testsuite name="s" tests="1"><testcase classname="c" name="` + long + `"><failure message="` + long + `"/></testcase></testsuite>`)
+	orig := pgAppend(t, st, ledger.KindOriginal, ledger.NewOriginal("junit", "application/junit+xml", content))[0].ID
+	ev := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0)
+	ev.Details = []byte(`{"format":"junit","original":{"id":"` + orig + `","format":"junit"},"cases":[{"id":"c/` + long + `","outcome":"failed","message":"` + long + `"}]}`)
+	id := pgAppend(t, st, ledger.KindEvidence, ev)[0].ID
+	srv := httptest.NewServer(pgServer(t, st))
+	defer srv.Close()
+	art := filepath.Join(pgArtifacts(t), "long-text")
+	if err := os.MkdirAll(art, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pgDo(t, ctx, "viewport", chromedp.EmulateViewport(pgShotWidth, 900))
+	for _, p := range []string{"/evidence/" + id, "/originals/" + orig} {
+		pgDo(t, ctx, p, chromedp.Navigate(srv.URL+p), chromedp.WaitReady(chromedp.CSS(`footer`)))
+		sz := pgVal(t, ctx, p+" size", chromedp.Evaluate[pgPageSize](`({ScrollWidth: document.documentElement.scrollWidth, ClientWidth: document.documentElement.clientWidth})`))
+		pgSave(t, art, pgShotName(p), pgVal(t, ctx, p+" screenshot", chromedp.FullScreenshot(90)))
+		if sz.ScrollWidth > sz.ClientWidth {
+			t.Errorf("%s overflows horizontally: scrollWidth %d > clientWidth %d", p, sz.ScrollWidth, sz.ClientWidth)
+		}
+	}
+	pgDo(t, ctx, "original link", chromedp.Navigate(srv.URL+"/evidence/"+id), chromedp.WaitVisible(chromedp.CSS(`#original-link[href="/originals/`+orig+`"]`)))
 }
