@@ -167,8 +167,10 @@ type overviewPage struct {
 	RepoLanes []repoLanes
 }
 
-// pageOverview is GET /: every release with its gate summary, the latest
-// run of every lane, the latest evidence and the log's checkpoint.
+// pageOverview is GET /: what needs a reviewer (attentionItem), every
+// release most urgent first with its gate summary and approval, the latest
+// run of every lane per backend grouped by repository, the latest
+// evidence and the log's checkpoint.
 func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 	o, err := s.sharedOverview(r.Context())
 	if err != nil {

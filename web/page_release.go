@@ -45,7 +45,6 @@ type releasePage struct {
 	Components []componentRow
 	Artifacts  []kv
 	Waivers    []gates.WaiverInfo
-	Signoffs   []gates.Signoff
 	Manual     []string // ids of manual gates (sign-off form)
 	// Failing are the records that keep a gate failed (supersede form).
 	Failing []failingOption
@@ -140,11 +139,6 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 			p.Manual = append(p.Manual, g.ID)
 		}
 	}
-	// Final approvals are shown from the verdict (R.Approvals), each
-	// current or stale; sign-offs are read here.
-	if _, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
-		return nil, err
-	}
 	treeLane := gates.DefaultTreeEquivalenceLane
 	for _, g := range rel.Gates {
 		if g.Kind == gates.KindTreeEquivalence && g.Lane != "" {
@@ -182,14 +176,17 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 	return p, nil
 }
 
-// pageRelease is GET /releases/{version}: the gate board, failed and open
-// gates first (state as colour and word, reason, the kind's counting rule,
-// the failing records with a link to a trajectory's divergent pair,
-// satisfying evidence, what is missing, baseline evidence with why it does
-// not count, shown without a click, waivers), approvals current or stale,
-// the components with their signed
-// heads and tree equivalence, the bound artifacts, approvals and the forms
-// to waive, sign off and approve.
+// pageRelease is GET /releases/{version}: the readiness and the approval
+// state (who approved, when, current or stale) in the header, then the
+// gate board, failed and open gates first, one row per gate (state as
+// colour and word, a one-line reason, the record that decides it) whose
+// folded details hold the full reason, the failing records with a link to
+// a trajectory's divergent pair, the satisfying evidence, what is missing,
+// the baseline (folded, each with why it does not count) and waivers; the
+// components with their signed heads and tree equivalence, the bound
+// artifacts, the counting rule written once (each gate links its kind's
+// rule), and the forms to waive, sign off, supersede, approve and run the
+// missing lanes.
 func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 	p, err := s.loadReleasePage(r, chi.URLParam(r, "version"))
 	if err != nil {
