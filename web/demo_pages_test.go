@@ -156,6 +156,14 @@ func TestBrowserMakeRunPages(t *testing.T) {
 				Links: Array.from(document.querySelectorAll('main a[href]')).map(a => a.getAttribute('href'))};
 		})()`))
 		heights[p] = sz.Height
+		if p == "/" {
+			// The overview opens with what needs attention: here the
+			// failed Gemma gate of 0.9.0.
+			first := pgVal(t, ctx, "first section", chromedp.Evaluate[string](`document.querySelector('main h2').textContent + ' | ' + document.querySelector('#attention').textContent`))
+			if !strings.HasPrefix(first, "Needs attention | ") || !strings.Contains(first, "0.9.0 gate gemma-automatic-vs-ordinary failed") {
+				t.Errorf("the overview does not open with what needs attention: %q", first)
+			}
+		}
 		pgSave(t, art, pgShotName(p), pgVal(t, ctx, p+" screenshot", chromedp.FullScreenshot(90)))
 		if sz.ScrollWidth > sz.ClientWidth {
 			t.Errorf("%s overflows horizontally: scrollWidth %d > clientWidth %d", p, sz.ScrollWidth, sz.ClientWidth)

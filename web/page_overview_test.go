@@ -8,9 +8,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runs"
+	"github.com/evidence-ledger/ledger/witness"
 )
 
 // pgReadyYAML is a release over the seeded evidence whose one gate the
@@ -42,7 +45,7 @@ func TestOverviewNeedsAttention(t *testing.T) {
 	pgSeed(t, st)
 	pgRelease(t, st, pgReleaseYAML)
 	pgRelease(t, st, pgReadyYAML)
-	other := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0.Add(40*60*60*1e9))
+	other := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0.Add(40*time.Hour))
 	other.Subject.Repository = "github.com/example/app"
 	pgAppend(t, st, ledger.KindEvidence, other)
 	s := pgServer(t, st)
@@ -105,4 +108,52 @@ func TestOverviewWaitingRun(t *testing.T) {
 
 	_, empty := pgGet(t, pgServer(t, pgStore(t)), "/")
 	pgContains(t, "empty overview", empty, "Nothing needs you now")
+}
+
+// TestWitnessAttention: a checkpoint without its quorum, a witness behind
+// the log and a witness that refused the log's checkpoint each need
+// attention; a witnessed log with every witness caught up needs none.
+func TestWitnessAttention(t *testing.T) {
+	if got := witnessAttention(nil, 10); got != nil {
+		t.Errorf("no witnesses: %v", got)
+	}
+	ok := &witness.Status{Quorum: "2", Witnessed: true, Witnesses: []witness.WitnessStatus{{Name: "a", CosignedSize: 10}, {Name: "b", CosignedSize: 10}}}
+	if got := witnessAttention(ok, 10); len(got) != 0 {
+		t.Errorf("witnessed and caught up: %v", got)
+	}
+	bad := &witness.Status{Quorum: "2", Witnesses: []witness.WitnessStatus{{Name: "a", CosignedSize: 7, LastError: "timeout"}, {Name: "b", Refused: true, LastError: "inconsistent"}}}
+	got := witnessAttention(bad, 10)
+	kinds := map[string]string{}
+	for _, a := range got {
+		kinds[a.Title] = a.Kind + ": " + a.Text
+	}
+	if len(got) != 3 || !strings.HasPrefix(kinds["checkpoint unwitnessed"], "witness: quorum 2 not met") ||
+		kinds["witness a is behind"] != "witness: cosigned size 7 of 10: timeout" ||
+		!strings.HasPrefix(kinds["witness b refused the log's checkpoint"], "tampered: ") {
+		t.Errorf("attention %v", kinds)
+	}
+}
+
+// TestOverviewApprovalState: an approved release shows who approved it and
+// sorts last; once a failing run at its pins makes the approval stale, the
+// overview lists the stale approval under Needs attention.
+func TestOverviewApprovalState(t *testing.T) {
+	st := pgStore(t)
+	pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	pgRelease(t, st, pgReadyYAML)
+	if _, _, _, err := gates.RecordApproval(context.Background(), st, "0.40.0", "ship", gates.Actor{Name: "alice"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s := pgServer(t, st)
+	_, body := pgGet(t, s, "/")
+	pgContains(t, "approved", body, `<span class="badge state-passed">approved</span> <span class="note">by alice`)
+	if strings.Contains(body, `data-attention="stale"`) {
+		t.Error("a current approval is listed as needing attention")
+	}
+	_, rel := pgGet(t, s, "/releases/0.40.0")
+	pgContains(t, "release header", rel, `<div id="approvals" class="approval-head">`, `<strong>Approved</strong> <span class="badge state-passed">current</span> by alice`)
+	pgAppend(t, st, ledger.KindEvidence, pgQMV(true, ledger.BackendCPU, pgDigest, pgT0.Add(50*time.Hour)))
+	_, body = pgGet(t, s, "/")
+	pgContains(t, "stale", body, `data-attention="stale"><a href="/releases/0.40.0#approvals">0.40.0 approval by alice is stale</a>`, `<span class="badge state-failed">stale</span>`)
 }
