@@ -132,7 +132,12 @@ func TestBrowserMakeRunPages(t *testing.T) {
 		t.Skip("builds the binary and runs scripts/run.sh")
 	}
 	base := pgMakeRun(t)
+	// The folder holds this run's screenshots only: entry ids differ per
+	// database, so earlier runs' files would pile up.
 	art := filepath.Join(pgArtifacts(t), "make-run")
+	if err := os.RemoveAll(art); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(art, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +232,9 @@ func TestBrowserLongTextWraps(t *testing.T) {
 	srv := httptest.NewServer(pgServer(t, st))
 	defer srv.Close()
 	art := filepath.Join(pgArtifacts(t), "long-text")
+	if err := os.RemoveAll(art); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(art, 0o755); err != nil {
 		t.Fatal(err)
 	}
