@@ -20,7 +20,7 @@ import (
 // HTTP server on a random loopback port over a seeded temporary database.
 // They skip when no Chromium binary is found, unless LEDGER_REQUIRE_BROWSER=1
 // (CI), where that is a failure. LEDGER_CHROMIUM names the binary
-// explicitly. Screenshots go to LEDGER_TEST_ARTIFACTS (or a temp dir).
+// explicitly. Screenshots go to LEDGER_TEST_ARTIFACTS (default var/screenshots/).
 
 func pgChromium(t *testing.T) string {
 	t.Helper()
@@ -40,11 +40,13 @@ func pgChromium(t *testing.T) string {
 	return ""
 }
 
-// pgArtifacts is the folder screenshots are written to.
+// pgArtifacts is the folder screenshots are written to:
+// LEDGER_TEST_ARTIFACTS, else var/screenshots/ in the checkout (ignored by
+// git), where a reviewer of a change opens them.
 func pgArtifacts(t *testing.T) string {
 	dir := os.Getenv("LEDGER_TEST_ARTIFACTS")
 	if dir == "" {
-		return t.TempDir()
+		dir = filepath.Join(pgRepoRoot(t), "var", "screenshots")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -53,8 +55,14 @@ func pgArtifacts(t *testing.T) string {
 }
 
 // pgBrowser starts a fresh headless Chromium (its own user-data-dir) and
-// returns a tab context that ends with the test.
+// returns a tab context that ends with the test, or after 90 s.
 func pgBrowser(t *testing.T) context.Context {
+	t.Helper()
+	return pgBrowserFor(t, 90*time.Second)
+}
+
+// pgBrowserFor is pgBrowser with a time limit of d.
+func pgBrowserFor(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
 	bin := pgChromium(t)
 	opts := []chromedp.ExecAllocatorOption{
@@ -74,7 +82,7 @@ func pgBrowser(t *testing.T) context.Context {
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
-	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelT := context.WithTimeout(ctx, d)
 	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("start chromium %s: %v", bin, err)
@@ -152,7 +160,7 @@ func TestBrowserDashboard(t *testing.T) {
 	// Overview -> release.
 	pgDo(t, ctx, "overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`a[href="/releases/0.32.1"]`)),
 		chromedp.Click(chromedp.CSS(`a[href="/releases/0.32.1"]`)), chromedp.WaitVisible(chromedp.CSS(`#gate-board`)))
-	gatesSeen := pgVal(t, ctx, "read gate board", chromedp.Evaluate[[]pgGateView](`Array.from(document.querySelectorAll('tbody.gate')).map(b => {
+	gatesSeen := pgVal(t, ctx, "read gate board", chromedp.Evaluate[[]pgGateView](`Array.from(document.querySelectorAll('details.gate')).map(b => {
 		const badge = b.querySelector('.gate-state .badge');
 		return {Gate: b.dataset.gate, State: b.dataset.state, Word: badge.textContent.trim(), Colour: getComputedStyle(badge).backgroundColor};
 	})`))
@@ -203,6 +211,8 @@ func TestBrowserDashboard(t *testing.T) {
 	// Record a waiver through the form (CSRF cookie, token field, confirm).
 	pgDo(t, ctx, "waiver form",
 		chromedp.Navigate(srv.URL+"/releases/0.32.1"),
+		// The forms are folded; a click opens the waiver form.
+		chromedp.Click(chromedp.CSS(`#act-waiver > summary`)),
 		chromedp.WaitVisible(chromedp.CSS(`#waiver-form`)),
 		// Accept the form's confirm() question.
 		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),

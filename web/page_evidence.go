@@ -114,7 +114,10 @@ func cleanQuery(q url.Values) url.Values {
 // caseRow is one row of an evidence page's case table.
 type caseRow struct {
 	ID, Result, Expected, Got, Note string
-	Failing                         bool
+	// Message is a failed case's failure message (details.cases[].message,
+	// as the ingest formats keep it), at most pageCaseMessage bytes.
+	Message string
+	Failing bool
 }
 
 // evidencePage is the data of /evidence/{id}.
@@ -147,6 +150,13 @@ type evidencePage struct {
 	CLI         string
 	Trajectory  *trajectoryData
 	VerifierKey string
+	// CountsFor is how the record stands in each release binding its
+	// repository (countsFor); CountsProblem why that is not known.
+	CountsFor     []releaseCount
+	CountsProblem string
+	// OriginalID and OriginalFormat name the original file the record
+	// was decoded from ("" when none).
+	OriginalID, OriginalFormat string
 }
 
 // Caps on what one evidence page shows, so a page stays small whatever
@@ -158,6 +168,7 @@ const (
 	pageDetailsBytes = 64 << 10
 	pageCaseRows     = 500
 	pageLeafBytes    = 256 << 10
+	pageCaseMessage  = 4 << 10
 )
 
 // pageEvidence is GET /evidence/{id}: pins, device, runner build, cases
@@ -217,6 +228,12 @@ func (s *Server) pageEvidence(w http.ResponseWriter, r *http.Request) {
 	}
 	if t, err := trajectoryOf(e); err == nil {
 		data.Trajectory = &t
+	}
+	data.OriginalID, data.OriginalFormat = originalOf(ev.Details)
+	if data.CountsFor, err = s.countsFor(r.Context(), e); err != nil {
+		_, body := errorBody(err)
+		s.log.Warn("evidence page: counts for releases", "id", e.ID, "err", err)
+		data.CountsProblem = "which releases it counts for is not available right now: " + body.Message
 	}
 	cp, err := s.store.Checkpoint(r.Context())
 	if err == nil {
@@ -304,7 +321,10 @@ func parseDetails(raw json.RawMessage) (cases []caseRow, controlSummary, pretty 
 			if !ok {
 				continue
 			}
-			c := caseRow{ID: scalar(o["id"]), Result: scalar(o["result"]), Expected: scalar(o["expected"]), Got: scalar(o["got"]), Note: scalar(o["note"])}
+			c := caseRow{ID: scalar(o["id"]), Result: scalar(o["result"]), Expected: scalar(o["expected"]), Got: scalar(o["got"]), Note: scalar(o["note"]), Message: scalar(o["message"])}
+			if len(c.Message) > pageCaseMessage {
+				c.Message = strings.ToValidUTF8(c.Message[:pageCaseMessage], "") + "…"
+			}
 			if c.Result == "" {
 				// The ingest formats' cases (ingest.Case) carry an outcome.
 				c.Result = scalar(o["outcome"])

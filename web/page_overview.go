@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -42,7 +43,15 @@ type Overview struct {
 	// Checkpoint.Note then carries their cosignatures.
 	Witnesses *witness.Status `json:"witnesses,omitempty"`
 	latest    []ledger.EvidenceEntry
-	// html is the overview page of this value, rendered once.
+	// releaseRows are Releases for the pages, most urgent first;
+	// attention the failed gates, stale approvals and witnessing problems
+	// at this checkpoint (the waiting runs are read per request); lanes
+	// the latest runs grouped by repository.
+	releaseRows []releaseRow
+	attention   []attentionItem
+	lanes       []repoLanes
+	// html is the overview page of this value, rendered once per set of
+	// waiting runs.
 	html renderCache
 }
 
@@ -109,9 +118,10 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 		return nil, err
 	}
 	s.addWitnessing(o)
-	if o.Releases, err = s.releaseSummaries(ctx); err != nil {
+	if o.Releases, o.releaseRows, o.attention, err = s.releaseViews(ctx); err != nil {
 		return nil, err
 	}
+	o.attention = append(o.attention, witnessAttention(o.Witnesses, o.Checkpoint.Size)...)
 	recent, err := s.overviewRecent(ctx, o.Checkpoint.Size)
 	if err != nil {
 		return nil, err
@@ -134,6 +144,7 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 		}
 		return o.Lanes[i].Backend < o.Lanes[j].Backend
 	})
+	o.lanes = laneGroups(recent)
 	o.latest = recent[:min(len(recent), 10)]
 	o.Latest = make([]EvidenceJSON, len(o.latest))
 	for i, e := range o.latest {
@@ -148,18 +159,46 @@ type overviewPage struct {
 	pageBase
 	*Overview
 	Latest []ledger.EvidenceEntry
+	// Attention is what needs a reviewer, most pressing first: a tampered
+	// state, failed gates, stale approvals, runs waiting with no agent,
+	// witnessing problems.
+	Attention []attentionItem
+	Rows      []releaseRow
+	RepoLanes []repoLanes
 }
 
-// pageOverview is GET /: every release with its gate summary, the latest
-// run of every lane, the latest evidence and the log's checkpoint.
+// pageOverview is GET /: what needs a reviewer (attentionItem), every
+// release most urgent first with its gate summary and approval, the latest
+// run of every lane per backend grouped by repository, the latest
+// evidence and the log's checkpoint.
 func (s *Server) pageOverview(w http.ResponseWriter, r *http.Request) {
 	o, err := s.sharedOverview(r.Context())
 	if err != nil {
 		s.renderError(w, r, err)
 		return
 	}
-	b, err := o.html.get("", func() ([]byte, error) {
-		return s.execute("overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest})
+	// Runs and the tamper state are not part of the cached overview: the
+	// rendering is keyed by them.
+	extra := append(s.tamperedAttention(), s.waitingAttention(r.Context())...)
+	var key strings.Builder
+	for _, a := range extra {
+		key.WriteString(a.Kind + "\x00" + a.Link + "\x00" + a.Text + "\x00")
+	}
+	var att []attentionItem
+	for _, a := range extra {
+		if a.Kind == "tampered" {
+			att = append(att, a)
+		}
+	}
+	att = append(att, o.attention...)
+	for _, a := range extra {
+		if a.Kind != "tampered" {
+			att = append(att, a)
+		}
+	}
+	b, err := o.html.get(key.String(), func() ([]byte, error) {
+		return s.execute("overview", overviewPage{pageBase: pageBase{Title: "Overview", Nav: "overview", JSON: "/api/v1/overview"}, Overview: o, Latest: o.latest,
+			Attention: att, Rows: o.releaseRows, RepoLanes: o.lanes})
 	})
 	if err != nil {
 		s.log.Error("render page", "template", "overview", "err", err)

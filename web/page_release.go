@@ -15,34 +15,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// releaseSummaries evaluates every defined release (newest definition
-// first) for the overview. A release that fails to evaluate is listed with
-// the problem rather than failing the whole overview.
-func (s *Server) releaseSummaries(ctx context.Context) ([]ReleaseSummary, error) {
-	rels, err := gates.ListReleases(ctx, s.store)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ReleaseSummary, 0, len(rels))
-	for _, rel := range rels {
-		sum := ReleaseSummary{Version: rel.Version, Title: rel.Title}
-		rd, err := s.evaluate(ctx, rel)
-		if err != nil {
-			st, body := errorBody(err)
-			if st >= 500 {
-				s.log.Error("overview: evaluate release", "version", rel.Version, "err", err)
-			}
-			sum.Problem = "cannot evaluate: " + body.Message
-		} else {
-			sum.Ready, sum.ComputedAt = rd.Ready, rd.ComputedAt
-			sum.Passed, sum.Failed = rd.Counts[gates.StatePassed], rd.Counts[gates.StateFailed]
-			sum.Open, sum.Waived = rd.Counts[gates.StateOpen], rd.Counts[gates.StateWaived]
-		}
-		out = append(out, sum)
-	}
-	return out, nil
-}
-
 // componentRow is one component of the release page with the newest
 // signature verification of its signed head and the newest server-computed
 // tree-equivalence evidence for it.
@@ -64,12 +36,15 @@ type releasePage struct {
 	// Gates are R's gates in the order reviewers need them: failed, open,
 	// waived, passed (the release's order within a state).
 	Gates []gates.GateResult
-	// Rule is the counting rule every gate follows (gates.CountingRule).
+	// Rule is the counting rule every gate follows (gates.CountingRule),
+	// written once on the page; KindRules are the rules of the gate kinds
+	// the release uses (gates.KindRule), by kind, each gate linking its
+	// kind's.
 	Rule       string
+	KindRules  []kv
 	Components []componentRow
 	Artifacts  []kv
 	Waivers    []gates.WaiverInfo
-	Signoffs   []gates.Signoff
 	Manual     []string // ids of manual gates (sign-off form)
 	// Failing are the records that keep a gate failed (supersede form).
 	Failing []failingOption
@@ -143,6 +118,11 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 		Rule:      gates.CountingRule,
 		Artifacts: sortedKV(rel.Artifacts),
 	}
+	kinds := map[string]string{}
+	for _, g := range rel.Gates {
+		kinds[g.Kind] = gates.KindRule(g.Kind)
+	}
+	p.KindRules = sortedKV(kinds)
 	seen := map[string]bool{}
 	for _, g := range p.Gates {
 		p.Waivers = append(p.Waivers, g.Waivers...)
@@ -158,11 +138,6 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 		if g.Kind == gates.KindManual {
 			p.Manual = append(p.Manual, g.ID)
 		}
-	}
-	// Final approvals are shown from the verdict (R.Approvals), each
-	// current or stale; sign-offs are read here.
-	if _, p.Signoffs, err = gates.Approvals(ctx, s.store, rel.Version); err != nil {
-		return nil, err
 	}
 	treeLane := gates.DefaultTreeEquivalenceLane
 	for _, g := range rel.Gates {
@@ -201,14 +176,17 @@ func (s *Server) buildReleasePage(ctx context.Context, rel *gates.Release, entry
 	return p, nil
 }
 
-// pageRelease is GET /releases/{version}: the gate board, failed and open
-// gates first (state as colour and word, reason, the kind's counting rule,
-// the failing records with a link to a trajectory's divergent pair,
-// satisfying evidence, what is missing, baseline evidence with why it does
-// not count, shown without a click, waivers), approvals current or stale,
-// the components with their signed
-// heads and tree equivalence, the bound artifacts, approvals and the forms
-// to waive, sign off and approve.
+// pageRelease is GET /releases/{version}: the readiness and the approval
+// state (who approved, when, current or stale) in the header, then the
+// gate board, failed and open gates first, one row per gate (state as
+// colour and word, a one-line reason, the record that decides it) whose
+// folded details hold the full reason, the failing records with a link to
+// a trajectory's divergent pair, the satisfying evidence, what is missing,
+// the baseline (folded, each with why it does not count) and waivers; the
+// components with their signed heads and tree equivalence, the bound
+// artifacts, the counting rule written once (each gate links its kind's
+// rule), and the forms to waive, sign off, supersede, approve and run the
+// missing lanes.
 func (s *Server) pageRelease(w http.ResponseWriter, r *http.Request) {
 	p, err := s.loadReleasePage(r, chi.URLParam(r, "version"))
 	if err != nil {

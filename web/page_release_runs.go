@@ -52,6 +52,9 @@ type planRow struct {
 	Agents  []string
 	Run     string
 	Spec    runs.Spec
+	// Rule is, for planInvalid, the rule the subject breaks in words
+	// (runs.Spec.Validate's message), shown once per page (runPlan.NameRule).
+	Rule string
 }
 
 // runPlan is the run form's data: the rows, the form's action and CSRF
@@ -63,11 +66,14 @@ type runPlan struct {
 	// Skipped lists the lane gates that need no run, "gate (why)", in one
 	// line: a release whose gates mostly pass renders no row for each.
 	Skipped string
-	Action  string
-	CSRF    string
-	Role    string // the release's approval role ("" : admin scope)
-	Queued  int    // -1: no press to report
-	Problem string
+	// NameRule is the rule an invalid row's subject breaks, written once
+	// for every planInvalid row.
+	NameRule string
+	Action   string
+	CSRF     string
+	Role     string // the release's approval role ("" : admin scope)
+	Queued   int    // -1: no press to report
+	Problem  string
 }
 
 // Queueable counts the rows a press would queue.
@@ -75,6 +81,18 @@ func (p runPlan) Queueable() int {
 	n := 0
 	for _, r := range p.Rows {
 		if r.State == planQueue {
+			n++
+		}
+	}
+	return n
+}
+
+// Unqueueable counts the rows that cannot be queued (no agent serves
+// them, or a run cannot name their subject).
+func (p runPlan) Unqueueable() int {
+	n := 0
+	for _, r := range p.Rows {
+		if r.State == planNoAgent || r.State == planInvalid {
 			n++
 		}
 	}
@@ -134,7 +152,7 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 						return nil, err
 					}
 					row.State, row.Backend = planInvalid, spec.Backend
-					row.Why = "a run cannot name it: " + le.Field + " " + le.Message
+					row.Why, row.Rule = "a run cannot name its "+le.Field, le.Field+" "+le.Message
 					break
 				}
 				key := strings.Join([]string{g.Lane, b, repo, commit, runs.SortedLabels(spec.Labels)}, "|")
@@ -263,6 +281,9 @@ func (s *Server) fillRunPlan(ctx context.Context, w http.ResponseWriter, r *http
 			if row.State == planNotLane {
 				skipped = append(skipped, row.Gate+" ("+row.Why+")")
 				continue
+			}
+			if row.State == planInvalid && plan.NameRule == "" {
+				plan.NameRule = row.Rule
 			}
 			plan.Rows = append(plan.Rows, row)
 		}

@@ -470,7 +470,16 @@ gates:
 	if got, want := planStates(body), map[string][]string{"qmv-cuda": {"invalid"}}; !mapsEqual(got, want) {
 		t.Fatalf("plan: %v, want %v", got, want)
 	}
-	pgContains(t, "plan", body, "cannot be queued", "a run cannot name it: repository must be a repository name")
+	// "Cannot be queued" in a few words per row, the rule written once and
+	// linked.
+	pgContains(t, "plan", body, "cannot be queued", "a run cannot name its repository", `href="#run-name-rule"`, `id="run-name-rule"`)
+	if n := strings.Count(body, "must be a repository name"); n != 1 {
+		t.Errorf("the repository-name rule is written %d times, want once", n)
+	}
+	// Nothing can be queued: no enabled "Queue 0" button.
+	if strings.Contains(body, "Queue 0") || !strings.Contains(body, `<button type="submit" disabled>Queue missing runs</button>`) || !strings.Contains(body, `id="runs-none"`) {
+		t.Error("the page offers a button that would queue nothing")
+	}
 	if strings.Contains(body, "the run plan cannot be computed") {
 		t.Error("the plan failed whole instead of naming the row it cannot queue")
 	}

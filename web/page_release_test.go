@@ -1,6 +1,7 @@
 package web
 
 import (
+	"html/template"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -9,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
 // pgGateStates reads the gate board's states: gate id -> state word.
 func pgGateStates(body string) map[string]string {
 	out := map[string]string{}
-	for _, m := range regexp.MustCompile(`<tbody class="gate" id="gate-[^"]+" data-gate="([^"]+)" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
+	for _, m := range regexp.MustCompile(`<details class="gate gate-[a-z]+" id="gate-[^"]+" data-gate="([^"]+)" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
 		out[m[1]] = m[2]
 	}
 	return out
@@ -41,20 +43,44 @@ func TestReleasePage(t *testing.T) {
 		"Not ready", `<span class="badge state-passed">passed</span>`, `<span class="badge state-open">open</span>`,
 		`href="/evidence/`+ids["promoted"]+`"`, // satisfying evidence
 		`href="/evidence/`+ids["narrow"]+`"`,   // baseline: other artifact digest
-		// Baseline evidence and its reason are shown without a click, the
-		// counting rule once and beside each gate.
-		"does not count:", `<p class="baseline-h">Baseline evidence`, `id="counting-rule"`, `<span class="note gate-rule"><strong>Counts:</strong>`,
+		// Baseline evidence and its reason are one click away, folded; the
+		// counting rule is written once and linked from each gate.
+		"does not count:", `<details class="baseline"><summary>Baseline evidence (`, `id="counting-rule"`, `href="#counting-rule"`,
+		`href="#rule-lane"`, `id="rule-lane"`, `href="#rule-manual"`, `id="rule-manual"`,
 		pgDigest, "libmlx.so", "someone@example.org", `<span class="badge v-unknown_key">unknown_key</span>`, "verdict unknown_key, decision untrusted", "not verified", "no evidence",
 		"Package.resolved", `name="csrf"`, `type="password"`, "/releases/0.32.1/waivers", "Sign off a manual gate",
 	)
-	if strings.Contains(body, "<details><summary>Baseline evidence") {
-		t.Error("baseline evidence is behind a click")
+	if strings.Contains(body, `<details class="baseline" open`) {
+		t.Error("baseline evidence is open by default; it is folded")
 	}
+	// The counting rule and each kind's rule are written once, not per gate.
+	if n := strings.Count(body, "Only records at the release"); n != 1 {
+		t.Errorf("the counting rule is written %d times, want once", n)
+	}
+	for _, k := range []string{"lane", "manual", "signed-heads", "tree-equivalence"} {
+		frag := gates.KindRule(k)[:40]
+		if n := strings.Count(body, template.HTMLEscapeString(frag)); n != 1 {
+			t.Errorf("the %s rule is written %d times, want once", k, n)
+		}
+	}
+	// Each gate is one row: state, one-line reason and the record that
+	// decides it, its details folded; passed qmv-cpu is decided by the
+	// promoted run.
+	row := regexp.MustCompile(`(?s)<details class="gate gate-passed" id="gate-qmv-cpu"[^>]*>\s*<summary class="gate-row">(.*?)</summary>`).FindStringSubmatch(body)
+	if row == nil || !strings.Contains(row[1], `href="/evidence/`+ids["promoted"]+`"`) || !strings.Contains(row[1], `class="gate-reason"`) {
+		t.Errorf("qmv-cpu's row does not name the record that decides it: %v", row)
+	}
+	if strings.Contains(body, `<details class="gate`+" open") {
+		t.Error("a gate's details are open by default")
+	}
+	// The approval state is in the header; the approve button of a
+	// release that is not ready is disabled.
+	pgContains(t, "release page header", body, `<div id="approvals" class="approval-head">`, "not approved yet", `<button type="submit" disabled>Approve</button>`)
 	// Failed and open gates come first: the board lists states in the
 	// order failed, open, waived, passed.
 	rank := map[string]int{"failed": 0, "open": 1, "waived": 2, "passed": 3}
 	last := -1
-	for _, m := range regexp.MustCompile(`<tbody class="gate" id="gate-[^"]+" data-gate="[^"]+" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
+	for _, m := range regexp.MustCompile(`<details class="gate gate-[a-z]+" id="gate-[^"]+" data-gate="[^"]+" data-state="([^"]+)">`).FindAllStringSubmatch(body, -1) {
 		if rank[m[1]] < last {
 			t.Fatalf("gate board not ordered failed, open, waived, passed: a %s gate after a state of rank %d", m[1], last)
 		}

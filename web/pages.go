@@ -29,7 +29,7 @@ var staticFS embed.FS
 // pageTemplates are the page templates every dashboard start-up requires;
 // a missing one fails New.
 var pageTemplates = []string{
-	"overview", "release", "lane", "evidence", "evidence-list", "heads", "trajectory", "error", "runs", "agents",
+	"overview", "releases", "release", "lane", "evidence", "evidence-list", "heads", "trajectory", "error", "runs", "agents",
 }
 
 // pages holds the dashboard templates (parsed once at start-up), the
@@ -173,7 +173,7 @@ func fmtTime(t time.Time) string {
 // navigation entry and the URL of the page's JSON twin in the API.
 type pageBase struct {
 	Title string
-	Nav   string // "overview", "evidence", "heads" or ""
+	Nav   string // "overview", "releases", "evidence", "heads", "runs", "agents" or ""
 	JSON  string // the API URL serving the same data as JSON
 }
 

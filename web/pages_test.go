@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -364,28 +365,25 @@ func TestReadAuthPages(t *testing.T) {
 	}
 }
 
-// TestPageRedirects: /releases (no page of its own) leads to the
-// overview's release list, and /evidence/{id} of an original to the
-// original's page.
+// TestPageRedirects: /releases is the releases list (it redirected to
+// the overview before it had a page), and /evidence/{id} of an original
+// leads to the original's page.
 func TestPageRedirects(t *testing.T) {
 	e := newAPIEnv(t, Config{})
-	for path, want := range map[string]string{
-		"/releases": "/#h-releases",
-	} {
-		resp, err := noRedirect.Get(e.srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != want {
-			t.Errorf("GET %s: %d to %q, want 303 to %q", path, resp.StatusCode, resp.Header.Get("Location"), want)
-		}
+	resp, err := noRedirect.Get(e.srv.URL + "/releases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "<h1>Releases</h1>") || !strings.Contains(string(b), `aria-current="page">Releases`) {
+		t.Errorf("GET /releases: %d, want the releases list page", resp.StatusCode)
 	}
 	body := "<testsuite name=\"s\" tests=\"1\"><testcase classname=\"c\" name=\"a\"/></testsuite>"
 	req, _ := http.NewRequest("POST", e.srv.URL+"/api/v1/evidence?lane=junit-suite/v1&backend=external&repository=github.com/x/y&commit="+strings.Repeat("1", 40)+"&tree="+strings.Repeat("2", 40), strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.record)
 	req.Header.Set("Content-Type", "application/junit+xml")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,6 +394,20 @@ func TestPageRedirects(t *testing.T) {
 	origs, _, err := e.store.Entries(context.Background(), ledger.EntryFilter{Kind: ledger.KindOriginal, Limit: 1})
 	if err != nil || len(origs) == 0 {
 		t.Fatalf("original leaf: %v", err)
+	}
+	// The evidence decoded from it links it.
+	evs, _, err := e.store.Evidence(context.Background(), ledger.EvidenceFilter{Lane: "junit-suite/v1", Limit: 1})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("decoded evidence: %v", err)
+	}
+	resp, err = http.Get(e.srv.URL + "/evidence/" + evs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `href="/originals/`+origs[0].ID+`" id="original-link"`) {
+		t.Error("the evidence page does not link the original it was decoded from")
 	}
 	resp, err = noRedirect.Get(e.srv.URL + "/evidence/" + origs[0].ID)
 	if err != nil {
@@ -454,4 +466,46 @@ func TestEvidencePageIngestedCases(t *testing.T) {
 	id := pgAppend(t, st, ledger.KindEvidence, ev)[0].ID
 	_, body := pgGet(t, pgServer(t, st), "/evidence/"+id)
 	pgContains(t, "evidence", body, "1 failing of 3 listed", `res-failed">failed<`, `res-passed">passed<`, `res-skipped">skipped<`, "{\n  &#34;cases&#34;: [")
+}
+
+// TestEvidencePageCountsFor: an evidence page says, for each release that
+// binds its repository, the gate it counts for or why it does not (the
+// release verdict's reasons: another artifact digest, another backend),
+// and when no gate reads its lane.
+func TestEvidencePageCountsFor(t *testing.T) {
+	st := pgStore(t)
+	ids := pgSeed(t, st)
+	pgRelease(t, st, pgReleaseYAML)
+	s := pgServer(t, st)
+	for _, tc := range []struct {
+		id    string
+		wants []string
+	}{
+		{ids["promoted"], []string{`data-release="0.32.1" data-gate="qmv-cpu" data-count="counts"`, `href="/releases/0.32.1#gate-qmv-cpu">release 0.32.1 gate qmv-cpu</a>: counts`}},
+		{ids["narrow"], []string{`data-gate="qmv-cpu" data-count="baseline"`, "does not count (baseline): other artifact libmlx.so"}},
+		{ids["cuda"], []string{`data-gate="qmv-cpu" data-count="baseline"`, "other backend cuda"}},
+		{ids["trajA"], []string{`data-count="out-of-scope"`, "no gate of this release reads lane trajectory/v1"}},
+	} {
+		code, body := pgGet(t, s, "/evidence/"+tc.id)
+		if code != 200 {
+			t.Fatalf("evidence %s: %d", tc.id, code)
+		}
+		pgContains(t, "evidence "+tc.id, body, tc.wants...)
+	}
+}
+
+// TestEvidencePageFailureMessages: failed cases of an ingested record show
+// their failure message when details carry one, and nothing when absent;
+// the page links the original file the record was decoded from.
+func TestEvidencePageFailureMessages(t *testing.T) {
+	st := pgStore(t)
+	ev := pgQMV(false, ledger.BackendCPU, pgDigest, pgT0)
+	orig := strings.Repeat("ab", 16)
+	ev.Details = json.RawMessage(`{"format":"junit","original":{"id":"` + orig + `","format":"junit"},"cases":[{"id":"t/a","outcome":"passed"},{"id":"t/b","outcome":"failed","message":"expected 3, got 4 <b>"},{"id":"t/c","outcome":"error"}]}`)
+	id := pgAppend(t, st, ledger.KindEvidence, ev)[0].ID
+	_, body := pgGet(t, pgServer(t, st), "/evidence/"+id)
+	pgContains(t, "evidence", body, `<pre class="case-msg">expected 3, got 4 &lt;b&gt;</pre>`, `href="/originals/`+orig+`" id="original-link"`)
+	if n := strings.Count(body, `class="case-msg"`); n != 1 {
+		t.Errorf("%d failure messages shown, want 1 (only the case that carries one)", n)
+	}
 }

@@ -116,9 +116,7 @@ func (s *Server) routes() chi.Router {
 	r.Get("/agents", s.pageAuth(s.pageAgents))
 	r.Get("/lanes/*", s.pageAuth(s.pageLane))
 	r.Get("/trajectories/*", s.pageAuth(s.pageTrajectory))
-	r.Get("/releases", s.pageAuth(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/#h-releases", http.StatusSeeOther) // the overview lists the releases
-	}))
+	r.Get("/releases", s.pageAuth(s.pageReleases))
 	r.Get("/releases/{version}", s.pageAuth(s.pageRelease))
 	// The release page's forms; see page_release_forms.go for their token
 	// and CSRF checks.

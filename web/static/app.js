@@ -13,6 +13,19 @@
       }, function () { btn.textContent = 'Copy failed'; });
     });
   });
+  // A link to a folded part (a gate, the counting rule) opens it and the
+  // <details> around it.
+  function reveal() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    var el = id && document.getElementById(id);
+    if (!el) { return; }
+    for (var p = el; p; p = p.parentElement) {
+      if (p.tagName === 'DETAILS') { p.open = true; }
+    }
+    el.scrollIntoView();
+  }
+  window.addEventListener('hashchange', reveal);
+  reveal();
   // Forms that state their effect ask for confirmation.
   document.querySelectorAll('form[data-confirm]').forEach(function (f) {
     f.addEventListener('submit', function (ev) {
