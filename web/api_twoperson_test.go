@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -114,5 +115,34 @@ func TestTwoPersonRuleAPI(t *testing.T) {
 	post(ann, "0.40.0", "approvals", map[string]string{}, http.StatusCreated)
 	if rd := e.readiness(t, "0.40.0").Readiness; !rd.Approved {
 		t.Fatalf("release without the rule: %+v", rd.Approvals)
+	}
+}
+
+// TestReleasePageShowsTwoPersonRule: the release page's header names the
+// two-person rule of a release that sets it, and says nothing of it for
+// one that does not.
+func TestReleasePageShowsTwoPersonRule(t *testing.T) {
+	st := pgStore(t)
+	hs := httptest.NewServer(pgServer(t, st))
+	t.Cleanup(hs.Close)
+	pgRelease(t, st, twoPersonYAML("0.32.1", true))
+	pgRelease(t, st, twoPersonYAML("0.40.0", false))
+	page := func(version string) string {
+		resp, err := http.Get(hs.URL + "/releases/" + version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		if _, err := io.Copy(&b, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /releases/%s: %d %v", version, resp.StatusCode, err)
+		}
+		return b.String()
+	}
+	if p := page("0.32.1"); !strings.Contains(p, `id="two-person-rule"`) || !strings.Contains(p, "a waiver or signoff for these pins may not approve") {
+		t.Fatal("the release page of a release with the two-person rule does not name it")
+	}
+	if p := page("0.40.0"); strings.Contains(p, `id="two-person-rule"`) {
+		t.Fatal("the release page names a two-person rule the release does not set")
 	}
 }
