@@ -134,6 +134,19 @@ func TestRecordLargeSuite(t *testing.T) {
 			t.Fatalf("%s %s: %v", r.via, r.format, err)
 		}
 		checkLargeSuiteEvidence(t, got.Evidence, n)
+		// `ledger evidence show` lists every failing case of the summary.
+		show, se, code := runBin(t, "", "--server", url, "evidence", "show", r.id)
+		if code != 0 {
+			t.Fatalf("evidence show %s %s: exit %d %s", r.via, r.format, code, se)
+		}
+		for _, id := range got.Evidence.FailingCases {
+			if !strings.Contains(show, id) {
+				t.Fatalf("evidence show %s %s does not list failing case %q:\n%s", r.via, r.format, id, show)
+			}
+		}
+		if !strings.Contains(show, "[cut: ") {
+			t.Fatalf("evidence show %s %s does not show the cut message:\n%s", r.via, r.format, show)
+		}
 		if raw := httpGet(t, url+"/api/v1/originals/"+r.id); raw != string(files[r.format]) {
 			t.Fatalf("%s %s: the original is %d bytes, not the file's %d", r.via, r.format, len(raw), len(files[r.format]))
 		}
