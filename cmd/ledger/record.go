@@ -305,8 +305,12 @@ func (f *recordFlags) params() (ingest.Params, error) {
 	}
 	repo := f.repository
 	if repo == "" {
-		if repo, _ = git("config", "--get", "remote.origin.url"); repo == "" {
+		origin, _ := git("config", "--get", "remote.origin.url")
+		if origin == "" {
 			return p, ledger.FieldError("repository", "--from-git found no remote.origin.url: give --repository")
+		}
+		if repo, err = repositoryOfRemote(origin); err != nil {
+			return p, err
 		}
 	}
 	for _, c := range []struct{ name, flag, git string }{{"commit", f.commit, commit}, {"tree", f.tree, tree}} {
@@ -391,4 +395,21 @@ func recordFormat(ctx context.Context, l theLedger, format, mediaType string, da
 		return l.Store.Append(ctx, recs, idem)
 	}
 	return nil, fmt.Errorf("record %s: unknown ledger", format)
+}
+
+// repositoryOfRemote is the repository name --from-git records for the
+// checkout's origin remote: ledger.NormalizeRepository of a URL
+// ("https://github.com/acme/app.git" and "git@github.com:acme/app" give
+// "github.com/acme/app"). A local path or file:// URL (a clone of a clone)
+// names no repository: it is refused (CodeInvalid naming repository),
+// asking for --repository, rather than recorded as a path.
+func repositoryOfRemote(origin string) (string, error) {
+	o := strings.TrimSpace(origin)
+	local := strings.HasPrefix(o, "/") || strings.HasPrefix(o, ".") || strings.HasPrefix(o, "file:") || strings.HasPrefix(o, "~") ||
+		(len(o) > 1 && o[1] == ':' && !strings.Contains(o, "@")) // C:\ paths
+	repo := ledger.NormalizeRepository(o)
+	if local || !strings.Contains(repo, "/") || !strings.Contains(strings.SplitN(repo, "/", 2)[0], ".") {
+		return "", ledger.FieldError("repository", "--from-git: the origin remote %q is a local path, not a repository's URL: give --repository with the repository's name (e.g. github.com/acme/app)", clipFlag(o))
+	}
+	return repo, nil
 }

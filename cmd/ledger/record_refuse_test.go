@@ -200,3 +200,23 @@ func TestRecordFromGitOutsideACheckout(t *testing.T) {
 		}
 	}
 }
+
+// TestRepositoryOfRemote: --from-git records the origin URL's repository
+// name (scheme, user, port, .git dropped) and refuses a local path.
+func TestRepositoryOfRemote(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://github.com/acme/app.git":     "github.com/acme/app",
+		"git@github.com:acme/app.git":         "github.com/acme/app",
+		"ssh://git@gitlab.example.com:22/a/b": "gitlab.example.com/a/b",
+		"https://github.com/acme/app/":        "github.com/acme/app",
+	} {
+		if got, err := repositoryOfRemote(in); err != nil || got != want {
+			t.Errorf("repositoryOfRemote(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"/home/dev/app", "../app", "file:///srv/git/app.git", "app", "~/src/app"} {
+		if got, err := repositoryOfRemote(in); err == nil || !strings.Contains(err.Error(), "--repository") {
+			t.Errorf("repositoryOfRemote(%q) = %q, %v; want a refusal naming --repository", in, got, err)
+		}
+	}
+}
