@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -86,7 +87,7 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 			if err != nil {
 				return errExit(2, "%v", err)
 			}
-			p, err := f.params()
+			p, err := f.params(args[0])
 			if err != nil {
 				return errExit(2, "record %s: %v", args[0], err)
 			}
@@ -144,7 +145,8 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 	fl.StringVar(&f.tree, "tree", "", "tree id of that commit")
 	fl.StringArrayVar(&f.artifacts, "artifact", nil, "artifact pin NAME=sha256:HEX (repeatable)")
 	fl.BoolVar(&f.fromGit, "from-git", false, "take repository, commit and tree from the git checkout in the current directory (refused when the work tree is dirty)")
-	fl.Int64Var(&maxBody, "max-body", defaultMaxBody, "with --db: the largest input in bytes recorded (the server's default --max-body; decoding takes several times the input's size in memory)")
+	maxBody = defaultMaxBody
+	fl.Var((*sizeValue)(&maxBody), "max-body", "with --db: the largest input recorded, in bytes or with a unit (8MiB, 64MiB) (the server's default --max-body; decoding takes several times the input's size in memory)")
 	fl.StringVar(&signKey, "sign-key", "", "sign each ledger JSON record as a DSSE envelope with this registered runner key (see ledger runner)")
 	return cmd
 }
@@ -267,8 +269,11 @@ func readRecordInput(name string, max int64) ([]byte, error) {
 }
 
 // params turns the flags into ingest.Params; --from-git fills repository,
-// commit and tree from the checkout in the working directory.
-func (f *recordFlags) params() (ingest.Params, error) {
+// commit and tree from the checkout in the working directory, refusing a
+// dirty work tree: a change to a tracked file, or an untracked file that
+// is not ignored (as `ledger run` and Go's vcs.modified judge it), the
+// recorded input itself excepted.
+func (f *recordFlags) params(input string) (ingest.Params, error) {
 	p := ingest.Params{Lane: f.lane, Backend: ledger.Backend(f.backend), Repository: f.repository, Commit: f.commit, Tree: f.tree}
 	arts, err := ingest.ParseArtifacts(f.artifacts)
 	if err != nil {
@@ -296,12 +301,13 @@ func (f *recordFlags) params() (ingest.Params, error) {
 	if err != nil {
 		return p, err
 	}
-	status, err := git("status", "--porcelain", "--untracked-files=no")
+	statusOut, err := exec.Command("git", "status", "--porcelain", "-z").Output()
 	if err != nil {
-		return p, err
+		return p, ledger.FieldError("from-git", "git status --porcelain failed: %v", err)
 	}
-	if status != "" {
-		return p, ledger.FieldError("from-git", "the work tree has uncommitted changes: evidence about a dirty tree never counts")
+	status := string(statusOut) // not trimmed: an entry starts with its status letters or a space
+	if dirty := dirtyPaths(status, input); len(dirty) > 0 {
+		return p, ledger.FieldError("from-git", "the work tree is dirty (%s): evidence about a dirty tree never counts; commit or remove them, and write reports outside the checkout or to an ignored path", strings.Join(dirty, ", "))
 	}
 	repo := f.repository
 	if repo == "" {
@@ -412,4 +418,39 @@ func repositoryOfRemote(origin string) (string, error) {
 		return "", ledger.FieldError("repository", "--from-git: the origin remote %q is a local path, not a repository's URL: give --repository with the repository's name (e.g. github.com/acme/app)", clipFlag(o))
 	}
 	return repo, nil
+}
+
+// dirtyPaths lists what makes a work tree dirty in the output of `git
+// status --porcelain -z` run in the working directory (paths relative to
+// the top of the checkout): every entry but the untracked file input
+// (the file being recorded). At most 3 paths are named, then "N more".
+func dirtyPaths(status, input string) []string {
+	top := ""
+	if out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output(); err == nil {
+		top = strings.TrimSpace(string(out))
+	}
+	in, _ := filepath.Abs(input)
+	if r, err := filepath.EvalSymlinks(in); err == nil {
+		in = r
+	}
+	var out []string
+	n := 0
+	for _, e := range strings.Split(status, "\x00") {
+		if len(e) < 4 {
+			continue
+		}
+		path := e[3:]
+		if strings.HasPrefix(e, "?? ") && top != "" {
+			if p, err := filepath.EvalSymlinks(filepath.Join(top, path)); err == nil && p == in {
+				continue
+			}
+		}
+		if n++; n <= 3 {
+			out = append(out, clipFlag(path))
+		}
+	}
+	if n > 3 {
+		out = append(out, fmt.Sprintf("%d more", n-3))
+	}
+	return out
 }

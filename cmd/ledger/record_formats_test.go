@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -94,13 +95,31 @@ func TestRecordFormats(t *testing.T) {
 	}
 	evs, _, err := st.Evidence(context.Background(), ledger.EvidenceFilter{Commit: head})
 	st.Close()
-	if err != nil || len(evs) != 1 || evs[0].Evidence.Subject.Repository != "https://example.com/repo.git" || evs[0].Evidence.Subject.Tree != gitRun("rev-parse", "HEAD^{tree}") {
+	if err != nil || len(evs) != 1 || evs[0].Evidence.Subject.Repository != "example.com/repo" || evs[0].Evidence.Subject.Tree != gitRun("rev-parse", "HEAD^{tree}") {
 		t.Fatalf("evidence of --from-git: %v %+v", err, evs)
 	}
+	// The recorded report itself may lie untracked in the checkout; any
+	// other untracked file makes the tree dirty, as for `ledger run`.
+	inside := filepath.Join(repo, "report.xml")
+	jb, _ := os.ReadFile(junit)
+	os.WriteFile(inside, bytes.Replace(jb, []byte("ci"), []byte("cj"), 1), 0o644)
+	cmd = exec.Command(ledgerBin, "--db", db, "record", "report.xml", "--lane", "ci-tests/v1", "--backend", "cpu", "--from-git")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("record --from-git of the untracked report itself: %v %s", err, out)
+	}
+	os.WriteFile(filepath.Join(repo, "evil.go"), []byte("package x"), 0o644)
+	cmd = exec.Command(ledgerBin, "--db", db, "record", "report.xml", "--lane", "ci-tests/v1", "--backend", "cpu", "--from-git")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "dirty (evil.go)") {
+		t.Fatalf("record --from-git with an untracked source file: %v %s", err, out)
+	}
+	os.Remove(filepath.Join(repo, "evil.go"))
+	os.Remove(inside)
 	os.WriteFile(filepath.Join(repo, "f"), []byte("dirty"), 0o644)
 	cmd = exec.Command(ledgerBin, "--db", db, "record", junit, "--lane", "ci-tests/v1", "--backend", "cpu", "--from-git")
 	cmd.Dir = repo
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "uncommitted") {
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "dirty (f") {
 		t.Fatalf("record --from-git of a dirty tree: %v %s", err, out)
 	}
 

@@ -122,9 +122,9 @@ func defaultServeConfig() (c ServeConfig, envErr error) {
 		c.ScanEvery = d
 	}
 	if v := os.Getenv("LEDGER_MAX_BODY"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
+		n, err := parseSize(v)
 		if err != nil {
-			return c, fmt.Errorf("LEDGER_MAX_BODY=%q: want a number of bytes", v)
+			return c, fmt.Errorf("LEDGER_MAX_BODY: %v", err)
 		}
 		c.MaxBody = n
 	}
@@ -530,8 +530,8 @@ func newServeCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&c.Addr, "addr", c.Addr, "listen address (env LEDGER_ADDR)")
-	cmd.Flags().Int64Var(&c.MaxBody, "max-body", c.MaxBody, "request body cap in bytes (env LEDGER_MAX_BODY)")
-	cmd.Flags().Int64Var(&c.IngestBudget, "ingest-budget", 0, fmt.Sprintf("memory in bytes that request bodies being decoded may take together; a request past it waits up to 10s, then gets 503 with Retry-After (0: %d times --max-body, two maximum-size bodies at %d bytes per body byte)", web.DefaultIngestBudget(1), web.IngestFactor))
+	cmd.Flags().Var((*sizeValue)(&c.MaxBody), "max-body", "request body cap in bytes, or with a unit: 8MiB, 64MiB (env LEDGER_MAX_BODY)")
+	cmd.Flags().Var((*sizeValue)(&c.IngestBudget), "ingest-budget", fmt.Sprintf("memory (bytes, or with a unit: 2GiB) that request bodies being decoded may take together; a request past it waits up to 10s, then gets 503 with Retry-After (0: %d times --max-body, two maximum-size bodies at %d bytes per body byte)", web.DefaultIngestBudget(1), web.IngestFactor))
 	durationVar(cmd.Flags(), &c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long an Idempotency-Key's answer is replayed (env LEDGER_IDEMPOTENCY_TTL)")
 	cmd.Flags().BoolVar(&c.ReadAuth, "read-auth", c.ReadAuth, "require a read token for GET requests (env LEDGER_READ_AUTH)")
 	cmd.Flags().StringVar(&c.WitnessPolicy, "witness-policy", c.WitnessPolicy, "c2sp.org/tlog-policy file of the witnesses that cosign checkpoints (env LEDGER_WITNESS_POLICY)")
