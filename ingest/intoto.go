@@ -128,6 +128,9 @@ func decodeStatement(ctx context.Context, body []byte, p Params) (*Run, error) {
 		return nil, err
 	}
 	if IsProvenance(st.PredicateType) {
+		if _, err := statementSubject(st); err != nil {
+			return nil, err
+		}
 		return nil, &ledger.Error{Code: ledger.CodeInvalid, Field: "predicateType",
 			Message: "unsigned SLSA provenance is not recorded: send it as a DSSE envelope signed by a registered runner key (" + FormatDSSE + ") or a Sigstore bundle (" + FormatSigstore + ")"}
 	}
