@@ -83,6 +83,10 @@ type slsaV02 struct {
 	} `json:"invocation"`
 }
 
+// maxProvenanceFact is the longest builder id, build type, source URI or
+// ref a provenance record keeps, in bytes.
+const maxProvenanceFact = 1024
+
 // extractProvenance reads the build facts of a SLSA provenance Statement
 // st: the builder id, the build type, the source and the external
 // parameters (ledger.Provenance; VerifiedBy is set by the caller, who
@@ -135,8 +139,12 @@ func extractProvenance(st *Statement) (*ledger.Provenance, error) {
 	if pv.Source.Commit != "" && !ledger.ValidObjectID(pv.Source.Commit) {
 		return nil, ledger.FieldError("predicate.source.commit", "want 40 or 64 lowercase hex digits, got %q", clip(pv.Source.Commit))
 	}
-	pv.BuilderID, pv.BuildType = clip(pv.BuilderID), clip(pv.BuildType)
-	pv.Source.URI, pv.Source.Ref, pv.Source.Repository = clip(pv.Source.URI), clip(pv.Source.Ref), clip(pv.Source.Repository)
+	for _, f := range []struct{ name, v string }{{"builder id", pv.BuilderID}, {"build type", pv.BuildType},
+		{"source uri", pv.Source.URI}, {"source ref", pv.Source.Ref}} {
+		if len(f.v) > maxProvenanceFact {
+			return nil, ledger.FieldError("predicate", "the %s is longer than %d bytes", f.name, maxProvenanceFact)
+		}
+	}
 	if p := bytes.TrimSpace(params); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
 		var buf bytes.Buffer
 		if json.Compact(&buf, p) == nil && buf.Len() <= ledger.ProvenanceParamsMax {
