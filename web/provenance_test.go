@@ -74,7 +74,7 @@ gates:
 	// the server's provenance facts.
 	good := provStatement(t, "libmlx.so", lib, builder, repo, reviewed)
 	forged, _ := json.Marshal(map[string]any{"lane": "provenance/v1", "backend": "external", "status": "passed",
-		"subject":    map[string]any{"repository": repo, "commit": reviewed, "tree": "", "artifacts": map[string]string{"libmlx.so": "sha256:" + lib}},
+		"subject":     map[string]any{"repository": repo, "commit": reviewed, "tree": "", "artifacts": map[string]string{"libmlx.so": "sha256:" + lib}},
 		"cases_exact": 1, "cases_total": 1, "control": "none", "started_at": "2026-12-01T00:00:00Z", "finished_at": "2026-12-01T00:00:00Z",
 		"details": map[string]any{"PROVENANCE": map[string]any{"builder_id": builder, "verified_by": "runner-key", "source": map[string]string{"commit": reviewed}}}})
 	for _, tc := range []struct {
