@@ -188,7 +188,8 @@ func Local(ctx context.Context, keys ledger.Queries, raws []json.RawMessage, sin
 // Decoded admits the records of an input of another format decoded by
 // ingest (the original and its evidence) from p, putting every evidence
 // record through what plain JSON evidence goes through (Admit): server
-// markers (gates.RefuseServerMarkers, CIClaim) and a run claim
+// markers (gates.RefuseDecodedMarkers, CIClaim: details.provenance is
+// the decoder's own, from verified bytes) and a run claim
 // (ledger.RefuseRunClaim) refused, p's token scope checked on the
 // record's own repository, lane and backend (CIScope), and recorded_by
 // stamped (plus the runner that signed it, for a verified envelope; the
@@ -203,7 +204,7 @@ func Decoded(recs []ledger.Record, p Principal) ([]ledger.Record, error) {
 		if r.Kind != ledger.KindEvidence {
 			continue
 		}
-		if err := refuse(CIClaim, gates.RefuseServerMarkers(r.Body, "")); err != nil {
+		if err := refuse(CIClaim, gates.RefuseDecodedMarkers(r.Body, "")); err != nil {
 			return nil, err
 		}
 		if err := refuse(CIClaim, ledger.RefuseRunClaim(r.Body, "")); err != nil {

@@ -44,7 +44,7 @@ var Rules = []Rule{
 	{CIPolicy, "CI job", "choose the trust policy a head is judged by",
 		[]string{"admit.HeadPolicy (a head verification names no policy file, and no policy beside its release)", "gates.LoadRelease (the release names a registered policy)"}},
 	{CIClaim, "CI job", `make a gate pass with a claim the server did not check (a posted "equivalent", a head verdict, a count it did not run)`,
-		[]string{"admit.Admit", "admit.Decoded", "admit.Local", "admit.LocalRecords", "gates.RefuseServerMarkers", "ledger.RefuseRunClaim"}},
+		[]string{"admit.Admit", "admit.Decoded", "admit.Local", "admit.LocalRecords", "gates.RefuseServerMarkers", "gates.RefuseDecodedMarkers", "ledger.RefuseRunClaim"}},
 	{CIScope, "CI job", "record outside its scope",
 		[]string{"admit.Admit", "admit.Decoded", "admit.IngestScope", "admit.RepositoryInScope", "admit.RunInScope", "admit.CancelInScope", "admit.AgentInScope", "admit.AgentServes", "ledger.Token.Covers"}},
 	{CIFiles, "CI job", "read files on the server",

@@ -65,15 +65,29 @@ func laneClaim(e *ledger.Evidence) string {
 func headClaim(_ *ledger.HeadVerification) string { return "" }
 
 // RefuseServerMarkers returns a CodeInvalid error naming
-// prefix+"details.computed_by" (prefix is "" for a single body, "[3]." for
-// the fourth of a batch) when an evidence body posted by a client carries a
-// member that only the server may set (ledger.ComputedByField, in any
-// letter case, the way encoding/json matches names), or nil. Bodies that
+// prefix+"details.computed_by" or prefix+"details.provenance" (prefix is
+// "" for a single body, "[3]." for the fourth of a batch) when an evidence
+// body posted by a client carries a member that only the server may set
+// (ledger.ComputedByField, the tree check's verdict;
+// ledger.ProvenanceField, the facts of a verified provenance), in any
+// letter case, the way encoding/json matches names, or nil. Bodies that
 // are not JSON objects are left to the evidence decoder. Safe for
 // concurrent use.
 func RefuseServerMarkers(body []byte, prefix string) error {
-	if bytes.IndexByte(body, '\\') < 0 && !containsFold(body, ledger.ComputedByField) {
-		return nil // fast path: no escape could spell the name either
+	return refuseMarkers(body, prefix, true)
+}
+
+// RefuseDecodedMarkers is RefuseServerMarkers for a record the server
+// decoded itself from another format (ingest): details.provenance is
+// what the decoder extracted from verified bytes there, so only
+// details.computed_by is refused.
+func RefuseDecodedMarkers(body []byte, prefix string) error {
+	return refuseMarkers(body, prefix, false)
+}
+
+func refuseMarkers(body []byte, prefix string, provenance bool) error {
+	if bytes.IndexByte(body, '\\') < 0 && !containsFold(body, ledger.ComputedByField) && (!provenance || !containsFoldAny(body, ledger.ProvenanceField)) {
+		return nil // fast path: no escape could spell the names either
 	}
 	var probe struct {
 		Details json.RawMessage `json:"details"`
@@ -89,8 +103,29 @@ func RefuseServerMarkers(body []byte, prefix string) error {
 		if strings.EqualFold(k, ledger.ComputedByField) {
 			return ledger.FieldError(prefix+"details."+ledger.ComputedByField, "is set only by the server's own tree check; a posted verdict is a claim (record the comparison's inputs instead)")
 		}
+		if provenance && strings.EqualFold(k, ledger.ProvenanceField) {
+			return ledger.FieldError(prefix+"details."+ledger.ProvenanceField, "is set only by the server from a verified SLSA provenance Statement; a posted one is a claim (post the signed provenance: a DSSE envelope or a Sigstore bundle)")
+		}
 	}
 	return nil
+}
+
+// containsFoldAny reports whether s contains the ASCII string sub,
+// ignoring ASCII letter case.
+func containsFoldAny(s []byte, sub string) bool {
+	lo, up := sub[0]|0x20, sub[0]&^0x20
+	for i := 0; i+len(sub) <= len(s); {
+		j := bytes.IndexAny(s[i:], string([]byte{lo, up}))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		if at+len(sub) <= len(s) && bytes.EqualFold(s[at:at+len(sub)], []byte(sub)) {
+			return true
+		}
+		i = at + 1
+	}
+	return false
 }
 
 // containsFold reports whether s contains the ASCII string sub, ignoring

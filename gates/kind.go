@@ -37,7 +37,7 @@ type kindSpec struct {
 }
 
 // kinds is every gate kind, in the order messages list them.
-var kinds = []*kindSpec{&laneKind, &signedHeadsKind, &treeEquivalenceKind, &trajectoryKind, &matrixKind, &manualKind}
+var kinds = []*kindSpec{&laneKind, &signedHeadsKind, &treeEquivalenceKind, &trajectoryKind, &matrixKind, &manualKind, &provenanceKind}
 
 // kindOf returns the kind named name, or nil.
 func kindOf(name string) *kindSpec {
@@ -67,9 +67,11 @@ var gateFields = []struct {
 }{
 	{"agent_labels", func(g *Gate) bool { return len(g.AgentLabels) > 0 }},
 	{"all_backends", func(g *Gate) bool { return g.AllBackends }},
+	{"artifact", func(g *Gate) bool { return g.Artifact != "" }},
 	{"artifacts", func(g *Gate) bool { return len(g.Artifacts) > 0 }},
 	{"at", func(g *Gate) bool { return g.At != "" }},
 	{"backends", func(g *Gate) bool { return len(g.Backends) > 0 }},
+	{"builders", func(g *Gate) bool { return len(g.Builders) > 0 }},
 	{"cases", func(g *Gate) bool { return g.Cases != 0 }},
 	{"component", func(g *Gate) bool { return g.Component != "" }},
 	{"components", func(g *Gate) bool { return len(g.Components) > 0 }},
@@ -81,6 +83,7 @@ var gateFields = []struct {
 	{"role", func(g *Gate) bool { return g.Role != "" }},
 	{"runner", func(g *Gate) bool { return g.Runner != "" }},
 	{"signed_by", func(g *Gate) bool { return len(g.SignedBy) > 0 }},
+	{"source", func(g *Gate) bool { return g.Source != "" }},
 	{"trajectories", func(g *Gate) bool { return len(g.Trajectories) > 0 }},
 }
 
@@ -110,7 +113,7 @@ func (r *Release) validateGate(i int, components map[string]bool) error {
 			return ledger.FieldError(f+"."+gf.name, "field %s is not used by gates of kind %s", gf.name, g.Kind)
 		}
 	}
-	for _, check := range []func(*kindSpec, *Gate, string, map[string]bool) error{checkLane, checkComponent, checkBackends, r.checkArtifacts, checkCounts, checkComponents, checkSignedBy} {
+	for _, check := range []func(*kindSpec, *Gate, string, map[string]bool) error{checkLane, checkComponent, checkBackends, r.checkArtifacts, r.checkArtifact, checkCounts, checkComponents, checkSignedBy} {
 		if err := check(k, g, f, components); err != nil {
 			return err
 		}
@@ -165,6 +168,19 @@ func (r *Release) checkArtifacts(_ *kindSpec, g *Gate, f string, _ map[string]bo
 		if _, ok := r.Artifacts[a]; !ok {
 			return ledger.FieldError(fmt.Sprintf("%s.artifacts[%d]", f, j), "artifact %q is not bound by the release (artifacts:)", a)
 		}
+	}
+	return nil
+}
+
+func (r *Release) checkArtifact(k *kindSpec, g *Gate, f string, _ map[string]bool) error {
+	if !k.uses("artifact") {
+		return nil
+	}
+	if g.Artifact == "" {
+		return ledger.FieldError(f+".artifact", "required: the bound artifact (artifacts:) the provenance must be about")
+	}
+	if _, ok := r.Artifacts[g.Artifact]; !ok {
+		return ledger.FieldError(f+".artifact", "artifact %q is not bound by the release (artifacts:)", g.Artifact)
 	}
 	return nil
 }

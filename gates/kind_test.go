@@ -31,7 +31,8 @@ func TestKindsTable(t *testing.T) {
 	// Every field set on a kind that does not use it is refused, naming it.
 	full := Gate{AllBackends: true, Artifacts: []string{"lib"}, At: "head", Backends: []string{"cpu"}, Cases: 1, Component: "core",
 		Components: []string{"core"}, Dimensions: []Dimension{{"d", []string{"v"}}}, Freshness: "1h", Lane: "x/v1", MinRuns: 1,
-		Modes: []string{"a", "b"}, Role: "r", Trajectories: []string{"t"}, SignedBy: []string{"ci"}, Runner: "agent", AgentLabels: map[string]string{"gpu": "h200"}}
+		Modes: []string{"a", "b"}, Role: "r", Trajectories: []string{"t"}, SignedBy: []string{"ci"}, Runner: "agent", AgentLabels: map[string]string{"gpu": "h200"},
+		Artifact: "lib", Builders: []string{"https://builder.example/b"}, Source: "head"}
 	for _, k := range kinds {
 		for _, gf := range gateFields {
 			if k.uses(gf.name) {
@@ -94,5 +95,11 @@ func clearField(g *Gate, name string) {
 		g.Runner = ""
 	case "agent_labels":
 		g.AgentLabels = nil
+	case "artifact":
+		g.Artifact = ""
+	case "builders":
+		g.Builders = nil
+	case "source":
+		g.Source = ""
 	}
 }

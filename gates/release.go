@@ -153,6 +153,15 @@ type Gate struct {
 	// "run the missing lanes" queues its runs with these labels.
 	AgentLabels map[string]string `yaml:"agent_labels,omitempty" json:"agent_labels,omitempty"`
 
+	// Artifact is the bound artifact a provenance gate is about.
+	Artifact string `yaml:"artifact,omitempty" json:"artifact,omitempty"`
+	// Builders are the SLSA builder ids (runDetails.builder.id, v0.2's
+	// builder.id) whose provenance a provenance gate counts, exact.
+	Builders []string `yaml:"builders,omitempty" json:"builders,omitempty"`
+	// Source is the commit of Component a provenance must name as the
+	// build's source: "reviewed" (the default) or "head".
+	Source string `yaml:"source,omitempty" json:"source,omitempty"`
+
 	freshness time.Duration
 }
 

@@ -27,18 +27,21 @@ type OriginalRef struct {
 // failing_cases leaves out past ledger.MaxFailingCases (the first ones in
 // the input's order are kept).
 type Details struct {
-	Format         string        `json:"format"`
-	Original       OriginalRef   `json:"original"`
-	Counts         Counts        `json:"counts"`
-	Declared       *Declared     `json:"declared,omitempty"`
-	CountMismatch  string        `json:"count_mismatch,omitempty"`
-	Truncated      bool          `json:"truncated,omitempty"`
-	Notes          []string      `json:"notes,omitempty"`
-	PredicateType  string        `json:"predicate_type,omitempty"`
-	Identity       *Identity     `json:"runner_identity,omitempty"`
-	Cases          []Case        `json:"cases"`
-	CasesOmitted   *CasesOmitted `json:"cases_omitted,omitempty"`
-	FailingOmitted int           `json:"failing_cases_omitted,omitempty"`
+	Format        string      `json:"format"`
+	Original      OriginalRef `json:"original"`
+	Counts        Counts      `json:"counts"`
+	Declared      *Declared   `json:"declared,omitempty"`
+	CountMismatch string      `json:"count_mismatch,omitempty"`
+	Truncated     bool        `json:"truncated,omitempty"`
+	Notes         []string    `json:"notes,omitempty"`
+	PredicateType string      `json:"predicate_type,omitempty"`
+	Identity      *Identity   `json:"runner_identity,omitempty"`
+	// Provenance is set only by the server, from a verified provenance
+	// Statement (ledger.ProvenanceField).
+	Provenance     *ledger.Provenance `json:"provenance,omitempty"`
+	Cases          []Case             `json:"cases"`
+	CasesOmitted   *CasesOmitted      `json:"cases_omitted,omitempty"`
+	FailingOmitted int                `json:"failing_cases_omitted,omitempty"`
 }
 
 // OriginalEntryID is the entry id the original gets in the log.
@@ -166,10 +169,18 @@ func (p Params) evidence(r *Run, orig ledger.Original, id string) (ledger.Eviden
 	if err != nil {
 		return ev, err
 	}
+	if r.Provenance != nil {
+		// Provenance counts only from verified bytes: the decoder that
+		// verified the signature set the identity.
+		if r.Identity == nil || r.Identity.Kind == "" {
+			return ev, ledger.FieldError("predicateType", "SLSA provenance is recorded only from a verified signature (a DSSE envelope of a registered runner key, a Sigstore bundle)")
+		}
+		r.Provenance.VerifiedBy = r.Identity.Kind
+	}
 	c := r.Tally()
 	d := Details{Format: orig.Format, Original: OriginalRef{ID: id, Digest: orig.Digest, Format: orig.Format, MediaType: orig.MediaType},
 		Counts: c, Declared: r.Declared, CountMismatch: r.Declared.mismatch(c), Truncated: r.Truncated, Notes: keptNotes(r.Notes),
-		PredicateType: r.PredicateType, Identity: r.Identity}
+		PredicateType: r.PredicateType, Identity: r.Identity, Provenance: r.Provenance}
 	var failingIDs []string
 	for _, k := range r.Cases {
 		if failing(k.Outcome) {

@@ -120,10 +120,19 @@ func DecodeStatement(body []byte) (*Statement, error) {
 	return &st, nil
 }
 
+// decodeStatement decodes a bare (unsigned) Statement. Provenance is
+// refused: its facts count only from verified bytes.
 func decodeStatement(ctx context.Context, body []byte, p Params) (*Run, error) {
 	st, err := DecodeStatement(body)
 	if err != nil {
 		return nil, err
+	}
+	if IsProvenance(st.PredicateType) {
+		if _, err := statementSubject(st); err != nil {
+			return nil, err
+		}
+		return nil, &ledger.Error{Code: ledger.CodeInvalid, Field: "predicateType",
+			Message: "unsigned SLSA provenance is not recorded: send it as a DSSE envelope signed by a registered runner key (" + FormatDSSE + ") or a Sigstore bundle (" + FormatSigstore + ")"}
 	}
 	return p.statementRun(ctx, st)
 }
@@ -136,18 +145,22 @@ func decodeStatement(ctx context.Context, body []byte, p Params) (*Run, error) {
 // It stops with ctx.Err() once ctx is done (checked every cancelStep
 // cases).
 func (p Params) statementRun(ctx context.Context, st *Statement) (*Run, error) {
-	want := p.PredicateType
-	if want == "" {
-		want = PredicateTestResult
-	}
-	if st.PredicateType != want && want != AnyPredicate {
-		return nil, ledger.FieldError("predicateType", "the lane expects %s, the statement is %s", clip(want), clip(st.PredicateType))
+	if err := p.acceptsPredicate(st.PredicateType); err != nil {
+		return nil, err
 	}
 	subj, err := statementSubject(st)
 	if err != nil {
 		return nil, err
 	}
 	r := &Run{Subject: subj, PredicateType: st.PredicateType}
+	if IsProvenance(st.PredicateType) {
+		if r.Provenance, err = extractProvenance(st); err != nil {
+			return nil, err
+		}
+		if src := r.Provenance.Source; p.Commit == "" && p.Repository == "" && subj.Commit == "" && src.Commit != "" {
+			subj.Commit, subj.Repository = src.Commit, src.Repository
+		}
+	}
 	if st.PredicateType != PredicateTestResult {
 		r.Cases = []Case{{ID: st.PredicateType, Outcome: Passed}}
 		return r, nil

@@ -81,6 +81,9 @@ type Run struct {
 	// record carries it (ledger.Evidence.Signer), so signed_by gates
 	// count it.
 	Signer *ledger.Signer
+	// Provenance is the build facts of a SLSA provenance Statement,
+	// extracted from its verified bytes; nil for other inputs.
+	Provenance *ledger.Provenance
 }
 
 // Tally counts r's cases by outcome.

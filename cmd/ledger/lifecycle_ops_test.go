@@ -127,6 +127,7 @@ var lcOps = []lcOp{
 	{"evidence-intoto", 3, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence}, opEvidenceInToto},
 	{"evidence-dsse-intoto", 3, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSEInToto},
 	{"evidence-dsse-native", 3, []ledger.Kind{ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSENative},
+	{"evidence-dsse-provenance", 2, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSEProvenance},
 	{"runner-add", 2, []ledger.Kind{ledger.KindRunnerKey}, opRunnerAdd},
 	{"runner-revoke", 1, []ledger.Kind{ledger.KindRunnerKey}, opRunnerRevoke},
 	{"token-create", 3, []ledger.Kind{ledger.KindToken, ledger.KindEvidence}, opTokenCreate},
@@ -399,6 +400,45 @@ func opEvidenceDSSEInToto(e *lcEnv, r *rand.Rand) error {
 	return nil
 }
 
+// lcLib is the artifact the lane releases bind and their provenance gate
+// is about; lcBuilder the builder id that gate allows.
+const (
+	lcLib     = "libcore.so"
+	lcLibSum  = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	lcBuilder = "https://ci.example/builder@v1"
+)
+
+// opEvidenceDSSEProvenance records SLSA provenance v1 of libcore.so signed
+// by a live runner key: from the allowed builder or another, at commit A
+// or B.
+func opEvidenceDSSEProvenance(e *lcEnv, r *rand.Rand) error {
+	rn, err := e.liveRunner(r)
+	if err != nil {
+		return err
+	}
+	priv, err := runnerPriv(rn.key)
+	if err != nil {
+		return err
+	}
+	commit, api, n := pick(r, lcCommitA, lcCommitB), viaAPI(r), e.m.next()
+	builder := pick(r, lcBuilder, "https://other.example/builder@v1")
+	st := `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"` + lcLib + `","digest":{"sha256":"` + strings.TrimPrefix(lcLibSum, "sha256:") +
+		`"}}],"predicateType":"https://slsa.dev/provenance/v1","predicate":{"buildDefinition":{"buildType":"https://ci.example/build@v1","externalParameters":{"n":` + fmt.Sprint(n) +
+		`},"resolvedDependencies":[{"uri":"git+https://` + lcCoreRepo + `@refs/heads/main","digest":{"gitCommit":"` + commit + `"}}]},"runDetails":{"builder":{"id":"` + builder + `"}}}}`
+	env, err := verify.SignRunnerEnvelope(context.Background(), priv, ledger.PayloadTypeInToto, []byte(st))
+	if err != nil {
+		return err
+	}
+	f := e.writeFile(fmt.Sprintf("provenance-%d.dsse.json", n), env)
+	es, err := e.record(api, e.rec, "", "--format", "dsse", f, "--lane", "provenance/v1", "--backend", "cpu", "--tree", lcTree)
+	if err != nil {
+		return err
+	}
+	e.noteEvidence(es, commit, "provenance/v1")
+	e.logf("evidence-dsse-provenance by %s builder %s at %s api=%v: %d entries", rn.name, builder, commit[:4], api, len(es))
+	return nil
+}
+
 func opEvidenceDSSENative(e *lcEnv, r *rand.Rand) error {
 	rn, err := e.liveRunner(r)
 	if err != nil {
@@ -592,6 +632,8 @@ func lcReleaseYAML(rel *lcRelease) string {
 	b.WriteString("  - id: qmv\n    kind: lane\n    lane: qmv-bias-sum/v1\n    component: core\n    backends: [cpu]\n")
 	b.WriteString("  - id: ci\n    kind: lane\n    lane: ci-tests/v1\n    component: core\n    backends: [cpu]\n")
 	b.WriteString("  - id: review\n    kind: manual\n    role: reviewer\n")
+	fmt.Fprintf(&b, "  - id: built\n    kind: provenance\n    component: core\n    artifact: %s\n    builders: [%q]\n", lcLib, lcBuilder)
+	fmt.Fprintf(&b, "artifacts:\n  %s: %s\n", lcLib, lcLibSum)
 	return b.String()
 }
 
