@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"encoding/json"
 	"mime"
 	"net/http"
 	"time"
@@ -135,9 +136,27 @@ func actorOf(r *http.Request) (gates.Actor, error) { return admit.Actor(principa
 // WaiverRequest is the body of POST /releases/{version}/waivers; the
 // author is the token's name.
 type WaiverRequest struct {
-	Gate    string    `json:"gate"`
-	Reason  string    `json:"reason"`
-	Expires time.Time `json:"expires"` // RFC 3339
+	Gate    string      `json:"gate"`
+	Reason  string      `json:"reason"`
+	Expires RFC3339Time `json:"expires"`
+}
+
+// RFC3339Time is a time in a request body, RFC 3339 ("2027-01-05T00:00:00Z");
+// anything else is refused naming expires and the shape it wants.
+type RFC3339Time struct{ time.Time }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *RFC3339Time) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return ledger.FieldError("expires", "want an RFC 3339 time as a string, such as \"2027-01-05T00:00:00Z\"")
+	}
+	v, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return ledger.FieldError("expires", "%q is not an RFC 3339 time such as \"2027-01-05T00:00:00Z\" (the CLI's --expires takes durations such as 14d)", clipText(s))
+	}
+	t.Time = v
+	return nil
 }
 
 func (s *Server) handlePostWaiver(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +170,7 @@ func (s *Server) handlePostWaiver(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	wv, e, err := admit.Waiver(r.Context(), s.store, who, chi.URLParam(r, "version"), req.Gate, req.Reason, req.Expires, s.cfg.Now())
+	wv, e, err := admit.Waiver(r.Context(), s.store, who, chi.URLParam(r, "version"), req.Gate, req.Reason, req.Expires.Time, s.cfg.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return

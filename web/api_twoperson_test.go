@@ -146,3 +146,29 @@ func TestReleasePageShowsTwoPersonRule(t *testing.T) {
 		t.Fatal("the release page names a two-person rule the release does not set")
 	}
 }
+
+// TestWaiverExpiresNamesTheShape: a waiver whose expires is not an RFC
+// 3339 time is refused, 400 naming expires and the shape it wants, not
+// with the time parser's own words; nothing is appended.
+func TestWaiverExpiresNamesTheShape(t *testing.T) {
+	ctx := t.Context()
+	st := pgStore(t)
+	hs := httptest.NewServer(pgServer(t, st))
+	t.Cleanup(hs.Close)
+	e := &apiEnv{srv: hs, store: st}
+	secret, _, err := st.CreateScopedToken(ctx, ledger.TokenSpec{Name: "ann", Scope: ledger.ScopeAdmin, Roles: []string{"release-manager"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgRelease(t, st, twoPersonYAML("0.50.0", false))
+	before, _ := st.Checkpoint(ctx)
+	for _, v := range []any{"14d", "00d", 5, "2027-01-05"} {
+		code, out := e.do(t, "POST", "/api/v1/releases/0.50.0/waivers", secret, map[string]any{"gate": "ci", "reason": "r", "expires": v})
+		if code != http.StatusBadRequest || !strings.Contains(string(out), `"expires"`) || !strings.Contains(string(out), "RFC3339") && !strings.Contains(string(out), "RFC 3339") || strings.Contains(string(out), "cannot parse") {
+			t.Fatalf("expires %v: %d %s", v, code, out)
+		}
+	}
+	if after, _ := st.Checkpoint(ctx); after.Size != before.Size {
+		t.Fatalf("refused waivers appended: size %d -> %d", before.Size, after.Size)
+	}
+}

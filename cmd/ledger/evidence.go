@@ -129,6 +129,9 @@ failing cases with their failure messages where the ingested file carried them.
 			defer closeFn()
 			e, err := r.Entry(cmd.Context(), args[0])
 			if err != nil {
+				if id := args[0]; len(id) < 32 && strings.Trim(id, "0123456789abcdef") == "" && ledger.ErrorCode(err) == ledger.CodeNotFound {
+					return errExit(2, "evidence show: %v: an entry id is 32 hex digits (pages and release check show the first 12); find the whole id with ledger evidence list", err)
+				}
 				return errExit(2, "evidence show: %v", err)
 			}
 			if e.Kind != ledger.KindEvidence {
