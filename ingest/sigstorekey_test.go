@@ -156,7 +156,8 @@ func TestSigstorePublicKeyAndTimestampBundles(t *testing.T) {
 //   - managed-key-wrong-key: the policy's key is not the signer's;
 //   - GitHub's invalid-signature cases: a DSSE envelope whose signature
 //     does not verify is refused for the signature, not its payloadType;
-//   - a .jsonl of two bundles: one bundle per request.
+//   - a .jsonl of two bundles: one bundle per request (and `ledger
+//     record` detects it as a bundle, to say so).
 func TestSigstoreConformanceReasons(t *testing.T) {
 	dir := sigstoreGoCorpus(t)
 	ctx := context.Background()
@@ -239,6 +240,9 @@ func TestSigstoreConformanceReasons(t *testing.T) {
 	}
 	jsonl := append(append(line.Bytes(), '\n'), append(line.Bytes(), '\n')...)
 	wantRefused(t, ".jsonl of two bundles", decode(anyID, jsonl), ledger.CodeInvalid, "send one bundle per request (this body has 2 JSON lines)")
+	if f, err := Detect("attestations.jsonl", jsonl); f != FormatSigstore || err != nil {
+		t.Errorf("Detect(.jsonl of two bundles) = %q, %v; want %s, whose decoder names one bundle per request", f, err, FormatSigstore)
+	}
 }
 
 // TestSigstorePolicyPublicKeys: a --sigstore-policy file names public keys
