@@ -48,7 +48,9 @@ var base64Wrapped = regexp.MustCompile(`^[A-Za-z0-9+/=_-]+(\r?\n[A-Za-z0-9+/=_-]
 // the decoded bytes, which the signatures cover, are the same.
 func unwrapBase64(body []byte) ([]byte, string) {
 	var doc any
-	if json.Unmarshal(body, &doc) != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // int64 members (logIndex, integratedTime) keep every digit
+	if dec.Decode(&doc) != nil {
 		return body, ""
 	}
 	first := ""
