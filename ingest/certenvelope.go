@@ -14,6 +14,7 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
+	"github.com/sigstore/sigstore/pkg/signature/options"
 )
 
 // certEnvelope is a bare DSSE envelope whose one signature carries its
@@ -32,8 +33,22 @@ type certEnvelope struct {
 // DSSE pre-authentication encoding of (payloadType, payload), with the
 // SHA-256 digest Fulcio certificates' keys sign with.
 func certSigned(cert *x509.Certificate, payloadType string, payload, sig []byte) bool {
-	v, err := signature.LoadVerifier(cert.PublicKey, crypto.SHA256)
+	return keySigned(cert.PublicKey, payloadType, payload, sig)
+}
+
+// keySigned reports whether sig is a signature by pub over the DSSE
+// pre-authentication encoding of (payloadType, payload), SHA-256 digest
+// (ECDSA and RSA; Ed25519 signs the message itself).
+func keySigned(pub crypto.PublicKey, payloadType string, payload, sig []byte) bool {
+	v, err := signature.LoadVerifier(pub, crypto.SHA256)
 	return err == nil && v.VerifySignature(bytes.NewReader(sig), bytes.NewReader(dsse.PAE(payloadType, payload))) == nil
+}
+
+// digestSigned reports whether sig is a signature by pub over the
+// SHA-256 digest (a message-signature bundle's messageDigest).
+func digestSigned(pub crypto.PublicKey, digest, sig []byte) bool {
+	v, err := signature.LoadVerifier(pub, crypto.SHA256)
+	return err == nil && v.VerifySignature(bytes.NewReader(sig), nil, options.WithDigest(digest)) == nil
 }
 
 // refuseCertEnvelope checks a bare certificate-signed DSSE envelope as

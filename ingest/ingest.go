@@ -219,8 +219,13 @@ func Detect(name string, body []byte) (string, error) {
 			return FormatGoTest, nil
 		}
 	}
+	first := probe
 	probe = nil
 	if json.Unmarshal(b, &probe) != nil {
+		var mt string
+		if json.Unmarshal(first["mediaType"], &mt) == nil && strings.HasPrefix(mt, "application/vnd.dev.sigstore.bundle") {
+			return FormatSigstore, nil // a .jsonl of bundles: its decoder says to send one per request
+		}
 		return "", ledger.FieldError("format", "not one JSON value nor a test2json stream: give --format")
 	}
 	if err := foreignDocument(probe); err != nil {

@@ -1,26 +1,26 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
+	"crypto"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore-go/pkg/verify"
-	"gopkg.in/yaml.v3"
+	"github.com/sigstore/sigstore/pkg/signature"
 )
 
 // MediaSigstoreBundle is the Sigstore bundle media type of v0.3; v0.1 and
@@ -34,62 +34,66 @@ const (
 
 func init() { formats[FormatSigstore] = MediaSigstoreBundle }
 
-// SigstorePolicy is how a lane (or a token) accepts Sigstore bundles:
-// the trusted root (a trusted_root.json read by the operator, never named
-// by the request) and the certificate identity: the OIDC issuer and the
-// subject alternative name, each exact or a regular expression (Go RE2
-// syntax, anchored by the caller). At least one of SAN and SANRegexp, and
-// of Issuer and IssuerRegexp, must be set.
-type SigstorePolicy struct {
-	TrustedRoot  root.TrustedMaterial
-	Issuer       string
-	IssuerRegexp string
-	SAN          string
-	SANRegexp    string
-}
-
-// LoadTrustedRoot reads a trusted_root.json (Sigstore's TrustedRoot
-// message, protobuf-specs) from path.
-func LoadTrustedRoot(path string) (*root.TrustedRoot, error) {
-	return root.NewTrustedRootFromPath(path)
-}
-
-// decodeBundle verifies a Sigstore bundle offline with sigstore-go: the
-// certificate chains to the trusted root's Fulcio authorities, it carries
-// signed certificate timestamps from the root's CT logs, a transparency
-// log entry (inclusion proof or promise) and an observer timestamp verify,
-// the signature verifies over the DSSE envelope or the message digest, and
-// the certificate's identity matches the policy. The identity becomes
-// the runner identity; a DSSE payload must be an in-toto Statement and is
-// mapped as decodeStatement does. A message-signature bundle signs one
-// artifact: exactly one --artifact pin must give its digest, and the run
-// is one case, "sigstore message signature", passed.
+// decodeBundle verifies a Sigstore bundle offline with sigstore-go, as
+// the lane's policy (SigstorePolicy) allows:
+//   - the signer: a Fulcio certificate chaining to the trusted root's
+//     authorities, with signed certificate timestamps from the root's CT
+//     logs, whose identity matches the policy; or, where the policy names
+//     a public key, a publicKey bundle whose signature verifies with that
+//     key;
+//   - the signing time: a transparency-log entry (inclusion proof or
+//     promise) and an observer timestamp; or, where the policy sets
+//     TimestampOnly and the bundle has no log entry, an RFC 3161 timestamp
+//     from a timestamp authority of the trusted root;
+//   - the signature over the DSSE envelope or the message digest.
+//
+// The signer becomes the runner identity; a DSSE payload must be an
+// in-toto Statement (checked after the signature) and is mapped as
+// decodeStatement does. A message-signature bundle signs one artifact:
+// exactly one --artifact pin must give its digest, and the run is one
+// case, "sigstore message signature", passed. A body of several JSON
+// values (a .jsonl of bundles) is refused: one bundle per request.
 func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 	pol, err := p.sigstorePolicy()
 	if err != nil {
 		return nil, err
 	}
+	if n := jsonValues(body); n > 1 {
+		return nil, ledger.FieldError("bundle", "send one bundle per request (this body has %d JSON lines)", n)
+	}
+	if err := checkChain(body); err != nil {
+		return nil, err
+	}
 	var b bundle.Bundle
 	if err := b.UnmarshalJSON(body); err != nil {
-		return nil, ledger.FieldError("bundle", "not a valid Sigstore bundle: %s", clip(err.Error()))
+		unwrapped, field := unwrapBase64(body)
+		if field == "" || b.UnmarshalJSON(unwrapped) != nil {
+			return nil, ledger.FieldError("bundle", "not a valid Sigstore bundle: %s", clip(err.Error()))
+		}
+		body = unwrapped
 	}
-	if vc, err := b.VerificationContent(); err == nil && vc.Certificate() == nil {
-		return nil, &ledger.Error{Code: ledger.CodeUnauthorized, Field: "bundle.verificationMaterial",
-			Message: "signed by a public key, not a Fulcio certificate: this ledger takes Sigstore bundles whose certificate identity a lane's policy names"}
+	vc, err := b.VerificationContent()
+	if err != nil {
+		return nil, ledger.FieldError("bundle.verificationMaterial", "no certificate or public key: %s", clip(err.Error()))
+	}
+	byKey := vc.Certificate() == nil
+	refused := func(field, msg string) error {
+		return &ledger.Error{Code: ledger.CodeUnauthorized, Field: field, Message: msg}
+	}
+	switch {
+	case byKey && pol.PublicKey == nil:
+		return nil, refused("bundle.verificationMaterial", "signed by a public key, not a Fulcio certificate: the lane's policy allows no public key (it names a certificate identity; a rule's public_key names a key)")
+	case !byKey && pol.PublicKey != nil:
+		return nil, refused("bundle.verificationMaterial", fmt.Sprintf("signed by a Fulcio certificate: the lane's policy allows only the public key %q", pol.KeyName))
 	}
 	content, err := b.SignatureContent()
 	if err != nil {
 		return nil, ledger.FieldError("bundle", "no signature content: %s", clip(err.Error()))
 	}
 	var artifact verify.ArtifactPolicyOption
-	var statement []byte
-	if env := content.EnvelopeContent(); env != nil {
-		if env.RawEnvelope().PayloadType != MediaInToto {
-			return nil, ledger.FieldError("dsseEnvelope.payloadType", "want %s", MediaInToto)
-		}
-		if statement, err = env.RawEnvelope().DecodeB64Payload(); err != nil {
-			return nil, ledger.FieldError("dsseEnvelope.payload", "not base64")
-		}
+	var env *dsse.Envelope
+	if ec := content.EnvelopeContent(); ec != nil {
+		env = ec.RawEnvelope()
 		artifact = verify.WithoutArtifactUnsafe() // the statement's subjects become the pins
 	} else if ms := content.MessageSignatureContent(); ms != nil {
 		if len(p.Artifacts) != 1 {
@@ -100,24 +104,60 @@ func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 			artifact = verify.WithArtifactDigest("sha256", sum)
 		}
 	}
-	id, err := verify.NewShortCertificateIdentity(pol.Issuer, pol.IssuerRegexp, pol.SAN, pol.SANRegexp)
-	if err != nil {
-		return nil, ledger.FieldError("policy", "identity policy: %s", clip(err.Error()))
+	entries, _ := b.TlogEntries()
+	var opts []verify.VerifierOption
+	if len(entries) > 0 {
+		opts = append(opts, verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1))
+	} else {
+		stamps, _ := b.Timestamps()
+		switch {
+		case !pol.TimestampOnly:
+			return nil, refused("verificationMaterial.tlogEntries", "no transparency-log entry, and the lane's policy requires one (its rule does not set timestamp_only)")
+		case len(stamps) == 0:
+			return nil, refused("verificationMaterial.timestampVerificationData", "neither a transparency-log entry nor an RFC 3161 timestamp: nothing shows when it was signed")
+		case len(pol.TrustedRoot.TimestampingAuthorities()) == 0:
+			return nil, refused("verificationMaterial.timestampVerificationData", "no transparency-log entry, and the trusted root has no timestamp authority to verify its RFC 3161 timestamp")
+		}
+		opts = append(opts, verify.WithSignedTimestamps(1))
 	}
-	opts := []verify.VerifierOption{verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1)}
-	if len(pol.TrustedRoot.CTLogs()) > 0 {
-		opts = append(opts, verify.WithSignedCertificateTimestamps(1))
+	trusted := pol.TrustedRoot
+	var signer verify.PolicyOption
+	if byKey {
+		v, err := signature.LoadVerifier(pol.PublicKey, crypto.SHA256)
+		if err != nil {
+			return nil, ledger.FieldError("policy", "public key %q: %s", pol.KeyName, clip(err.Error()))
+		}
+		key := root.NewExpiringKey(v, time.Time{}, time.Time{})
+		trusted = root.TrustedMaterialCollection{pol.TrustedRoot, root.NewTrustedPublicKeyMaterial(
+			func(string) (root.TimeConstrainedVerifier, error) { return key, nil })}
+		signer = verify.WithKey()
+	} else {
+		if len(pol.TrustedRoot.CTLogs()) > 0 {
+			opts = append(opts, verify.WithSignedCertificateTimestamps(1))
+		}
+		id, err := verify.NewShortCertificateIdentity(pol.Issuer, pol.IssuerRegexp, pol.SAN, pol.SANRegexp)
+		if err != nil {
+			return nil, ledger.FieldError("policy", "identity policy: %s", clip(err.Error()))
+		}
+		signer = verify.WithCertificateIdentity(id)
 	}
-	v, err := verify.NewVerifier(pol.TrustedRoot, opts...)
+	v, err := verify.NewVerifier(trusted, opts...)
 	if err != nil {
 		return nil, ledger.Errorf(ledger.CodeInternal, "sigstore verifier: %v", err)
 	}
-	res, err := v.Verify(&b, verify.NewPolicy(artifact, verify.WithCertificateIdentity(id)))
+	res, err := v.Verify(&b, verify.NewPolicy(artifact, signer))
 	if err != nil {
-		return nil, bundleReason(body, &b, pol, err)
+		return nil, bundleReason(body, &b, pol, len(entries) == 0, err)
 	}
 	var r *Run
-	if statement != nil {
+	if env != nil {
+		if env.PayloadType != MediaInToto {
+			return nil, ledger.FieldError("dsseEnvelope.payloadType", "want %s (the bundle verified: its payload is not an in-toto Statement)", MediaInToto)
+		}
+		statement, err := env.DecodeB64Payload()
+		if err != nil {
+			return nil, ledger.FieldError("dsseEnvelope.payload", "not base64")
+		}
 		st, err := DecodeStatement(statement)
 		if err == nil {
 			r, err = p.statementRun(ctx, st)
@@ -133,6 +173,10 @@ func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 	} else {
 		r = &Run{Cases: []Case{{ID: "sigstore message signature", Outcome: Passed}}}
 	}
+	if byKey {
+		r.Identity = &Identity{Kind: "sigstore-public-key", Name: pol.KeyName, KeyID: keyID(pol.PublicKey)}
+		return r, nil
+	}
 	ident := &Identity{Kind: "sigstore-certificate"}
 	if res.Signature != nil && res.Signature.Certificate != nil {
 		ident.Name = res.Signature.Certificate.SubjectAlternativeName
@@ -142,32 +186,6 @@ func decodeBundle(ctx context.Context, body []byte, p Params) (*Run, error) {
 	return r, nil
 }
 
-// sigstorePolicy is the Sigstore policy p's lane and token are judged
-// by: p.Sigstore, else the server's trust setting's rule for them. It is
-// CodePrecondition when there is none (naming --sigstore-trusted-root) and
-// CodeInvalid when an identity regular expression does not compile.
-func (p Params) sigstorePolicy() (*SigstorePolicy, error) {
-	pol := p.Sigstore
-	if pol == nil {
-		var err error
-		if pol, err = p.SigstoreTrust.Policy(p.Lane, p.Token); err != nil {
-			return nil, err
-		}
-	}
-	if pol.TrustedRoot == nil {
-		_, err := (*SigstoreConfig)(nil).Policy(p.Lane, p.Token)
-		return nil, err
-	}
-	for _, re := range []string{pol.IssuerRegexp, pol.SANRegexp} {
-		if re != "" {
-			if _, err := regexp.Compile(re); err != nil {
-				return nil, ledger.FieldError("policy", "bad identity regular expression: %v", err)
-			}
-		}
-	}
-	return pol, nil
-}
-
 // bundleReason names, for a bundle (body, parsed as b) sigstore-go
 // refused with err, the first check a reader can tell apart that fails, since sigstore-go
 // reports a bad DSSE signature and a bad signed entry timestamp alike
@@ -175,13 +193,13 @@ func (p Params) sigstorePolicy() (*SigstorePolicy, error) {
 // certificate's key, then the entries' inclusion promises with the
 // trusted root's Rekor keys; otherwise bundleError's reading of err.
 // sigstore-go's verdict stands either way: this only names it.
-func bundleReason(body []byte, b *bundle.Bundle, pol *SigstorePolicy, err error) error {
+func bundleReason(body []byte, b *bundle.Bundle, pol *SigstorePolicy, timestampOnly bool, err error) error {
 	refused := func(field, msg string) error {
 		return &ledger.Error{Code: ledger.CodeUnauthorized, Field: field, Message: msg}
 	}
 	content, cerr := b.SignatureContent()
 	vc, verr := b.VerificationContent()
-	if cerr == nil && verr == nil && vc.Certificate() != nil && content.EnvelopeContent() != nil {
+	if cerr == nil && verr == nil && (vc.Certificate() != nil || pol.PublicKey != nil) && content.EnvelopeContent() != nil {
 		env := content.EnvelopeContent().RawEnvelope()
 		payload, perr := base64.StdEncoding.DecodeString(env.Payload)
 		if perr != nil || len(env.Signatures) != 1 {
@@ -202,9 +220,30 @@ func bundleReason(body []byte, b *bundle.Bundle, pol *SigstorePolicy, err error)
 		if serr != nil {
 			return refused("dsseEnvelope.signatures[0].sig", "not canonical base64 (RFC 4648 section 3.5: its padding bits must be zero)")
 		}
-		if !certSigned(vc.Certificate(), env.PayloadType, payload, sig) {
+		if vc.Certificate() == nil {
+			if !keySigned(pol.PublicKey, env.PayloadType, payload, sig) {
+				return refused("dsseEnvelope.signatures[0]", fmt.Sprintf("the DSSE signature does not verify with the policy's public key %q", pol.KeyName))
+			}
+		} else if !certSigned(vc.Certificate(), env.PayloadType, payload, sig) {
 			return refused("dsseEnvelope.signatures[0]", "the DSSE signature does not verify with the certificate's key")
 		}
+	}
+	msg := err.Error()
+	if cerr == nil && verr == nil && vc.Certificate() == nil && pol.PublicKey != nil {
+		if ms := content.MessageSignatureContent(); ms != nil && !digestSigned(pol.PublicKey, ms.Digest(), ms.Signature()) {
+			return refused("messageSignature.signature", fmt.Sprintf("the signature does not verify with the policy's public key %q", pol.KeyName))
+		}
+	}
+	if verr == nil && vc.Certificate() != nil && strings.Contains(msg, "leaf certificate verification failed") {
+		cert := vc.Certificate()
+		if _, cerr := verify.VerifyLeafCertificate(cert.NotBefore, cert, pol.TrustedRoot); cerr != nil {
+			return refused("bundle.verificationMaterial", "the certificate does not chain to a Fulcio authority of the trusted root")
+		}
+		return refused("bundle.verificationMaterial", "the verified signing time is outside the certificate's validity ("+
+			cert.NotBefore.UTC().Format(time.RFC3339)+" to "+cert.NotAfter.UTC().Format(time.RFC3339)+")")
+	}
+	if timestampOnly && strings.Contains(msg, "timestamp") {
+		return refused("verificationMaterial.timestampVerificationData", "no RFC 3161 timestamp verifies with a timestamp authority of the trusted root (an untrusted TSA, a bad signature over the timestamp, or a time outside the signer's validity): "+clip(msg))
 	}
 	if entries, terr := b.TlogEntries(); terr == nil && len(entries) > 0 {
 		promised, promiseOK := 0, 0
@@ -264,109 +303,4 @@ func bundleError(err error) error {
 	var ve verify.ErrVerification
 	_ = errors.As(err, &ve)
 	return &ledger.Error{Code: ledger.CodeUnauthorized, Field: "bundle", Message: reason + ": " + clip(msg)}
-}
-
-// SigstoreRule is one identity rule of a SigstoreConfig: it applies to
-// bundles recorded for Lane ("" any lane) by the token named Token (""
-// any token), and accepts the certificate identity it names: Issuer or
-// IssuerRegexp, and SAN or SANRegexp (RE2, matched as sigstore-go
-// matches: unanchored unless the expression anchors itself).
-type SigstoreRule struct {
-	Lane         string `yaml:"lane,omitempty" json:"lane,omitempty"`
-	Token        string `yaml:"token,omitempty" json:"token,omitempty"`
-	Issuer       string `yaml:"issuer,omitempty" json:"issuer,omitempty"`
-	IssuerRegexp string `yaml:"issuer_regexp,omitempty" json:"issuer_regexp,omitempty"`
-	SAN          string `yaml:"san,omitempty" json:"san,omitempty"`
-	SANRegexp    string `yaml:"san_regexp,omitempty" json:"san_regexp,omitempty"`
-}
-
-// SigstoreConfig is the server's Sigstore trust setting: the trusted
-// root the operator configured (`ledger serve --sigstore-trusted-root`)
-// and the identity rules (`--sigstore-policy`). A request never names
-// either. A SigstoreConfig is read-only once loaded: safe for concurrent
-// use.
-type SigstoreConfig struct {
-	TrustedRoot root.TrustedMaterial
-	Rules       []SigstoreRule
-}
-
-// sigstorePolicyFile is the shape of a --sigstore-policy file (YAML or
-// JSON): {"rules": [SigstoreRule...]}.
-type sigstorePolicyFile struct {
-	Rules []SigstoreRule `yaml:"rules" json:"rules"`
-}
-
-// ParseSigstoreRules reads a --sigstore-policy file's bytes: a YAML (or
-// JSON) object with a "rules" list. Every rule needs an issuer (exact or
-// regexp) and a SAN (exact or regexp), not both forms of one; regular
-// expressions must compile; lanes must be lane names. Errors are
-// CodeInvalid naming "rules[i].field" and never quote the file.
-func ParseSigstoreRules(data []byte) ([]SigstoreRule, error) {
-	var f sigstorePolicyFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
-		return nil, ledger.FieldError("rules", "not a YAML object with a rules list (fields lane, token, issuer, issuer_regexp, san, san_regexp)")
-	}
-	if len(f.Rules) == 0 {
-		return nil, ledger.FieldError("rules", "no rules: every bundle would be refused")
-	}
-	for i, r := range f.Rules {
-		field := fmt.Sprintf("rules[%d].", i)
-		if r.Lane != "" && !ledger.ValidLane(r.Lane) {
-			return nil, ledger.FieldError(field+"lane", "must be a lane name (name/vN)")
-		}
-		for _, pair := range []struct {
-			name, exact, re string
-		}{{"issuer", r.Issuer, r.IssuerRegexp}, {"san", r.SAN, r.SANRegexp}} {
-			if (pair.exact == "") == (pair.re == "") {
-				return nil, ledger.FieldError(field+pair.name, "give exactly one of %s and %s_regexp", pair.name, pair.name)
-			}
-			if pair.re != "" {
-				if _, err := regexp.Compile(pair.re); err != nil {
-					return nil, ledger.FieldError(field+pair.name+"_regexp", "does not compile (RE2 syntax)")
-				}
-			}
-		}
-	}
-	return f.Rules, nil
-}
-
-// LoadSigstoreConfig reads the trusted root at rootPath and the identity
-// rules at policyPath (ParseSigstoreRules). Both are required.
-func LoadSigstoreConfig(rootPath, policyPath string) (*SigstoreConfig, error) {
-	if rootPath == "" || policyPath == "" {
-		return nil, ledger.FieldError("sigstore-policy", "--sigstore-trusted-root and --sigstore-policy go together: a trusted root without an identity policy would accept any certificate")
-	}
-	tr, err := LoadTrustedRoot(rootPath)
-	if err != nil {
-		return nil, ledger.FieldError("sigstore-trusted-root", "%s is not a Sigstore trusted_root.json", rootPath)
-	}
-	data, err := os.ReadFile(policyPath)
-	if err != nil {
-		return nil, ledger.FieldError("sigstore-policy", "read %s: %v", policyPath, errors.Unwrap(err))
-	}
-	rules, err := ParseSigstoreRules(data)
-	if err != nil {
-		return nil, err
-	}
-	return &SigstoreConfig{TrustedRoot: tr, Rules: rules}, nil
-}
-
-// Policy returns the identity policy for a bundle recorded for lane by
-// the token named token: the first rule, in file order, whose lane and
-// token match. c nil (no trust setting) or no matching rule is a
-// CodePrecondition error naming the missing setting.
-func (c *SigstoreConfig) Policy(lane, token string) (*SigstorePolicy, error) {
-	if c == nil || c.TrustedRoot == nil {
-		return nil, &ledger.Error{Code: ledger.CodePrecondition, Field: "sigstore-trusted-root",
-			Message: "this server has no Sigstore trust setting (ledger serve --sigstore-trusted-root FILE --sigstore-policy FILE): Sigstore bundles are refused"}
-	}
-	for _, r := range c.Rules {
-		if (r.Lane == "" || r.Lane == lane) && (r.Token == "" || r.Token == token) {
-			return &SigstorePolicy{TrustedRoot: c.TrustedRoot, Issuer: r.Issuer, IssuerRegexp: r.IssuerRegexp, SAN: r.SAN, SANRegexp: r.SANRegexp}, nil
-		}
-	}
-	return nil, &ledger.Error{Code: ledger.CodePrecondition, Field: "sigstore-policy",
-		Message: fmt.Sprintf("no rule of the server's --sigstore-policy applies to lane %q and token %q: the bundle is refused", clip(lane), clip(token))}
 }

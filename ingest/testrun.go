@@ -57,8 +57,8 @@ type Declared struct {
 // Identity is who produced a signed input: the runner key that signed a
 // DSSE envelope, or the Sigstore certificate identity of a bundle.
 type Identity struct {
-	Kind   string `json:"kind"` // "runner-key" or "sigstore-certificate"
-	Name   string `json:"name"` // the key's registered name, or the certificate's SAN
+	Kind   string `json:"kind"` // "runner-key", "sigstore-certificate" or "sigstore-public-key"
+	Name   string `json:"name"` // the key's registered or policy name, or the certificate's SAN
 	KeyID  string `json:"keyid,omitempty"`
 	Issuer string `json:"issuer,omitempty"` // the certificate's OIDC issuer
 }

@@ -74,7 +74,7 @@ type ServeConfig struct {
 	// marker's home).
 	keyDir string
 	// SigstoreTrustedRoot is a Sigstore trusted_root.json and
-	// SigstorePolicy the identity rules file (ingest.ParseSigstoreRules)
+	// SigstorePolicy the rules and public keys file (ingest.ParseSigstorePolicy)
 	// Sigstore bundles posted to /api/v1/evidence are verified with
 	// (--sigstore-trusted-root, --sigstore-policy; env
 	// LEDGER_SIGSTORE_TRUSTED_ROOT, LEDGER_SIGSTORE_POLICY). Both or
@@ -543,7 +543,7 @@ func newServeCmd(a *app) *cobra.Command {
 	durationVar(cmd.Flags(), &c.FileCheckEvery, "file-check-every", c.FileCheckEvery, "how often to check that the SQLite database file at --db is still the file the server opened; the server stops (exit 2) once it was replaced or removed (0: no check)")
 	durationVar(cmd.Flags(), &c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
 	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
-	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of identity rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp, san|san_regexp}] (env LEDGER_SIGSTORE_POLICY)")
+	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp + san|san_regexp, or public_key: NAME; timestamp_only}], public_keys: [{name, pem}] (env LEDGER_SIGSTORE_POLICY)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	durationVar(cmd.Flags(), &c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
 	durationVar(cmd.Flags(), &c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")

@@ -10,7 +10,9 @@ import (
 
 // TestServeSigstoreSetting: --sigstore-trusted-root and --sigstore-policy
 // go together; a server started with both loads them (a bad policy file
-// or a file that is not a trusted root stops it, naming the flag), and
+// or a file that is not a trusted root stops it, naming the flag or the
+// policy file's member: a bad identity, a public key that is not one, a
+// rule naming a key the file does not give), and
 // without them it still serves, refusing bundles (web tests).
 func TestServeSigstoreSetting(t *testing.T) {
 	dir := t.TempDir()
@@ -32,11 +34,17 @@ func TestServeSigstoreSetting(t *testing.T) {
 	os.WriteFile(good, []byte("rules:\n  - {lane: provenance/v1, issuer: https://token.actions.githubusercontent.com, san_regexp: '^https://github\\.com/'}\n"), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("rules:\n  - {issuer: x}\n"), 0o644)
+	badKey := filepath.Join(dir, "badkey.yaml")
+	os.WriteFile(badKey, []byte("public_keys:\n  - {name: release-key, pem: not-a-key}\nrules:\n  - {public_key: release-key, timestamp_only: true}\n"), 0o644)
+	unknownKey := filepath.Join(dir, "unknownkey.yaml")
+	os.WriteFile(unknownKey, []byte("rules:\n  - {public_key: release-key}\n"), 0o644)
 	for _, tc := range []struct {
 		root, policy, want string
 	}{
 		{good, good, "sigstore-trusted-root"}, // a rules file is not a trusted root
 		{root, bad, "rules[0].san"},
+		{root, badKey, "public_keys[0].pem"},
+		{root, unknownKey, "rules[0].public_key"},
 	} {
 		c := base
 		c.SigstoreTrustedRoot, c.SigstorePolicy = tc.root, tc.policy
