@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
@@ -159,6 +160,7 @@ func TestReadinessAnswersBySpec(t *testing.T) {
 			args = append(args, "--verified-level", l)
 		}
 		out, err := exec.Command(bin, args...).CombinedOutput()
+		t.Logf("slsa-verifier verify-vsa --verifier-id %s --resource-uri %s --subject-digest %s --verified-level %v: %v\n%s", id, resource, digest, levels, err, bytes.TrimSpace(out))
 		if err == nil && strings.Contains(string(out), "Verifying VSA: PASSED") {
 			return ""
 		}
@@ -376,7 +378,7 @@ func slsaVerifierCLI(t *testing.T) string {
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		skip("slsa-verifier: %v", err)
 	}
-	tmp := bin + ".tmp"
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
 	build := exec.Command("go", "build", "-o", tmp, "./cli/slsa-verifier")
 	build.Dir = dl.Dir
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
