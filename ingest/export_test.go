@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
+	trv0 "github.com/in-toto/attestation/go/predicates/test_result/v0"
+	attv1 "github.com/in-toto/attestation/go/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // TestExportRoundTrip exports evidence as an in-toto Statement and records
@@ -69,4 +72,69 @@ func TestExportRoundTrip(t *testing.T) {
 		})
 	}
 	_ = fmt.Sprint
+}
+
+// TestExportConfiguration: the exported test-result predicate carries the
+// configuration the spec requires, from the evidence's own pins (lane,
+// backend with its device, runner build), and the Statement and every
+// configuration ResourceDescriptor validate with the in-toto attestation
+// library (Statement.Validate, the test-result proto decoded strictly,
+// ResourceDescriptor.Validate); evidence without runner or device pins
+// gets no invented descriptor.
+func TestExportConfiguration(t *testing.T) {
+	base := ledger.Evidence{Lane: "qmv-bias-sum/v1", Subject: ledger.Subject{Repository: "github.com/example/repo", Commit: strings.Repeat("a", 40), Tree: strings.Repeat("b", 40)},
+		Backend: ledger.BackendCUDA, CasesExact: 2, CasesTotal: 2, Status: ledger.StatusPassed}
+	full := base
+	full.Device = ledger.Device{Model: "NVIDIA H100", Driver: "550.54", Cores: 132}
+	full.Runner = ledger.RunnerBuild{Version: "v1.4.0", Commit: strings.Repeat("c", 40)}
+	odd := base
+	odd.Runner = ledger.RunnerBuild{Commit: "not-a-hash"}
+	for _, c := range []struct {
+		name string
+		ev   ledger.Evidence
+		want []string
+	}{
+		{"full", full, []string{"lane ledger:lane/qmv-bias-sum/v1 ", "backend ledger:backend/cuda ", "runner ledger:runner/v1.4.0 gitCommit:" + strings.Repeat("c", 40)}},
+		{"bare", base, []string{"lane ledger:lane/qmv-bias-sum/v1 ", "backend ledger:backend/cuda "}},
+		{"runner commit not a hash", odd, []string{"lane ledger:lane/qmv-bias-sum/v1 ", "backend ledger:backend/cuda ", "runner  "}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := json.Marshal(ExportStatement(c.ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st attv1.Statement
+			if err := protojson.Unmarshal(b, &st); err != nil {
+				t.Fatalf("in-toto attestation library: %v\n%s", err, b)
+			}
+			if err := st.Validate(); err != nil {
+				t.Fatalf("Statement.Validate: %v\n%s", err, b)
+			}
+			pb, _ := protojson.Marshal(st.GetPredicate())
+			var tr trv0.TestResult
+			if err := protojson.Unmarshal(pb, &tr); err != nil {
+				t.Fatalf("test-result predicate: %v\n%s", err, pb)
+			}
+			var got []string
+			for i, rd := range tr.GetConfiguration() {
+				if err := rd.Validate(); err != nil {
+					t.Fatalf("configuration[%d]: %v", i, err)
+				}
+				d := ""
+				for k, v := range rd.GetDigest() {
+					d = k + ":" + v
+				}
+				got = append(got, rd.GetName()+" "+rd.GetUri()+" "+d)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("configuration %q, want %q", got, c.want)
+			}
+			if c.name == "full" {
+				dev := tr.GetConfiguration()[1].GetAnnotations().GetFields()["device"].GetStructValue().GetFields()
+				if dev["model"].GetStringValue() != "NVIDIA H100" || dev["driver"].GetStringValue() != "550.54" || dev["cores"].GetNumberValue() != 132 {
+					t.Fatalf("device annotation %v", tr.GetConfiguration()[1].GetAnnotations())
+				}
+			}
+		})
+	}
 }

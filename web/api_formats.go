@@ -6,8 +6,10 @@ import (
 	"encoding/xml"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
 	"github.com/evidence-ledger/ledger/ingest"
@@ -128,10 +130,95 @@ func ReadinessJUnit(rd *gates.Readiness) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// PredicateSVR is the predicate type of a simple verification result
+// (in-toto attestation framework, spec/predicates/svr.md, v0.2).
+const PredicateSVR = "https://in-toto.io/attestation/svr/v0.2"
+
+// SVR is the simple verification result predicate v0.2: verifier.id an
+// absolute URI, verifier.policies the policies applied (required, [] when
+// none), timeCreated when the verification ran, properties the passing
+// properties verified.
+type SVR struct {
+	Verifier    SVRVerifier `json:"verifier"`
+	TimeCreated time.Time   `json:"timeCreated"`
+	Properties  []string    `json:"properties"`
+}
+
+// SVRVerifier is the verifier of an SVR.
+type SVRVerifier struct {
+	ID       string      `json:"id"`
+	Policies []VSAPolicy `json:"policies"`
+}
+
+// The properties a readiness SVR asserts: PropertyReleaseReady when the
+// release is ready, and PropertyGatePassed followed by the gate id for
+// each gate that passed (a waived gate is not verified, so not listed).
+const (
+	PropertyReleaseReady = "LEDGER_RELEASE_READY"
+	PropertyGatePassed   = "LEDGER_GATE_PASSED:"
+)
+
+// ReadinessSVR is the readiness verdict of rel as an in-toto Statement
+// with the simple verification result predicate v0.2: the subjects of
+// ReadinessVSA; verifier.id verifierID; verifier.policies the one policy
+// of ReadinessVSA (the release definition entry with its pins digest);
+// timeCreated the verdict's computed_at; properties the passing
+// properties (PropertyReleaseReady, PropertyGatePassed). An SVR has no
+// failed result: a release that is not ready lists no
+// PropertyReleaseReady, only the gates that passed.
+func ReadinessSVR(verifierID string, rel *gates.Release, rd *gates.Readiness) ingest.Statement {
+	st := ingest.Statement{Type: ingest.StatementV1, PredicateType: PredicateSVR, Subject: readinessSubjects(rel)}
+	v := SVR{Verifier: SVRVerifier{ID: verifierID, Policies: []VSAPolicy{readinessPolicy(rd)}}, TimeCreated: rd.ComputedAt.UTC(), Properties: []string{}}
+	if rd.Ready {
+		v.Properties = append(v.Properties, PropertyReleaseReady)
+	}
+	for _, g := range rd.Gates {
+		if g.State == gates.StatePassed {
+			v.Properties = append(v.Properties, PropertyGatePassed+g.ID)
+		}
+	}
+	st.Predicate, _ = json.Marshal(v)
+	return st
+}
+
+// DefaultVerifierID is the verifier.id a server uses when none is set:
+// "urn:ledger:" and the log's origin (the name of the key that signs
+// checkpoints and verdicts), path-escaped.
+func DefaultVerifierID(origin string) string { return "urn:ledger:" + url.PathEscape(origin) }
+
+// CheckVerifierID reports whether id can be a verifier.id: an absolute
+// URI (RFC 3986: a scheme), at most 1024 bytes, of printable ASCII, with
+// a host when its scheme is http or https, and no fragment.
+func CheckVerifierID(id string) error {
+	if id == "" || len(id) > 1024 {
+		return fmt.Errorf("verifier id: must be an absolute URI of 1 to 1024 bytes, got %d bytes", len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] >= 0x7f {
+			return fmt.Errorf("verifier id %q: byte %d is not printable ASCII", clipText(id), i)
+		}
+	}
+	u, err := url.Parse(id)
+	if err != nil {
+		return fmt.Errorf("verifier id %q: not a URI: %v", clipText(id), err)
+	}
+	switch {
+	case !u.IsAbs():
+		return fmt.Errorf("verifier id %q: not an absolute URI (no scheme, such as https: or urn:)", clipText(id))
+	case (u.Scheme == "http" || u.Scheme == "https") && u.Host == "":
+		return fmt.Errorf("verifier id %q: an %s URI needs a host", clipText(id), u.Scheme)
+	case u.Fragment != "" || strings.HasSuffix(id, "#"):
+		return fmt.Errorf("verifier id %q: must not have a fragment", clipText(id))
+	}
+	return nil
+}
+
 // serveReadinessFormat answers GET /api/v1/releases/{version}/readiness
-// ?format=junit with ReadinessJUnit, and ?format=vsa with ReadinessVSA in
-// a DSSE envelope signed with the log key (ServiceEnvelope); it reports
-// whether it answered (false for format "" or json).
+// ?format=junit with ReadinessJUnit, ?format=vsa with ReadinessVSA and
+// ?format=svr with ReadinessSVR, both in a DSSE envelope signed with the
+// log key (ServiceEnvelope) and with the server's verifier id
+// (Config.VerifierID); it reports whether it answered (false for format
+// "" or json).
 func (s *Server) serveReadinessFormat(w http.ResponseWriter, r *http.Request, rel *gates.Release, rd *gates.Readiness) bool {
 	switch f := r.URL.Query().Get("format"); f {
 	case "", "json":
@@ -146,9 +233,12 @@ func (s *Server) serveReadinessFormat(w http.ResponseWriter, r *http.Request, re
 		w.WriteHeader(http.StatusOK)
 		w.Write(b)
 		return true
-	case "vsa":
-		origin, _, _ := strings.Cut(s.store.VerifierKey(), "+")
-		b, err := signedStatement(s.store, ReadinessVSA(origin, rel, rd))
+	case "vsa", "svr":
+		st := ReadinessVSA(s.cfg.VerifierID, rel, rd)
+		if f == "svr" {
+			st = ReadinessSVR(s.cfg.VerifierID, rel, rd)
+		}
+		b, err := signedStatement(s.store, st)
 		if err != nil {
 			s.writeError(w, r, err)
 			return true
@@ -158,7 +248,7 @@ func (s *Server) serveReadinessFormat(w http.ResponseWriter, r *http.Request, re
 		w.Write(append(b, '\n'))
 		return true
 	default:
-		s.writeError(w, r, ledger.FieldError("format", "must be json, junit or vsa, got %q", clipText(f)))
+		s.writeError(w, r, ledger.FieldError("format", "must be json, junit, vsa or svr, got %q", clipText(f)))
 		return true
 	}
 }

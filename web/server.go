@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,11 @@ type Config struct {
 	// rules) Sigstore bundles are verified with; nil refuses every bundle
 	// with a 409 naming the missing setting.
 	Sigstore *ingest.SigstoreConfig
+	// VerifierID is the verifier.id of the readiness verdict as a SLSA
+	// verification summary (?format=vsa) and as a simple verification
+	// result (?format=svr): an absolute URI (CheckVerifierID). Empty:
+	// DefaultVerifierID of the log's origin.
+	VerifierID string
 }
 
 // Server is the HTTP server's state. Its methods are safe for concurrent
@@ -164,6 +170,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxListings <= 0 {
 		cfg.MaxListings = 8
+	}
+	if cfg.VerifierID == "" {
+		origin, _, _ := strings.Cut(cfg.Store.VerifierKey(), "+")
+		cfg.VerifierID = DefaultVerifierID(origin)
+	}
+	if err := CheckVerifierID(cfg.VerifierID); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, reg: prometheus.NewRegistry(), listings: make(chan struct{}, cfg.MaxListings),
 		ingest: newIngestBudget(cfg.IngestBudget, cfg.IngestWait)}

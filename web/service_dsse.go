@@ -110,23 +110,42 @@ type VSAPolicy struct {
 }
 
 // ReadinessVSA is the readiness verdict of rel as an in-toto Statement
-// with the SLSA verification summary predicate: the subjects are every
-// component's repository at its head (gitCommit, and gitTree when the
-// release pins one) and every artifact pin (sha256); verifier.id is
-// origin (the log origin, which names the ledger); timeVerified the
-// verdict's computed_at; resourceUri "ledger:release/<version>";
-// policy.uri "ledger:entry/<release entry id>" with the verdict's pins
-// digest; verificationResult PASSED when the release is ready, FAILED
-// otherwise. verifiedLevels is ["SLSA_BUILD_LEVEL_0"]: the ledger checks
-// a release's gates, not SLSA build provenance, and claims no build level.
-func ReadinessVSA(origin string, rel *gates.Release, rd *gates.Readiness) ingest.Statement {
-	st := ingest.Statement{Type: ingest.StatementV1, PredicateType: PredicateVSA}
+// with the SLSA verification summary predicate: the subjects are
+// readinessSubjects; verifier.id is verifierID (an absolute URI, see
+// CheckVerifierID); timeVerified the verdict's computed_at; resourceUri
+// "ledger:release/<version>"; policy readinessPolicy; verificationResult
+// PASSED when the release is ready, FAILED otherwise. verifiedLevels is
+// ["SLSA_BUILD_LEVEL_0"] when PASSED (the ledger checks a release's gates,
+// not SLSA build provenance, and claims no build level above 0) and
+// ["FAILED"] when FAILED, as the SLSA VSA spec (v1.0 to v1.2,
+// "verifiedLevels") asks: the levels verified "or FAILED if policy
+// verification failed".
+func ReadinessVSA(verifierID string, rel *gates.Release, rd *gates.Readiness) ingest.Statement {
+	st := ingest.Statement{Type: ingest.StatementV1, PredicateType: PredicateVSA, Subject: readinessSubjects(rel)}
+	var v VSA
+	v.Verifier.ID = verifierID
+	v.TimeVerified = rd.ComputedAt.UTC()
+	v.ResourceURI = "ledger:release/" + rd.Version
+	v.Policy = readinessPolicy(rd)
+	v.VerificationResult, v.VerifiedLevels = "FAILED", []string{"FAILED"}
+	if rd.Ready {
+		v.VerificationResult, v.VerifiedLevels = "PASSED", []string{"SLSA_BUILD_LEVEL_0"}
+	}
+	st.Predicate, _ = json.Marshal(v)
+	return st
+}
+
+// readinessSubjects are the subjects of a readiness verdict's Statements:
+// every component's repository at its head (gitCommit, and gitTree when
+// the release pins one) and every artifact pin (sha256), by name.
+func readinessSubjects(rel *gates.Release) []ingest.ResourceDescriptor {
+	var subj []ingest.ResourceDescriptor
 	for _, c := range rel.Components {
 		d := map[string]string{"gitCommit": c.Head}
 		if c.Tree != "" {
 			d["gitTree"] = c.Tree
 		}
-		st.Subject = append(st.Subject, ingest.ResourceDescriptor{Name: c.Repository, Digest: d})
+		subj = append(subj, ingest.ResourceDescriptor{Name: c.Repository, Digest: d})
 	}
 	names := make([]string, 0, len(rel.Artifacts))
 	for n := range rel.Artifacts {
@@ -134,23 +153,20 @@ func ReadinessVSA(origin string, rel *gates.Release, rd *gates.Readiness) ingest
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		st.Subject = append(st.Subject, ingest.ResourceDescriptor{Name: n, Digest: map[string]string{"sha256": strings.TrimPrefix(rel.Artifacts[n], "sha256:")}})
+		subj = append(subj, ingest.ResourceDescriptor{Name: n, Digest: map[string]string{"sha256": strings.TrimPrefix(rel.Artifacts[n], "sha256:")}})
 	}
-	var v VSA
-	v.Verifier.ID = origin
-	v.TimeVerified = rd.ComputedAt.UTC()
-	v.ResourceURI = "ledger:release/" + rd.Version
-	v.Policy = VSAPolicy{URI: "ledger:entry/" + rd.Release.ID}
+	return subj
+}
+
+// readinessPolicy names the policy a readiness verdict applied: the
+// release definition entry, uri "ledger:entry/<release entry id>", with
+// the verdict's pins digest (sha256) when it is one.
+func readinessPolicy(rd *gates.Readiness) VSAPolicy {
+	p := VSAPolicy{URI: "ledger:entry/" + rd.Release.ID}
 	if d := strings.TrimPrefix(rd.PinsDigest, "sha256:"); len(d) == 64 && ledger.LowerHex(d) {
-		v.Policy.Digest = map[string]string{"sha256": d}
+		p.Digest = map[string]string{"sha256": d}
 	}
-	v.VerificationResult = "FAILED"
-	if rd.Ready {
-		v.VerificationResult = "PASSED"
-	}
-	v.VerifiedLevels = []string{"SLSA_BUILD_LEVEL_0"}
-	st.Predicate, _ = json.Marshal(v)
-	return st
+	return p
 }
 
 // signedStatement is st as JSON with a newline, in a DSSE envelope of the

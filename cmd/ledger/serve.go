@@ -81,6 +81,11 @@ type ServeConfig struct {
 	// neither; neither: bundles are refused with a 409 naming the setting.
 	SigstoreTrustedRoot string
 	SigstorePolicy      string
+	// VerifierID is the verifier.id the readiness verdict's VSA and SVR
+	// name (--verifier-id, env LEDGER_VERIFIER_ID): an absolute URI
+	// (web.CheckVerifierID), such as the server's public URL. Empty:
+	// web.DefaultVerifierID of the log's origin ("urn:ledger:<origin>").
+	VerifierID string
 	// Ready, when non-nil, receives the bound address once listening.
 	Ready func(addr net.Addr)
 	Log   *slog.Logger
@@ -106,7 +111,8 @@ type ServeConfig struct {
 // typo in LEDGER_READ_AUTH must not leave reads open silently).
 func defaultServeConfig() (c ServeConfig, envErr error) {
 	c = ServeConfig{DB: "./var/ledger.db", Addr: envOr("LEDGER_ADDR", "127.0.0.1:8080"), MaxBody: 4 << 20, WitnessPolicy: envOr("LEDGER_WITNESS_POLICY", ""), FullScan: true, ScanChunk: 1024, ScanPause: time.Millisecond, ScanEvery: time.Hour, FileCheckEvery: time.Second,
-		SigstoreTrustedRoot: envOr("LEDGER_SIGSTORE_TRUSTED_ROOT", ""), SigstorePolicy: envOr("LEDGER_SIGSTORE_POLICY", "")}
+		SigstoreTrustedRoot: envOr("LEDGER_SIGSTORE_TRUSTED_ROOT", ""), SigstorePolicy: envOr("LEDGER_SIGSTORE_POLICY", ""),
+		VerifierID: envOr("LEDGER_VERIFIER_ID", "")}
 	if v := os.Getenv("LEDGER_FULL_SCAN"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -173,6 +179,11 @@ func (c ServeConfig) Validate() error {
 	}
 	if (c.SigstoreTrustedRoot == "") != (c.SigstorePolicy == "") {
 		return errors.New("--sigstore-trusted-root and --sigstore-policy go together: a trusted root without identity rules would accept any certificate")
+	}
+	if c.VerifierID != "" {
+		if err := web.CheckVerifierID(c.VerifierID); err != nil {
+			return fmt.Errorf("--verifier-id: %w", err)
+		}
 	}
 	if c.IdempotencyTTL != 0 && c.IdempotencyTTL < time.Minute {
 		return fmt.Errorf("--idempotency-ttl %s: must be at least 1m", c.IdempotencyTTL)
@@ -248,7 +259,7 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, AccessLog: c.AccessLog, MaxBody: c.MaxBody, IngestBudget: c.IngestBudget, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
-		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig})
+		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig, VerifierID: c.VerifierID})
 	if err != nil {
 		return err
 	}
@@ -544,6 +555,7 @@ func newServeCmd(a *app) *cobra.Command {
 	durationVar(cmd.Flags(), &c.ScanEvery, "full-scan-every", c.ScanEvery, "run the full verification again this long after the last one passed (env LEDGER_FULL_SCAN_EVERY; 0: only at start)")
 	cmd.Flags().StringVar(&c.SigstoreTrustedRoot, "sigstore-trusted-root", c.SigstoreTrustedRoot, "Sigstore trusted_root.json that posted Sigstore bundles are verified against, offline (needs --sigstore-policy; env LEDGER_SIGSTORE_TRUSTED_ROOT)")
 	cmd.Flags().StringVar(&c.SigstorePolicy, "sigstore-policy", c.SigstorePolicy, "YAML file of rules for Sigstore bundles: rules: [{lane, token, issuer|issuer_regexp + san|san_regexp, or public_key: NAME; timestamp_only}], public_keys: [{name, pem}] (env LEDGER_SIGSTORE_POLICY)")
+	cmd.Flags().StringVar(&c.VerifierID, "verifier-id", c.VerifierID, "absolute URI that names this server as verifier.id in signed readiness verdicts (?format=vsa, ?format=svr), such as its public URL https://ledger.example.com/ (env LEDGER_VERIFIER_ID; default urn:ledger:<log origin>)")
 	cmd.Flags().StringArrayVar(&c.RepoRoots, "repo-root", nil, "absolute directory under which an admin's POST /api/v1/heads/verify may name a repository (repo_path); repeatable; none: no repository is read from disk")
 	durationVar(cmd.Flags(), &c.LeaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease lasts unless its agent extends it")
 	durationVar(cmd.Flags(), &c.PollWait, "poll-wait", 25*time.Second, "the longest an agent's poll for a run waits")
