@@ -159,7 +159,7 @@ func Decode(ctx context.Context, mediaType string, body []byte, p Params) (*Resu
 // document whose root element is <testng-results> is TestNG's and is
 // decoded and recorded as testng.
 func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*Result, error) {
-	if format == FormatJUnit && xmlRoot(body) == "testng-results" {
+	if format == FormatJUnit && xmlRoot(ctx, body) == "testng-results" {
 		format = FormatTestNG
 	}
 	mt, err := MediaTypeOf(format)
@@ -216,7 +216,7 @@ func Detect(name string, body []byte) (string, error) {
 	b := bytes.TrimSpace(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")))
 	switch ext := strings.ToLower(filepath.Ext(name)); {
 	case ext == ".xml" || bytes.HasPrefix(b, []byte("<")):
-		if xmlRoot(body) == "testng-results" {
+		if xmlRoot(context.Background(), body) == "testng-results" {
 			return FormatTestNG, nil
 		}
 		return FormatJUnit, nil

@@ -466,9 +466,9 @@ func millis(s string) float64 {
 }
 
 // xmlRoot returns the local name of body's root element, "" when body
-// has none before malformed XML or its end.
-func xmlRoot(body []byte) string {
-	dec := newXMLDecoder(context.Background(), body)
+// has none before malformed XML or its end, or when ctx is done first.
+func xmlRoot(ctx context.Context, body []byte) string {
+	dec := newXMLDecoder(ctx, body)
 	for {
 		tok, err := dec.Token()
 		if err != nil {
