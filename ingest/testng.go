@@ -86,6 +86,13 @@ type testngMethod struct {
 	line                    int
 }
 
+// retries is a method's retried attempts: how many, and the message of
+// the last.
+type retries struct {
+	n       int
+	message string
+}
+
 // testngDecoder walks a testng-results.xml token by token, so its memory
 // is that of the cases found, not of the document.
 type testngDecoder struct {
@@ -94,9 +101,9 @@ type testngDecoder struct {
 	ids  *caseIDs
 	r    *Run
 	left int // elements until the next check of ctx
-	// pending counts, per case id before numbering, the retried attempts
-	// not yet followed by the method's next result.
-	pending      map[string]int
+	// pending is, per case id before numbering, the retried attempts not
+	// yet followed by the method's next result.
+	pending      map[string]*retries
 	passedFound  int
 	retriedFound int
 	configErrors int
@@ -110,7 +117,8 @@ type testngDecoder struct {
 // "null", each cut to paramMax bytes) so that invocations stay apart;
 // a repeated id is numbered as every format's is (caseIDs). Outcomes:
 // PASS passed, FAIL failed, SKIP skipped; PASS after retried attempts of
-// the same id is flaky (failed, then passed on a retry), FAIL or SKIP
+// the same id is flaky (failed, then passed on a retry; its message the
+// last retried attempt's), FAIL or SKIP
 // after them keeps its outcome with a note; SUCCESS_PERCENTAGE_FAILURE is
 // flaky (a failure the method's successPercentage tolerates; TestNG
 // counts it in none of the root's counters). A configuration method that
@@ -136,7 +144,7 @@ type testngDecoder struct {
 // every cancelStep elements). It is safe for concurrent use.
 func DecodeTestNG(ctx context.Context, body []byte) (*Run, error) {
 	d := &testngDecoder{ctx: ctx, dec: newXMLDecoder(ctx, body), ids: newCaseIDs(), r: &Run{},
-		left: cancelStep, pending: map[string]int{}}
+		left: cancelStep, pending: map[string]*retries{}}
 	start, err := d.root()
 	if err != nil {
 		return nil, err
@@ -154,8 +162,8 @@ func DecodeTestNG(ctx context.Context, body []byte) (*Run, error) {
 	if err := d.trailer(); err != nil {
 		return nil, err
 	}
-	for id, n := range d.pending {
-		d.r.Notes = append(d.r.Notes, "retried: "+id+" has "+strconv.Itoa(n)+" retried attempt(s) and no result after them")
+	for id, p := range d.pending {
+		d.r.Notes = append(d.r.Notes, "retried: "+id+" has "+strconv.Itoa(p.n)+" retried attempt(s) and no result after them")
 	}
 	if counts.total != nil {
 		ignored, retried := deref(counts.ignored), deref(counts.retried)
@@ -419,7 +427,13 @@ func (d *testngDecoder) add(class idPrefix, m testngMethod) error {
 	}
 	key := class.extend(name).id()
 	if m.retried {
-		d.pending[key]++
+		p := d.pending[key]
+		if p == nil {
+			p = &retries{}
+			d.pending[key] = p
+		}
+		p.n++
+		p.message = m.message
 		d.retriedFound++
 		return nil
 	}
@@ -438,16 +452,17 @@ func (d *testngDecoder) add(class idPrefix, m testngMethod) error {
 		return ledger.FieldError("xml", "the test-method at line %d has status %q: want PASS, FAIL, SKIP or SUCCESS_PERCENTAGE_FAILURE", m.line, clip(m.status))
 	}
 	k.ID = d.ids.nextUnder(class, name)
-	retries := d.pending[key]
+	p := d.pending[key]
 	delete(d.pending, key)
 	switch {
 	case k.Outcome == Flaky:
 		d.r.Notes = append(d.r.Notes, "flaky: "+k.ID+" failed within its successPercentage")
-	case retries > 0 && k.Outcome == Passed:
+	case p != nil && k.Outcome == Passed:
 		k.Outcome = Flaky
-		d.r.Notes = append(d.r.Notes, "flaky: "+k.ID+" failed, then passed on a retry ("+strconv.Itoa(retries)+" retried attempt(s))")
-	case retries > 0:
-		d.r.Notes = append(d.r.Notes, "rerun: "+k.ID+" was retried "+strconv.Itoa(retries)+" time(s) and still did not pass")
+		k.Message = p.message // what the retried attempt failed with
+		d.r.Notes = append(d.r.Notes, "flaky: "+k.ID+" failed, then passed on a retry ("+strconv.Itoa(p.n)+" retried attempt(s))")
+	case p != nil:
+		d.r.Notes = append(d.r.Notes, "rerun: "+k.ID+" was retried "+strconv.Itoa(p.n)+" time(s) and still did not pass")
 	}
 	if k.Outcome == Passed {
 		k.Message = ""

@@ -107,6 +107,7 @@ func TestTestNGFiles(t *testing.T) {
 				"Regression > api > com.acme.CalcTest > add[null, 1]": "java.lang.NullPointerException",
 				"Regression > api > com.acme.CalcTest > div[4, 0]":    "/ by zero",
 				"Regression > api > com.acme.CalcTest > skipMe":       "not on this platform",
+				"Regression > api > com.acme.CalcTest > add[2, 3]":    "expected [5] but found [4]",
 			},
 			notes:   2,
 			started: "2026-11-30T09:00:00Z", done: "2026-11-30T09:00:05Z"},

@@ -25,7 +25,8 @@ const (
 // Case is one test case: a stable id, its outcome, duration in seconds
 // and, for a case that did not pass, the message the input gave for it
 // (JUnit's failure, error, flaky or skipped element: its message
-// attribute and text; go test's output lines of the test), at most
+// attribute and text; TestNG's exception message; go test's output lines
+// of the test), at most
 // MaxMessage bytes (cutMessage).
 type Case struct {
 	ID       string  `json:"id"`
