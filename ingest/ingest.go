@@ -208,8 +208,9 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 }
 
 // Detect guesses the format of a file from its name and first bytes:
-// XML is TestNG's when its root is <testng-results>, else JUnit; a JSON object with "payloadType" a DSSE envelope (of an
-// in-toto Statement; other envelopes are the native format's), with
+// XML is TestNG's when its root is <testng-results>, else JUnit; a JSON
+// object with "payloadType" a DSSE envelope (of an in-toto Statement;
+// other envelopes are the native format's), with
 // "_type" an in-toto Statement, with "Action" a test2json stream; any other
 // JSON the native format. It returns a CodeInvalid error when nothing fits.
 func Detect(name string, body []byte) (string, error) {
