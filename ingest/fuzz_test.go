@@ -85,6 +85,7 @@ func FuzzBundle(f *testing.F) {
 
 func FuzzDetect(f *testing.F) {
 	f.Add("r.xml", []byte(`<testsuite/>`))
+	f.Add("testng-results.xml", []byte(`<?xml version="1.0"?><testng-results total="0"/>`))
 	f.Add("s.json", []byte(`{"Action":"run"}`))
 	f.Add("e.json", []byte(`{"payloadType":"x"}`))
 	f.Fuzz(func(t *testing.T, name string, data []byte) {

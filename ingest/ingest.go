@@ -19,10 +19,12 @@ import (
 // in-toto attestation framework and the DSSE protocol specification name
 // them (github.com/in-toto/attestation spec/v1/statement.md,
 // github.com/secure-systems-lab/dsse envelope.md). JUnit XML and test2json
-// have no registered media type; the ones here are the ledger's.
+// and TestNG's testng-results.xml have no registered media type; the
+// ones here are the ledger's.
 const (
 	MediaEvidence = "application/json"
 	MediaJUnit    = "application/junit+xml"
+	MediaTestNG   = "application/vnd.testng+xml"
 	MediaGoTest   = "application/vnd.go.test2json+jsonl"
 	MediaInToto   = "application/vnd.in-toto+json"
 	MediaDSSE     = "application/vnd.dsse.envelope.v1+json"
@@ -32,6 +34,7 @@ const (
 const (
 	FormatEvidence = "evidence"
 	FormatJUnit    = "junit"
+	FormatTestNG   = "testng"
 	FormatGoTest   = "gotest"
 	FormatInToto   = "in-toto"
 	FormatDSSE     = "dsse"
@@ -41,6 +44,7 @@ const (
 var formats = map[string]string{
 	FormatEvidence: MediaEvidence,
 	FormatJUnit:    MediaJUnit,
+	FormatTestNG:   MediaTestNG,
 	FormatGoTest:   MediaGoTest,
 	FormatInToto:   MediaInToto,
 	FormatDSSE:     MediaDSSE,
@@ -66,7 +70,9 @@ func MediaTypeOf(format string) (string, error) {
 }
 
 // FormatOf maps a media type (parameters ignored) to its format name;
-// an unknown media type is CodeUnsupported naming the ones known.
+// an unknown media type is CodeUnsupported naming the ones known. The
+// XML media types give junit; DecodeFormat reads a document of junit
+// whose root is <testng-results> as testng.
 func FormatOf(mediaType string) (string, error) {
 	mt, _, err := mime.ParseMediaType(mediaType)
 	if err != nil && mediaType != "" {
@@ -77,6 +83,8 @@ func FormatOf(mediaType string) (string, error) {
 		return FormatEvidence, nil
 	case MediaJUnit, "application/xml", "text/xml":
 		return FormatJUnit, nil
+	case MediaTestNG:
+		return FormatTestNG, nil
 	case MediaGoTest, "application/x-ndjson", "application/jsonl":
 		return FormatGoTest, nil
 	case MediaInToto:
@@ -87,7 +95,7 @@ func FormatOf(mediaType string) (string, error) {
 		return FormatSigstore, nil
 	}
 	return "", ledger.Errorf(ledger.CodeUnsupported, "Content-Type %q is not supported: send %s", clip(mt),
-		strings.Join([]string{MediaEvidence, MediaJUnit, MediaGoTest, MediaInToto, MediaDSSE, MediaSigstoreBundle}, ", "))
+		strings.Join([]string{MediaEvidence, MediaJUnit, MediaTestNG, MediaGoTest, MediaInToto, MediaDSSE, MediaSigstoreBundle}, ", "))
 }
 
 // Params supplies what a format lacks. Lane and Backend are required by
@@ -147,8 +155,13 @@ func Decode(ctx context.Context, mediaType string, body []byte, p Params) (*Resu
 	return DecodeFormat(ctx, f, body, p)
 }
 
-// DecodeFormat is Decode with the format named ("junit", ...).
+// DecodeFormat is Decode with the format named ("junit", ...). A junit
+// document whose root element is <testng-results> is TestNG's and is
+// decoded and recorded as testng.
 func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*Result, error) {
+	if format == FormatJUnit && xmlRoot(ctx, body) == "testng-results" {
+		format = FormatTestNG
+	}
 	mt, err := MediaTypeOf(format)
 	if err != nil {
 		return nil, err
@@ -163,6 +176,8 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 	switch format {
 	case FormatJUnit:
 		run, err = DecodeJUnit(ctx, body)
+	case FormatTestNG:
+		run, err = DecodeTestNG(ctx, body)
 	case FormatGoTest:
 		run, err = DecodeGoTest(ctx, body)
 	case FormatInToto:
@@ -193,14 +208,18 @@ func DecodeFormat(ctx context.Context, format string, body []byte, p Params) (*R
 }
 
 // Detect guesses the format of a file from its name and first bytes:
-// XML is JUnit; a JSON object with "payloadType" a DSSE envelope (of an
-// in-toto Statement; other envelopes are the native format's), with
+// XML is TestNG's when its root is <testng-results>, else JUnit; a JSON
+// object with "payloadType" a DSSE envelope (of an in-toto Statement;
+// other envelopes are the native format's), with
 // "_type" an in-toto Statement, with "Action" a test2json stream; any other
 // JSON the native format. It returns a CodeInvalid error when nothing fits.
 func Detect(name string, body []byte) (string, error) {
 	b := bytes.TrimSpace(bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")))
 	switch ext := strings.ToLower(filepath.Ext(name)); {
 	case ext == ".xml" || bytes.HasPrefix(b, []byte("<")):
+		if xmlRoot(context.Background(), body) == "testng-results" {
+			return FormatTestNG, nil
+		}
 		return FormatJUnit, nil
 	case len(b) == 0:
 		return "", ledger.FieldError("format", "empty input: nothing to detect")

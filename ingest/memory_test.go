@@ -27,6 +27,19 @@ func maxInput(tb testing.TB, format string, size int, priv ed25519.PrivateKey) [
 			fmt.Fprintf(&b, `<testcase classname="pkg.Class%d" name="test_%d" time="0.001"><system-out>output of test %d, padding padding padding padding padding padding padding padding padding</system-out></testcase>`+"\n", k%97, k, k)
 		}
 		b.WriteString("</testsuite>\n</testsuites>\n")
+	case FormatTestNG:
+		b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<testng-results ignored="0" total="0" passed="0" failed="0" skipped="0">` + "\n" +
+			`<suite name="suite" started-at="2026-12-05T10:00:00 UTC" finished-at="2026-12-05T10:00:12 UTC"><test name="test">` + "\n")
+		for k := 0; b.Len() < size-200; k++ {
+			if k%97 == 0 {
+				if k > 0 {
+					b.WriteString("</class>\n")
+				}
+				fmt.Fprintf(&b, `<class name="pkg.Class%d">`+"\n", k/97)
+			}
+			fmt.Fprintf(&b, `<test-method name="test_%d" status="PASS" duration-ms="1"><params><param index="0"><value><![CDATA[%d]]></value></param></params><reporter-output><line><![CDATA[output of test %d, padding padding padding padding padding]]></line></reporter-output></test-method>`+"\n", k, k, k)
+		}
+		b.WriteString("</class>\n</test></suite>\n</testng-results>\n")
 	case FormatGoTest:
 		const pkg = "example.com/r/pkg"
 		for k := 0; b.Len() < size-1000; k++ {
@@ -72,7 +85,7 @@ func BenchmarkDecodeMax(b *testing.B) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	p := testParams()
 	keys := testRegistry(b, map[string]ed25519.PublicKey{"h1": pub})
-	for _, f := range []string{FormatJUnit, FormatGoTest, FormatInToto, FormatDSSE} {
+	for _, f := range []string{FormatJUnit, FormatTestNG, FormatGoTest, FormatInToto, FormatDSSE} {
 		body := maxInput(b, f, 4<<20, priv)
 		b.Run(f, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))

@@ -25,7 +25,8 @@ const (
 // Case is one test case: a stable id, its outcome, duration in seconds
 // and, for a case that did not pass, the message the input gave for it
 // (JUnit's failure, error, flaky or skipped element: its message
-// attribute and text; go test's output lines of the test), at most
+// attribute and text; TestNG's exception message; go test's output lines
+// of the test), at most
 // MaxMessage bytes (cutMessage).
 type Case struct {
 	ID       string  `json:"id"`
@@ -46,12 +47,22 @@ type Counts struct {
 }
 
 // Declared is what a file says of itself (JUnit's tests, failures,
-// errors, skipped attributes), compared with the cases found.
+// errors, skipped attributes; TestNG's, DecodeTestNG), compared with the
+// cases found. Passed, Retried and Ignored are TestNG's passed, retried
+// and ignored attributes (nil for formats without them): passed is
+// compared with the passed methods found, a method that passed on a
+// retry included, retried with the retried attempts found; ignored
+// methods are written nowhere but in the counts.
 type Declared struct {
-	Tests    int `json:"tests"`
-	Failures int `json:"failures"`
-	Errors   int `json:"errors"`
-	Skipped  int `json:"skipped"`
+	Tests    int  `json:"tests"`
+	Failures int  `json:"failures"`
+	Errors   int  `json:"errors"`
+	Skipped  int  `json:"skipped"`
+	Passed   *int `json:"passed,omitempty"`
+	Retried  *int `json:"retried,omitempty"`
+	Ignored  *int `json:"ignored,omitempty"`
+
+	passedFound, retriedFound int // what Passed and Retried are compared with
 }
 
 // Identity is who produced a signed input: the runner key that signed a
@@ -127,6 +138,12 @@ func (d *Declared) mismatch(c Counts) string {
 	}
 	if d.Skipped != c.Skipped {
 		parts = append(parts, fmt.Sprintf("skipped declared %d, found %d", d.Skipped, c.Skipped))
+	}
+	if d.Passed != nil && *d.Passed != d.passedFound {
+		parts = append(parts, fmt.Sprintf("passed declared %d, found %d", *d.Passed, d.passedFound))
+	}
+	if d.Retried != nil && *d.Retried != d.retriedFound {
+		parts = append(parts, fmt.Sprintf("retried declared %d, found %d", *d.Retried, d.retriedFound))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -132,7 +132,7 @@ func (s *Server) handleGetOriginal(w http.ResponseWriter, r *http.Request) {
 
 func originalExt(format string) string {
 	switch format {
-	case ingest.FormatJUnit:
+	case ingest.FormatJUnit, ingest.FormatTestNG:
 		return "xml"
 	case ingest.FormatGoTest:
 		return "jsonl"

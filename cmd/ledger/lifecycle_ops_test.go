@@ -123,6 +123,7 @@ type lcOp struct {
 var lcOps = []lcOp{
 	{"evidence-json", 10, []ledger.Kind{ledger.KindEvidence}, opEvidenceJSON},
 	{"evidence-junit", 4, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence}, opEvidenceJUnit},
+	{"evidence-testng", 2, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence}, opEvidenceTestNG},
 	{"evidence-gotest", 4, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence}, opEvidenceGoTest},
 	{"evidence-intoto", 3, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence}, opEvidenceInToto},
 	{"evidence-dsse-intoto", 3, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSEInToto},
@@ -304,6 +305,71 @@ func opEvidenceJUnit(e *lcEnv, r *rand.Rand) error {
 	}
 	if len(want) > 0 {
 		return fmt.Errorf("evidence-junit: failing cases missing from the details: %v", want)
+	}
+	return nil
+}
+
+// opEvidenceTestNG records TestNG's testng-results.xml: a data-provider
+// method of a few invocations, a configuration method, and at times a
+// retried attempt (passing after it: flaky) or a failure; the evidence
+// read back has the status and counts the file's own root says.
+func opEvidenceTestNG(e *lcEnv, r *rand.Rand) error {
+	commit, api, n := pick(r, lcCommitA, lcCommitB), viaAPI(r), e.m.next()
+	invocations, retried, failed := 1+r.IntN(4), r.IntN(3) == 0, r.IntN(4) == 0
+	var m strings.Builder
+	m.WriteString(`<test-method is-config="true" name="setUp" status="PASS"/>` + "\n")
+	if retried {
+		m.WriteString(`<test-method name="add" status="SKIP" retried="true"><params><param index="0"><value><![CDATA[0]]></value></param></params></test-method>` + "\n")
+	}
+	for k := range invocations {
+		fmt.Fprintf(&m, `<test-method name="add" status="PASS"><params><param index="0"><value><![CDATA[%d]]></value></param></params></test-method>`+"\n", k)
+	}
+	nFailed := 0
+	if failed {
+		nFailed = 1
+		fmt.Fprintf(&m, `<test-method name="div%d" status="FAIL"><exception class="java.lang.ArithmeticException"><message><![CDATA[/ by zero]]></message></exception></test-method>`+"\n", n)
+	}
+	nRetried := 0
+	if retried {
+		nRetried = 1
+	}
+	x := fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
+<testng-results ignored="0" total="%d" passed="%d" failed="%d" skipped="0" retried="%d">
+<suite name="s%d" started-at="2026-11-29T10:%02d:%02d UTC" finished-at="2026-11-29T10:%02d:%02d UTC"><test name="t"><class name="com.acme.CalcTest">
+%s</class></test></suite>
+</testng-results>
+`, invocations+nFailed+nRetried, invocations, nFailed, nRetried, n, n/60%60, n%60, n/60%60, n%60, m.String())
+	f := e.writeFile(fmt.Sprintf("testng-%d.xml", n), []byte(x))
+	es, err := e.record(api, e.rec, "", append([]string{"--format", "testng", f}, lcPins(commit)...)...)
+	if err != nil {
+		return err
+	}
+	e.noteEvidence(es, commit, "ci-tests/v1")
+	e.logf("evidence-testng at %s api=%v: %d invocations, retried=%v failed=%v, %d entries", commit[:4], api, invocations, retried, failed, len(es))
+	if len(es) == 0 {
+		return nil
+	}
+	var got struct {
+		Evidence ledger.Evidence `json:"evidence"`
+	}
+	if err := e.getJSON("/api/v1/evidence/"+es[len(es)-1].ID, &got); err != nil {
+		return err
+	}
+	var d struct {
+		CountMismatch string `json:"count_mismatch"`
+	}
+	if err := json.Unmarshal(got.Evidence.Details, &d); err != nil {
+		return fmt.Errorf("evidence-testng details: %v", err)
+	}
+	want := ledger.StatusPassed
+	switch {
+	case failed:
+		want = ledger.StatusFailed
+	case retried:
+		want = ledger.StatusInconclusive // the retried invocation is flaky
+	}
+	if d.CountMismatch != "" || got.Evidence.Status != want || got.Evidence.CasesTotal != invocations+nFailed {
+		return fmt.Errorf("evidence-testng: status %s, %d cases, mismatch %q; want %s, %d cases and none", got.Evidence.Status, got.Evidence.CasesTotal, d.CountMismatch, want, invocations+nFailed)
 	}
 	return nil
 }

@@ -33,16 +33,17 @@ func newRecordCmd(a *app) *cobra.Command {
 	var maxBody int64
 	cmd := &cobra.Command{
 		Use:   "record FILE|-",
-		Short: "Append evidence (ledger JSON, JUnit XML, go test -json, in-toto, DSSE, Sigstore bundle) to the ledger, atomically",
+		Short: "Append evidence (ledger JSON, JUnit XML, TestNG XML, go test -json, in-toto, DSSE, Sigstore bundle) to the ledger, atomically",
 		Long: `Append evidence records to the log. With --server the records go through the
 HTTP API (POST /api/v1/evidence, needs a token of scope record; the server
 decodes and verifies the input); otherwise they are appended to the local
 database given by --db. An array is appended atomically: all records or none.
 Identical records already in the log are not appended again.
 
---format is evidence (the ledger's JSON), junit, gotest (go test -json),
-in-toto, dsse or sigstore-bundle (a Sigstore bundle of a DSSE-signed in-toto
-Statement); auto (the default) detects it from the file. Every format but
+--format is evidence (the ledger's JSON), junit, testng (TestNG's
+testng-results.xml), gotest (go test -json), in-toto, dsse or sigstore-bundle
+(a Sigstore bundle of a DSSE-signed in-toto Statement); auto (the default)
+detects it from the file (XML whose root is <testng-results> is testng). Every format but
 evidence is kept byte for byte as an "original" entry that the evidence names
 by id and digest, and needs --lane and --backend; --repository, --commit and
 --tree (or --from-git, the current checkout) unless the input carries them;
@@ -72,7 +73,7 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 				return errExit(2, "read evidence: %v", err)
 			}
 			if len(bytes.TrimSpace(data)) == 0 {
-				return errExit(2, "%s is empty: want evidence JSON, JUnit XML, a go test -json stream, an in-toto Statement or a DSSE envelope", args[0])
+				return errExit(2, "%s is empty: want evidence JSON, JUnit or TestNG XML, a go test -json stream, an in-toto Statement or a DSSE envelope", args[0])
 			}
 			format := f.format
 			if format == "auto" || format == "" {
@@ -107,7 +108,7 @@ Exit codes: 0 recorded, 2 bad input or any error (nothing was appended).`,
 			}
 			if err != nil {
 				hint := flagHint(err, format)
-				if format != ingest.FormatGoTest && format != ingest.FormatJUnit {
+				if format != ingest.FormatGoTest && format != ingest.FormatJUnit && format != ingest.FormatTestNG {
 					hint += jsonBreak(data)
 				}
 				return errExit(2, "record %s: %v%s", args[0], err, hint)
