@@ -105,6 +105,11 @@ func (ev *evaluator) provenance(g *Gate) (GateResult, error) {
 		if why == "" {
 			why = ProvenanceClaim(&e.Evidence)
 		}
+		if why == "" && e.Evidence.Signer != nil {
+			// Provenance a runner key vouched for stands only while that
+			// key does, as for signed_by: a revoked key revokes it.
+			_, why = ev.signerKey(e.Evidence.Signer)
+		}
 		if why == "" {
 			why = provenanceMismatch(ledger.ProvenanceOf(&e.Evidence), g, b)
 		}

@@ -137,19 +137,9 @@ func (ev *evaluator) signerMismatch(id string, e *ledger.Evidence, g *Gate) stri
 	if len(g.SignedBy) > 0 && !slices.Contains(g.SignedBy, s.Runner) {
 		return fmt.Sprintf("signed by runner %s, not by %s (signed_by)", s.Runner, want)
 	}
-	ev.runners.once.Do(func() { ev.runners.reg, ev.runners.err = auth.LoadRunnerKeys(ev.ctx, ev.store, ev.asOf) })
-	if ev.runners.err != nil {
-		return fmt.Sprintf("runner keys could not be read: %v", ev.runners.err)
-	}
-	st, ok := ev.runners.reg.ByEntry(s.KeyEntry)
-	switch {
-	case !ok || st.KeyID != s.KeyID || st.Name != s.Runner:
-		return fmt.Sprintf("signed by %s with key %s, which no runner-key entry registered", s.Runner, s.KeyID)
-	case st.Revoked:
-		return fmt.Sprintf("signed by runner %s's key %s, revoked at index %d: %s", s.Runner, s.KeyID, st.RevokedIndex, st.Reason)
-	}
-	if err := s.Check(st.PublicKey); err != nil {
-		return fmt.Sprintf("signer %s: %v", s.Runner, err)
+	st, why := ev.signerKey(s)
+	if why != "" {
+		return why
 	}
 	if g.Runner == ledger.RunnerKindAgent && st.Kind != ledger.RunnerKindAgent {
 		return fmt.Sprintf("signed by runner %s, whose key is not an approved agent's (runner: agent)", s.Runner)
@@ -171,4 +161,28 @@ func (ev *evaluator) signerMismatch(id string, e *ledger.Evidence, g *Gate) stri
 		}
 	}
 	return ""
+}
+
+// signerKey returns the registry state of the key that signed s, or why
+// s does not stand: the registry could not be read, no runner-key entry
+// registered the key (or it names another runner or key id), the key was
+// revoked as of the evaluation (a key revoked later revokes what it
+// signed), or the kept envelope does not verify under the key
+// (ledger.Signer.Check).
+func (ev *evaluator) signerKey(s *ledger.Signer) (auth.RunnerState, string) {
+	ev.runners.once.Do(func() { ev.runners.reg, ev.runners.err = auth.LoadRunnerKeys(ev.ctx, ev.store, ev.asOf) })
+	if ev.runners.err != nil {
+		return auth.RunnerState{}, fmt.Sprintf("runner keys could not be read: %v", ev.runners.err)
+	}
+	st, ok := ev.runners.reg.ByEntry(s.KeyEntry)
+	switch {
+	case !ok || st.KeyID != s.KeyID || st.Name != s.Runner:
+		return st, fmt.Sprintf("signed by %s with key %s, which no runner-key entry registered", s.Runner, s.KeyID)
+	case st.Revoked:
+		return st, fmt.Sprintf("signed by runner %s's key %s, revoked at index %d: %s", s.Runner, s.KeyID, st.RevokedIndex, st.Reason)
+	}
+	if err := s.Check(st.PublicKey); err != nil {
+		return st, fmt.Sprintf("signer %s: %v", s.Runner, err)
+	}
+	return st, ""
 }

@@ -173,3 +173,19 @@ func TestDSSE(t *testing.T) {
 		t.Fatalf("a verification of other bytes: err = %v, want CodeInternal", err)
 	}
 }
+
+// TestStatementDuplicateNames: a Statement (signed or not) with a member
+// name twice, at the top or inside the predicate, is refused naming the
+// member: the last value would win here and the first in other readers.
+func TestStatementDuplicateNames(t *testing.T) {
+	for name, body := range map[string]string{
+		"predicateType twice": `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"a","digest":{"sha256":"` + strings.Repeat("a", 64) + `"}}],"predicateType":"https://in-toto.io/attestation/test-result/v0.1","predicateType":"https://slsa.dev/provenance/v1","predicate":{}}`,
+		"builder id twice":    `{"_type":"https://in-toto.io/Statement/v1","subject":[{"name":"a","digest":{"sha256":"` + strings.Repeat("a", 64) + `"}}],"predicateType":"https://slsa.dev/provenance/v1","predicate":{"runDetails":{"builder":{"id":"https://evil/b","id":"https://good/b"}}}}`,
+	} {
+		_, err := DecodeStatement([]byte(body))
+		var le *ledger.Error
+		if err == nil || !errors.As(err, &le) || le.Code != ledger.CodeInvalid || !strings.Contains(err.Error(), "duplicate") {
+			t.Fatalf("%s: err = %v, want CodeInvalid naming the duplicate", name, err)
+		}
+	}
+}

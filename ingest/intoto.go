@@ -102,8 +102,14 @@ func IsInTotoEnvelope(body []byte) bool {
 }
 
 // DecodeStatement reads an in-toto Statement and checks its type and
-// subjects; it does not check the predicate type (see Params).
+// subjects; it does not check the predicate type (see Params). A
+// Statement with a member name twice in any object is refused
+// (ledger.RefuseDuplicateNames): two readers of a signed document must
+// not see two different claims.
 func DecodeStatement(body []byte) (*Statement, error) {
+	if err := ledger.RefuseDuplicateNames(body); err != nil {
+		return nil, err
+	}
 	var st Statement
 	if err := json.Unmarshal(body, &st); err != nil {
 		return nil, ledger.FieldError("", "not an in-toto Statement: malformed JSON")

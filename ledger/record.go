@@ -30,6 +30,25 @@ func DecodeStrict(data []byte, v any) error {
 	return nil
 }
 
+// RefuseDuplicateNames checks that no object in data, a JSON text, has a
+// member name twice. RFC 8259 (section 4) leaves what duplicate names mean
+// to each parser, so a signed document with them can say one thing to the
+// ledger (encoding/json keeps the last) and another to a reader that keeps
+// the first: such a document is refused, not interpreted. Errors are
+// CodeInvalid naming the member ("duplicate field") or the malformed
+// byte. It reads tokens without building values; safe for concurrent use.
+func RefuseDuplicateNames(data []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		if _, err := dec.ReadToken(); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return jsonError(err)
+		}
+	}
+}
+
 // jsonError translates a decoding error into a CodeInvalid *Error.
 func jsonError(err error) error {
 	var se *jsonv2.SemanticError

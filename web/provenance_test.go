@@ -131,6 +131,7 @@ gates:
 	if code != http.StatusCreated {
 		t.Fatalf("good: %d %s", code, body)
 	}
+	goodID := e.lastID(t, body)
 	ev := e.evidenceOf(t, body)
 	pv := ledger.ProvenanceOf(&ev)
 	if pv == nil || pv.BuilderID != builder || pv.Source.Commit != reviewed || pv.Source.Repository != repo || pv.VerifiedBy != "runner-key" ||
@@ -139,6 +140,16 @@ gates:
 	}
 	if state, _ := gate(); state != "passed" || !e.readiness(t, "5.0.0").Readiness.Ready {
 		t.Fatalf("good provenance: gate %s", state)
+	}
+
+	// Revoking the runner key that signed it revokes the provenance it
+	// vouched for, as for signed_by: the record becomes baseline, naming
+	// the revocation, and the release is no longer ready.
+	if code, body := e.do(t, http.MethodPost, "/api/v1/runners/ci-mac/revoke", e.admin, map[string]string{"reason": "key leaked"}); code != http.StatusCreated {
+		t.Fatalf("revoke: %d %s", code, body)
+	}
+	if state, bl := gate(); state != "open" || !strings.Contains(bl[goodID], "revoked") || e.readiness(t, "5.0.0").Readiness.Ready {
+		t.Fatalf("after the signing key's revocation: gate %s, baseline %q; want open naming the revocation", state, bl[goodID])
 	}
 }
 
