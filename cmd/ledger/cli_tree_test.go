@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +152,29 @@ func TestParseDurationDays(t *testing.T) {
 		if _, err := parseDuration(in); err == nil || !strings.Contains(err.Error(), "a duration such as") {
 			t.Errorf("parseDuration(%q): %v; want an error naming the shape", in, err)
 		}
+	}
+}
+
+// TestTokenRefusesServerWithoutDB: with a server named (LEDGER_SERVER)
+// and no database, `ledger token` refuses, exit 2, rather than making a
+// token in a default local database the server never reads; with --db it
+// works as always.
+func TestTokenRefusesServerWithoutDB(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(ledgerBin, "token", "create", "--name", "x", "--scope", "read")
+	cmd.Dir = dir
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "LEDGER_DB=") }), "LEDGER_SERVER=http://127.0.0.1:1")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--db PATH") {
+		t.Fatalf("token create with LEDGER_SERVER and no --db: %v %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "var")); err == nil {
+		t.Fatal("a local database was made anyway")
+	}
+	cmd = exec.Command(ledgerBin, "--db", filepath.Join(dir, "t.db"), "token", "create", "--name", "x", "--scope", "read")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LEDGER_SERVER=http://127.0.0.1:1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("token create with --db: %v %s", err, out)
 	}
 }

@@ -74,6 +74,14 @@ func newRootCmd() *cobra.Command {
 			}
 			_, envDB := os.LookupEnv("LEDGER_DB")
 			a.dbExplicit = envDB || cmd.Flags().Changed("db")
+			// Tokens are made in the database itself: with a server named
+			// and no database, a token made in the default ./var/ledger.db
+			// would be one the server never sees.
+			for c := cmd; c != nil; c = c.Parent() {
+				if c.Name() == "token" && c.Parent() != nil && c.Parent().Parent() == nil && a.Server != "" && !a.dbExplicit {
+					return errExit(2, "token works on the ledger's database itself, not through a server (%s, from --server or LEDGER_SERVER): run it where the database is, with --db PATH", a.Server)
+				}
+			}
 			for c := cmd; c != nil; c = c.Parent() {
 				switch c.Name() {
 				case "serve", "migrate", "token", "run":
