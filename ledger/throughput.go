@@ -1,0 +1,193 @@
+package ledger
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// ThroughputField is the evidence details member of a throughput lane's
+// record (lanes named "*-throughput/vN"): the timing samples of every case
+// and what they were measured on (Throughput).
+const ThroughputField = "throughput"
+
+// Throughput is what a throughput lane measured: for every case, the
+// candidate's samples and, in an A/B run, the baseline's samples taken
+// interleaved with them on the same device in the same run.
+//
+// A sample is the device (or monotonic) time of one group of
+// LaunchesPerSample back-to-back products divided by that count, in
+// seconds per product; sample i of the candidate and sample i of the
+// baseline were taken next to each other in time, so their ratio cancels
+// drift both share. Summaries (medians, intervals) are written for
+// readers; the throughput gate recomputes them from the samples.
+type Throughput struct {
+	// Clock names what timed the samples: "cuda-events" (cuEventElapsedTime
+	// around each group), "monotonic" (the host's monotonic clock), or an
+	// adapter's own clock ("torch.cuda.Event", "perf_counter").
+	Clock string `json:"clock"`
+	// Candidate names what was measured: the kernel variant ("promoted")
+	// or the implementation under test.
+	Candidate string `json:"candidate"`
+	// Baseline is what the candidate was compared with in the same run;
+	// nil in a run of one side only.
+	Baseline *ThroughputBaseline `json:"baseline,omitempty"`
+	// Confidence is the coverage of every interval (0.95) and TargetRel the
+	// relative half-width the run repeated samples for (0.01).
+	Confidence float64 `json:"confidence"`
+	TargetRel  float64 `json:"target_rel"`
+	// DeviceState holds what moves timings, read before and after the run
+	// ("before.clocks.sm_mhz", "after.temperature_c", "processes", ...).
+	DeviceState map[string]string `json:"device_state,omitempty"`
+	Cases       []ThroughputCase  `json:"cases"`
+}
+
+// ThroughputBaseline identifies the other side of an A/B run: its name (a
+// kernel variant such as "narrow", or the original implementation's name)
+// and its artifact pins (name -> "sha256:<hex>") when they differ from the
+// record's subject.
+type ThroughputBaseline struct {
+	Name      string            `json:"name"`
+	Artifacts map[string]string `json:"artifacts,omitempty"`
+}
+
+// ThroughputCase is one measured case: its shape (Batch vectors of K
+// values times an N x K matrix of Bits-bit weights in groups of
+// GroupSize, activations of DType), the samples, the check of its output
+// and the runner's summaries.
+type ThroughputCase struct {
+	ID                string    `json:"id"`
+	Batch             int       `json:"batch"`
+	N                 int       `json:"n"`
+	K                 int       `json:"k"`
+	DType             string    `json:"dtype"`
+	Bits              int       `json:"bits"`
+	GroupSize         int       `json:"group_size"`
+	LaunchesPerSample int       `json:"launches_per_sample"`
+	CandidateS        []float64 `json:"candidate_s"`
+	BaselineS         []float64 `json:"baseline_s,omitempty"`
+	// Converged is true when the run stopped because every interval was
+	// within TargetRel, false when its sample or time budget ended first.
+	Converged bool `json:"converged"`
+	// Candidate and Baseline are the median seconds per product with their
+	// intervals; Ratio is the median of the paired ratios
+	// baseline_s[i]/candidate_s[i] (above 1: the candidate is faster).
+	CandidateMedian Interval  `json:"candidate_median"`
+	BaselineMedian  *Interval `json:"baseline_median,omitempty"`
+	Ratio           *Interval `json:"ratio,omitempty"`
+	// Output is the check of the timed products' output against the
+	// float64 reference.
+	Output OutputCheck `json:"output"`
+}
+
+// Interval is an estimate with its confidence interval (Low <= Estimate
+// <= High), in the unit of what it estimates.
+type Interval struct {
+	Estimate float64 `json:"estimate"`
+	Low      float64 `json:"low"`
+	High     float64 `json:"high"`
+}
+
+// OutputCheck compares a timed product's output (every batch row) with a
+// float64 reference: RelL2 is ||got - ref||_2 / ||ref||_2 over all values,
+// Tolerance the largest RelL2 that passes (a kernel that skips work is off
+// by far more), BitExact how many of Values equal the reference rounded to
+// the dtype.
+type OutputCheck struct {
+	RelL2     float64 `json:"rel_l2"`
+	Tolerance float64 `json:"tolerance"`
+	BitExact  int     `json:"bit_exact"`
+	Values    int     `json:"values"`
+	// BaselineRelL2 is the same measure for the baseline's output.
+	BaselineRelL2 *float64 `json:"baseline_rel_l2,omitempty"`
+}
+
+// Limits of a throughput record: cases, samples per side of a case.
+const (
+	MaxThroughputCases   = 512
+	MaxThroughputSamples = 1000
+)
+
+// ThroughputOf returns the throughput measurements in e's details, or nil
+// when it carries none. It fails when the member is there but malformed
+// (see Throughput.Validate).
+func ThroughputOf(e *Evidence) (*Throughput, error) {
+	if len(e.Details) == 0 {
+		return nil, nil
+	}
+	var probe struct {
+		T *Throughput `json:"throughput"`
+	}
+	if err := json.Unmarshal(e.Details, &probe); err != nil {
+		return nil, fmt.Errorf("details.throughput: %w", err)
+	}
+	if probe.T == nil {
+		return nil, nil
+	}
+	if err := probe.T.Validate(); err != nil {
+		return nil, err
+	}
+	return probe.T, nil
+}
+
+// Validate checks the record's shape: a clock and candidate name, a
+// confidence in (0, 1), 1..MaxThroughputCases cases with unique ids, each
+// with positive shape values, 1..MaxThroughputSamples finite positive
+// candidate samples and, with a baseline, as many baseline samples (none
+// without). Errors name the field (details.throughput.cases[3].baseline_s).
+func (t *Throughput) Validate() error {
+	const f = "details.throughput"
+	if t.Clock == "" || len(t.Clock) > 64 {
+		return FieldError(f+".clock", "required, at most 64 characters")
+	}
+	if t.Candidate == "" || len(t.Candidate) > 128 {
+		return FieldError(f+".candidate", "required, at most 128 characters")
+	}
+	if t.Baseline != nil && (t.Baseline.Name == "" || len(t.Baseline.Name) > 128) {
+		return FieldError(f+".baseline.name", "required, at most 128 characters")
+	}
+	if !(t.Confidence > 0 && t.Confidence < 1) {
+		return FieldError(f+".confidence", "must be in (0, 1), got %v", t.Confidence)
+	}
+	if len(t.Cases) == 0 || len(t.Cases) > MaxThroughputCases {
+		return FieldError(f+".cases", "must hold 1..%d cases, got %d", MaxThroughputCases, len(t.Cases))
+	}
+	seen := map[string]bool{}
+	for i := range t.Cases {
+		c := &t.Cases[i]
+		cf := fmt.Sprintf("%s.cases[%d]", f, i)
+		if c.ID == "" || len(c.ID) > 256 || seen[c.ID] {
+			return FieldError(cf+".id", "required, unique, at most 256 characters")
+		}
+		seen[c.ID] = true
+		if c.Batch < 1 || c.N < 1 || c.K < 1 || c.Bits < 1 || c.GroupSize < 1 || c.LaunchesPerSample < 1 {
+			return FieldError(cf, "batch, n, k, bits, group_size and launches_per_sample must be positive")
+		}
+		if err := checkSamples(cf+".candidate_s", c.CandidateS); err != nil {
+			return err
+		}
+		switch {
+		case t.Baseline == nil && len(c.BaselineS) > 0:
+			return FieldError(cf+".baseline_s", "samples of a baseline the record does not name")
+		case t.Baseline != nil && len(c.BaselineS) != len(c.CandidateS):
+			return FieldError(cf+".baseline_s", "%d samples, want %d (paired with candidate_s)", len(c.BaselineS), len(c.CandidateS))
+		case t.Baseline != nil:
+			if err := checkSamples(cf+".baseline_s", c.BaselineS); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkSamples(f string, xs []float64) error {
+	if len(xs) == 0 || len(xs) > MaxThroughputSamples {
+		return FieldError(f, "must hold 1..%d samples, got %d", MaxThroughputSamples, len(xs))
+	}
+	for j, x := range xs {
+		if !(x > 0) || math.IsInf(x, 0) {
+			return FieldError(fmt.Sprintf("%s[%d]", f, j), "must be a finite time > 0 seconds, got %v", x)
+		}
+	}
+	return nil
+}
