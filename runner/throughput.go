@@ -339,3 +339,50 @@ func Converged(samples [][]float64, conf, targetRel float64) bool {
 	}
 	return true
 }
+
+// SummarizeThroughput builds the record of case c from the samples of
+// Measure (samples[0] the candidate, samples[1] the baseline when there is
+// one; further arms, such as the negative control's, are not part of the
+// case), the products per sample and the candidate's output check. The
+// medians and the ratio carry intervals at confidence conf; a side with
+// too few samples for an interval gets its median as all three values.
+func SummarizeThroughput(c ThroughputCase, launches int, samples [][]float64, converged bool, conf float64, out ledger.OutputCheck) ledger.ThroughputCase {
+	tc := ledger.ThroughputCase{
+		ID: c.ID, Batch: c.Batch, N: c.N, K: c.K, DType: c.DType.String(), Bits: c.Bits, GroupSize: c.GroupSize,
+		LaunchesPerSample: launches, CandidateS: samples[0], Converged: converged, Output: out,
+		CandidateMedian: interval(samples[0], conf),
+	}
+	if len(samples) > 1 {
+		tc.BaselineS = samples[1]
+		b := interval(samples[1], conf)
+		r := interval(stats.Ratios(samples[1], samples[0]), conf)
+		tc.BaselineMedian, tc.Ratio = &b, &r
+	}
+	return tc
+}
+
+func interval(xs []float64, conf float64) ledger.Interval {
+	if iv, ok := stats.MedianCI(xs, conf); ok {
+		return ledger.Interval(iv)
+	}
+	m := stats.Median(xs)
+	return ledger.Interval{Estimate: m, Low: m, High: m}
+}
+
+// ControlSlowdown bounds the negative control of the throughput lanes: the
+// candidate launched twice per timed product must measure at this fraction
+// of the candidate's speed, t_candidate/t_slowed with its whole interval
+// inside [ControlLow, ControlHigh] (2x slower, within 20 %), or the lane
+// has not shown that its clock and statistics see a known slowdown.
+const (
+	ControlLow  = 0.4
+	ControlHigh = 0.6
+)
+
+// ControlCaught reports whether the paired ratios candidate[i]/slowed[i]
+// have an interval (confidence conf) inside [ControlLow, ControlHigh],
+// with the interval.
+func ControlCaught(candidate, slowed []float64, conf float64) (bool, ledger.Interval) {
+	iv, ok := stats.MedianCI(stats.Ratios(candidate, slowed), conf)
+	return ok && iv.Low >= ControlLow && iv.High <= ControlHigh, ledger.Interval(iv)
+}
