@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
 )
@@ -27,6 +28,42 @@ type Lane interface {
 	Run(ctx context.Context, env *Env) (*Result, error)
 }
 
+// OnRequest is implemented by lanes that run only when named: Run with no
+// lanes selected skips a lane whose OnRequest returns true (a throughput
+// lane takes minutes where the others take seconds).
+type OnRequest interface {
+	OnRequest() bool
+}
+
+// CaseSelector is implemented by lanes that honour Env.Cases.
+type CaseSelector interface {
+	SelectsCases() bool
+}
+
+// IsOnRequest reports whether l runs only when named (OnRequest).
+func IsOnRequest(l Lane) bool {
+	o, ok := l.(OnRequest)
+	return ok && o.OnRequest()
+}
+
+// SelectsCases reports whether l honours Env.Cases (CaseSelector).
+func SelectsCases(l Lane) bool {
+	c, ok := l.(CaseSelector)
+	return ok && c.SelectsCases()
+}
+
+// DefaultLanes returns the registered lanes that run when none is named:
+// every lane but those on request, in registration order.
+func DefaultLanes() []Lane {
+	var out []Lane
+	for _, l := range Lanes() {
+		if !IsOnRequest(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // Env is what a lane runs with.
 type Env struct {
 	Backend Backend
@@ -37,6 +74,15 @@ type Env struct {
 	// Snapshots overrides the number of snapshots of alloc-snapshot/v1
 	// (0: the lane's 20,000). Only tests and benchmarks set it.
 	Snapshots int
+	// Cases selects the cases of lanes that select cases (SelectsCases):
+	// path.Match globs on case ids, a case runs when any glob matches;
+	// empty runs every case.
+	Cases []string
+	// CaseBudget caps the measuring time of one case of a throughput lane
+	// (0: 5 s); MaxSamples caps its samples per arm (0: 200, at most
+	// ledger.MaxThroughputSamples).
+	CaseBudget time.Duration
+	MaxSamples int
 }
 
 func (e *Env) progress(done, total int) {

@@ -5,4 +5,5 @@ func init() {
 	RegisterLane(NewQMVPathsLane())
 	RegisterLane(NewSnapshotLane())
 	RegisterLane(NewFootprintLane())
+	RegisterLane(NewThroughputLane())
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -20,8 +21,9 @@ const MaxFailingIDs = 1000
 
 // Options configure Run.
 type Options struct {
-	// Lanes to run, by name ("name/vN" or "name"); empty runs every
-	// registered lane in registration order.
+	// Lanes to run, by name ("name/vN" or "name"); empty runs
+	// DefaultLanes (every registered lane not on request) in registration
+	// order.
 	Lanes []string
 	// Subject is the source identity (repository, commit, tree, dirty);
 	// Run adds the artifact digests. See ResolveSubject.
@@ -45,6 +47,11 @@ type Options struct {
 	LaneDone func(LaneRun)
 	// Snapshots overrides alloc-snapshot's snapshot count (tests only).
 	Snapshots int
+	// Cases, CaseBudget and MaxSamples are passed to every lane's Env (see
+	// Env); Cases needs a selected lane that selects cases.
+	Cases      []string
+	CaseBudget time.Duration
+	MaxSamples int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -61,7 +68,8 @@ type LaneRun struct {
 
 // Run runs the selected lanes on backend b one after another and returns
 // one LaneRun per lane. It fails before running anything when a lane name
-// is unknown, the subject is invalid or the binary cannot be hashed; a
+// is unknown, o.Cases is set but no selected lane selects cases, the
+// subject is invalid or the binary cannot be hashed; a
 // lane that fails to run yields evidence with status error and Run goes
 // on. Cancelling ctx stops the current lane (its evidence has status
 // error) and skips the rest.
@@ -69,7 +77,7 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 	if b == nil {
 		return nil, fmt.Errorf("run: no backend")
 	}
-	sel := Lanes()
+	sel := DefaultLanes()
 	if len(o.Lanes) > 0 {
 		sel = nil
 		for _, name := range o.Lanes {
@@ -79,6 +87,12 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 			}
 			sel = append(sel, l)
 		}
+	}
+	if len(o.Cases) > 0 && !slices.ContainsFunc(sel, SelectsCases) {
+		return nil, fmt.Errorf("run: case globs %q select cases of none of the selected lanes", o.Cases)
+	}
+	if o.CaseBudget < 0 || o.MaxSamples < 0 {
+		return nil, fmt.Errorf("run: case budget and max samples must not be negative")
 	}
 	if err := o.Subject.Validate("subject."); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
@@ -100,7 +114,7 @@ func Run(ctx context.Context, b Backend, o Options) ([]LaneRun, error) {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		env := &Env{Backend: b, Snapshots: o.Snapshots}
+		env := &Env{Backend: b, Snapshots: o.Snapshots, Cases: o.Cases, CaseBudget: o.CaseBudget, MaxSamples: o.MaxSamples}
 		if o.Progress != nil {
 			name := l.Name()
 			env.Progress = func(done, total int) { o.Progress(name, done, total) }

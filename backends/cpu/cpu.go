@@ -147,9 +147,10 @@ func (b *Backend) Free(buf alloc.Buffer) error {
 // (the backend's own count, independent of any allocator's counters).
 func (b *Backend) Live() (bytes, buffers int64) { return b.liveBytes.Load(), b.liveCount.Load() }
 
-// Sources returns the kernel and raw-memory source files.
+// Sources returns the kernel, timer and raw-memory source files.
 func (b *Backend) Sources() map[string][]byte {
-	return map[string][]byte{"qmv.go": srcQMV, "qmv_amd64.go": srcQMVAMD64, "qmv_amd64.s": srcQMVAsm, "mem_unix.go": srcMem}
+	return map[string][]byte{"qmv.go": srcQMV, "qmv_amd64.go": srcQMVAMD64, "qmv_amd64.s": srcQMVAsm, "mem_unix.go": srcMem,
+		"throughput.go": srcThroughput}
 }
 
 // Close frees every outstanding raw allocation.
