@@ -295,7 +295,7 @@ func TestLaneDefinitionsStable(t *testing.T) {
 			t.Errorf("%s: definition not stable JSON", l.Name())
 		}
 	}
-	if n := len(runner.Lanes()); n != 4 {
+	if n := len(runner.Lanes()); n != 5 {
 		t.Errorf("%d lanes registered", n)
 	}
 }

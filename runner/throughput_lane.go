@@ -30,7 +30,7 @@ var srcThroughputLaneCase []byte
 func (throughputLane) Name() string { return ThroughputLane }
 
 func (throughputLane) Summary() string {
-	return "qmv throughput (on request): the backend's own kernel, promoted vs narrow interleaved, B1/B2/B4 x 4096²..16384² x dtype x bits"
+	return "qmv throughput: the backend's own kernel, promoted vs narrow interleaved, B1/B2/B4 x 4096²..16384² x dtype x bits"
 }
 
 // OnRequest is true: the lane takes minutes and runs only when named.

@@ -11,9 +11,11 @@ import (
 )
 
 // SelectThroughputCases returns the cases of ThroughputCases whose id
-// matches any of globs (path.Match patterns, "batch1/n4096/*/f16/b4/*"),
-// in matrix order; no globs select every case. It fails on a malformed
-// glob and when no case matches, naming the globs.
+// matches any of globs, in matrix order; no globs select every case. A
+// glob is a path.Match pattern ("batch1/n4096/*/f16/b4/*"); one of fewer
+// "/"-separated segments than the ids matches their leading segments
+// ("batch1/n4096" selects every B1 4096 x 4096 case). It fails on a
+// malformed glob and when no case matches, naming the globs.
 func SelectThroughputCases(globs []string) ([]ThroughputCase, error) {
 	all := ThroughputCases()
 	if len(globs) == 0 {
@@ -27,7 +29,7 @@ func SelectThroughputCases(globs []string) ([]ThroughputCase, error) {
 	var sel []ThroughputCase
 	for _, c := range all {
 		for _, g := range globs {
-			if ok, _ := path.Match(g, c.ID); ok {
+			if matchCase(g, c.ID) {
 				sel = append(sel, c)
 				break
 			}
@@ -37,6 +39,17 @@ func SelectThroughputCases(globs []string) ([]ThroughputCase, error) {
 		return nil, fmt.Errorf("case globs %q match none of the %d throughput cases (ids look like %s)", globs, len(all), all[0].ID)
 	}
 	return sel, nil
+}
+
+// matchCase reports whether glob g matches id or, with fewer segments
+// than id, its leading segments.
+func matchCase(g, id string) bool {
+	segs := strings.Split(id, "/")
+	if n := strings.Count(g, "/") + 1; n < len(segs) {
+		id = strings.Join(segs[:n], "/")
+	}
+	ok, _ := path.Match(g, id)
+	return ok
 }
 
 // ThroughputControlCases reports, for each case of sel, whether it runs

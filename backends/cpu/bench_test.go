@@ -110,7 +110,7 @@ func BenchmarkSnapshot(b *testing.B) {
 
 func BenchmarkLane(b *testing.B) {
 	be := newBackend(b)
-	for _, l := range runner.Lanes() {
+	for _, l := range runner.DefaultLanes() {
 		b.Run(l.Name(), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				if _, err := l.Run(context.Background(), &runner.Env{Backend: be}); err != nil {

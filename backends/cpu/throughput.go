@@ -154,8 +154,8 @@ func (b *Backend) PrepareQMV(ctx context.Context, r *runner.QMVRequest, xs []run
 	if err := p.product(ctx, runner.Promoted, 1); err != nil {
 		return nil, err
 	}
-	if t := time.Since(start); t < minSampleTime {
-		p.launches = int(minSampleTime/max(t, time.Microsecond)) + 1
+	if t := max(time.Since(start), time.Microsecond); t < minSampleTime {
+		p.launches = int((minSampleTime + t - 1) / t)
 	}
 	return p, nil
 }

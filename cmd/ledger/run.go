@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,13 @@ type runConfig struct {
 	Remote     bool          // queue the run on --server for an agent (runs.go)
 	Labels     []string      // agent labels a remote run requires
 	GiveUp     time.Duration // how long a remote run is followed while the server does not answer
+	// Cases, CaseBudget and MaxSamples select and bound the cases of a
+	// lane that selects cases (qmv-throughput); caseFlags names those of
+	// the three flags the command line set.
+	Cases      []string
+	CaseBudget time.Duration
+	MaxSamples int
+	caseFlags  []string
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -53,11 +61,18 @@ info, else from git in --repo-path; --commit/--tree/--repository override it.
 Exit status: 0 when every lane passed, 1 when any lane failed, was
 inconclusive or errored, 2 on usage or recording errors.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runLanes(cmd.Context(), c) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range []string{"cases", "case-budget", "max-samples"} {
+				if cmd.Flags().Changed(name) {
+					c.caseFlags = append(c.caseFlags, name)
+				}
+			}
+			return a.runLanes(cmd.Context(), c)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.Backend, "backend", "cpu", "backend to run on (registered: "+strings.Join(runner.BackendNames(), ", ")+")")
-	f.StringArrayVar(&c.Lanes, "lane", nil, "lane to run (name or name/vN; repeatable; default: all)")
+	f.StringArrayVar(&c.Lanes, "lane", nil, "lane to run (name or name/vN; repeatable; default: every lane not marked on request)")
 	f.StringVar(&c.RepoPath, "repo-path", ".", "checkout of the source, used for git when the binary lacks build info")
 	f.StringVar(&c.Repository, "repository", "", "repository of the subject (default: git remote origin, else the module path)")
 	f.StringVar(&c.Commit, "commit", "", "source commit id (overrides build info)")
@@ -66,6 +81,9 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	f.BoolVar(&c.NoRecord, "no-record", false, "run and print, record nothing")
 	f.BoolVar(&c.List, "list", false, "list the lanes and exit")
 	f.StringVar(&c.SignKey, "sign-key", "", "sign each record as a DSSE envelope with this registered runner key (see ledger runner)")
+	f.StringSliceVar(&c.Cases, "cases", nil, "with --lane qmv-throughput: run only the cases whose id matches one of these globs (GLOB,...; path.Match patterns such as 'batch1/n8192/*/f16/b4/*'; fewer segments match the leading ones: 'batch1/n8192')")
+	durationVar(f, &c.CaseBudget, "case-budget", 5*time.Second, "with --lane qmv-throughput: time limit of measuring one case")
+	f.IntVar(&c.MaxSamples, "max-samples", 200, fmt.Sprintf("with --lane qmv-throughput: most samples per arm of one case (1..%d)", ledger.MaxThroughputSamples))
 	addImplFlags(f, &c)
 	f.BoolVar(&c.Remote, "remote", false, "queue the run on --server for an agent (ledger agent) and follow it; exit status as for a local run, 3 when the run was canceled or expired")
 	f.StringArrayVar(&c.Labels, "label", nil, "with --remote: agent label key=value the run requires (repeatable)")
@@ -76,12 +94,19 @@ inconclusive or errored, 2 on usage or recording errors.`,
 func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	if c.List {
 		for _, l := range runner.Lanes() {
-			fmt.Fprintf(a.stdout, "%-24s %s\n", l.Name(), l.Summary())
+			on := ""
+			if runner.IsOnRequest(l) {
+				on = " (on request: runs only when named with --lane)"
+			}
+			fmt.Fprintf(a.stdout, "%-24s %s%s\n", l.Name(), l.Summary(), on)
 		}
 		return nil
 	}
 	if c.Impl != "" && !c.Remote {
 		return a.runImpl(ctx, c)
+	}
+	if err := c.checkCaseFlags(); err != nil {
+		return err
 	}
 	// A remote run's lanes are checked here too: agents run the lanes of
 	// their builds, and a lane this build does not know would wait queued
@@ -124,7 +149,8 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 	defer b.Close()
 
 	prog := a.newProgress()
-	runs, err := runner.Run(ctx, b, runner.Options{Lanes: c.Lanes, Subject: subj, Runner: runner.BuildRunner(), Progress: prog.update})
+	runs, err := runner.Run(ctx, b, runner.Options{Lanes: c.Lanes, Subject: subj, Runner: runner.BuildRunner(), Progress: prog.update,
+		Cases: c.Cases, CaseBudget: c.CaseBudget, MaxSamples: c.MaxSamples})
 	prog.done()
 	if err != nil {
 		return errExit(2, "run: %v", err)
@@ -140,6 +166,42 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 		if r.Evidence.Status != ledger.StatusPassed {
 			return errExit(1, "")
 		}
+	}
+	return nil
+}
+
+// checkCaseFlags refuses --cases, --case-budget and --max-samples (those
+// set on the command line) when no selected lane selects cases, with
+// --remote (a queued run carries no case selection), and with values out
+// of range, naming the flag.
+func (c runConfig) checkCaseFlags() error {
+	if len(c.caseFlags) == 0 {
+		return nil
+	}
+	flag := "--" + c.caseFlags[0]
+	if c.Remote {
+		return errExit(2, "%s does not apply to --remote: an agent runs %s with its defaults", flag, runner.ThroughputLane)
+	}
+	sel := runner.DefaultLanes()
+	if len(c.Lanes) > 0 {
+		sel = nil
+		for _, name := range c.Lanes {
+			if l, err := runner.LookupLane(name); err == nil {
+				sel = append(sel, l)
+			}
+		}
+	}
+	if !slices.ContainsFunc(sel, runner.SelectsCases) {
+		return errExit(2, "%s applies only to lanes that select cases (%s): add --lane %s", flag, runner.ThroughputLane, ledger.LaneName(runner.ThroughputLane))
+	}
+	if _, err := runner.SelectThroughputCases(c.Cases); err != nil {
+		return errExit(2, "--cases: %v", err)
+	}
+	if c.CaseBudget <= 0 {
+		return errExit(2, "--case-budget %s: must be positive", c.CaseBudget)
+	}
+	if c.MaxSamples < 1 || c.MaxSamples > ledger.MaxThroughputSamples {
+		return errExit(2, "--max-samples %d: must be 1..%d", c.MaxSamples, ledger.MaxThroughputSamples)
 	}
 	return nil
 }

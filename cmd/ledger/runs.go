@@ -32,7 +32,7 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	}
 	lanes := c.Lanes
 	if len(lanes) == 0 {
-		for _, l := range runner.Lanes() {
+		for _, l := range runner.DefaultLanes() {
 			lanes = append(lanes, l.Name())
 		}
 	}
