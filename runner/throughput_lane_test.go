@@ -29,7 +29,9 @@ type fakeTimed struct {
 
 func (f *fakeTimed) Clock() string { return "fake" }
 
-func (f *fakeTimed) DeviceState() map[string]string { return map[string]string{"clocks.sm_mhz": "1980"} }
+func (f *fakeTimed) DeviceState() map[string]string {
+	return map[string]string{"clocks.sm_mhz": "1980"}
+}
 
 func (f *fakeTimed) PrepareQMV(_ context.Context, r *runner.QMVRequest, xs []runner.Vec) (runner.PreparedQMV, error) {
 	f.prepared++
