@@ -1,0 +1,61 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestRunThroughputFlags: the case flags are refused, naming the flag,
+// where no selected lane selects cases, with --remote and out of range;
+// --list marks the throughput lane on request; one CPU case runs.
+func TestRunThroughputFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cases", "batch1/*"}, "--cases applies only to lanes that select cases"},
+		{[]string{"--lane", "alloc-footprint", "--max-samples", "50"}, "--max-samples applies only to lanes that select cases"},
+		{[]string{"--lane", "qmv-throughput", "--cases", "batch7/*"}, `--cases: case globs ["batch7/*"] match none`},
+		{[]string{"--lane", "qmv-throughput", "--max-samples", "1001"}, "--max-samples 1001: must be 1..1000"},
+		{[]string{"--lane", "qmv-throughput", "--case-budget", "0s"}, "--case-budget 0s: must be positive"},
+		{[]string{"--lane", "qmv-throughput", "--case-budget", "soon"}, `"soon" is not a duration`},
+		{[]string{"--lane", "qmv-throughput", "--remote", "--cases", "batch1/*"}, "--cases does not apply to --remote"},
+	} {
+		_, se, code := runBin(t, "", append([]string{"run", "--no-record"}, tc.args...)...)
+		if code != 2 || !strings.Contains(se, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 with %q", tc.args, code, se, tc.want)
+		}
+	}
+	so, _, code := runBin(t, "", "run", "--list")
+	if code != 0 || !strings.Contains(so, "qmv-throughput/v1") || strings.Count(so, "on request") != 1 {
+		t.Fatalf("--list: exit %d\n%s", code, so)
+	}
+	if testing.Short() {
+		return
+	}
+	so, se, code := runBin(t, "", "--json", "run", "--no-record", "--repo-path", "../..", "--lane", "qmv-throughput",
+		"--cases", "batch1/n4096/k4096/f16/b4", "--case-budget", "1s", "--max-samples", "60")
+	var out struct {
+		Evidence []struct {
+			Status  string          `json:"status"`
+			Lane    string          `json:"lane"`
+			Details json.RawMessage `json:"details"`
+		} `json:"evidence"`
+	}
+	if err := json.Unmarshal([]byte(so), &out); err != nil || len(out.Evidence) != 1 || out.Evidence[0].Lane != "qmv-throughput/v1" {
+		t.Fatalf("exit %d: %v\n%s\n%s", code, err, so, se)
+	}
+	var det struct {
+		Throughput struct {
+			Cases []struct {
+				ID         string    `json:"id"`
+				CandidateS []float64 `json:"candidate_s"`
+			} `json:"cases"`
+		} `json:"throughput"`
+	}
+	if err := json.Unmarshal(out.Evidence[0].Details, &det); err != nil || len(det.Throughput.Cases) != 1 ||
+		det.Throughput.Cases[0].ID != "batch1/n4096/k4096/f16/b4/g64" || len(det.Throughput.Cases[0].CandidateS) > 60 {
+		t.Fatalf("details: %v %s", err, out.Evidence[0].Details)
+	}
+}
