@@ -75,8 +75,8 @@ type Env struct {
 	// (0: the lane's 20,000). Only tests and benchmarks set it.
 	Snapshots int
 	// Cases selects the cases of lanes that select cases (SelectsCases):
-	// path.Match globs on case ids, a case runs when any glob matches;
-	// empty runs every case.
+	// globs on case ids (path.Match; see SelectThroughputCases), a case
+	// runs when any glob matches; empty runs every case.
 	Cases []string
 	// CaseBudget caps the measuring time of one case of a throughput lane
 	// (0: 5 s); MaxSamples caps its samples per arm (0: 200, at most
