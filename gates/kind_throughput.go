@@ -350,7 +350,7 @@ func (ev *evaluator) throughput(g *Gate) (GateResult, error) {
 	switch {
 	case len(failing) > 0:
 		f := failing[0]
-		res.State, res.Failing, res.Satisfying, res.Throughput = StateFailed, failing, nil, regressed
+		res.State, res.Failing, res.Throughput = StateFailed, failing, regressed
 		res.Reason = fmt.Sprintf("%d run(s) at the release's pins failed or regressed (each keeps the gate failed until superseded or waived); newest %s on %s: %s", len(failing), short(f.ID), f.Backend, f.Reason)
 	case meets != nil:
 		res.State, res.Throughput = StatePassed, meets
