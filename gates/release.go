@@ -124,6 +124,8 @@ type Gate struct {
 	MinRuns     int      `yaml:"min_runs,omitempty" json:"min_runs,omitempty"`
 	// Cases, when set, is the number of cases the lane's matrix has: a run
 	// with another cases_total does not count (it did not run the lane).
+	// For a throughput gate it is the fewest selected cases a run must
+	// carry.
 	Cases int `yaml:"cases,omitempty" json:"cases,omitempty"`
 	// Freshness is the maximum age of a run (its finished_at) at evaluation
 	// time: a Go duration or a number of days ("30d"). Empty: no limit.
