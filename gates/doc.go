@@ -25,7 +25,13 @@
 //     whose tokens differ or where one sequence has ended) and both tokens;
 //   - matrix: every combination of listed dimension values has passing
 //     evidence whose details carry those values;
-//   - manual: a sign-off recorded by a token holding a named role.
+//   - manual: a sign-off recorded by a token holding a named role;
+//   - provenance: verified SLSA provenance of a bound artifact built by an
+//     allowed builder from the component's commit;
+//   - throughput: A/B runs of a throughput lane (ledger.Throughput) whose
+//     paired samples put every selected case's median speed ratio
+//     baseline/candidate, with its interval (internal/stats), at or above
+//     the gate's threshold (ThroughputResult is the decisive case).
 //
 // Each kind is defined in one file (kind_lane.go, kind_heads.go, ...): the
 // fields it uses, its validation and its evaluation, listed once in the

@@ -37,7 +37,7 @@ type kindSpec struct {
 }
 
 // kinds is every gate kind, in the order messages list them.
-var kinds = []*kindSpec{&laneKind, &signedHeadsKind, &treeEquivalenceKind, &trajectoryKind, &matrixKind, &manualKind, &provenanceKind}
+var kinds = []*kindSpec{&laneKind, &signedHeadsKind, &treeEquivalenceKind, &trajectoryKind, &matrixKind, &manualKind, &provenanceKind, &throughputKind}
 
 // kindOf returns the kind named name, or nil.
 func kindOf(name string) *kindSpec {
@@ -71,6 +71,8 @@ var gateFields = []struct {
 	{"artifacts", func(g *Gate) bool { return len(g.Artifacts) > 0 }},
 	{"at", func(g *Gate) bool { return g.At != "" }},
 	{"backends", func(g *Gate) bool { return len(g.Backends) > 0 }},
+	{"baseline", func(g *Gate) bool { return g.Baseline != "" }},
+	{"baseline_artifacts", func(g *Gate) bool { return len(g.BaselineArtifacts) > 0 }},
 	{"builders", func(g *Gate) bool { return len(g.Builders) > 0 }},
 	{"cases", func(g *Gate) bool { return g.Cases != 0 }},
 	{"component", func(g *Gate) bool { return g.Component != "" }},
@@ -82,8 +84,10 @@ var gateFields = []struct {
 	{"modes", func(g *Gate) bool { return len(g.Modes) > 0 }},
 	{"role", func(g *Gate) bool { return g.Role != "" }},
 	{"runner", func(g *Gate) bool { return g.Runner != "" }},
+	{"select", func(g *Gate) bool { return len(g.Select) > 0 }},
 	{"signed_by", func(g *Gate) bool { return len(g.SignedBy) > 0 }},
 	{"source", func(g *Gate) bool { return g.Source != "" }},
+	{"threshold", func(g *Gate) bool { return g.Threshold != 0 }},
 	{"trajectories", func(g *Gate) bool { return len(g.Trajectories) > 0 }},
 }
 

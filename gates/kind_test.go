@@ -32,7 +32,8 @@ func TestKindsTable(t *testing.T) {
 	full := Gate{AllBackends: true, Artifacts: []string{"lib"}, At: "head", Backends: []string{"cpu"}, Cases: 1, Component: "core",
 		Components: []string{"core"}, Dimensions: []Dimension{{"d", []string{"v"}}}, Freshness: "1h", Lane: "x/v1", MinRuns: 1,
 		Modes: []string{"a", "b"}, Role: "r", Trajectories: []string{"t"}, SignedBy: []string{"ci"}, Runner: "agent", AgentLabels: map[string]string{"gpu": "h200"},
-		Artifact: "lib", Builders: []string{"https://builder.example/b"}, Source: "head"}
+		Artifact: "lib", Builders: []string{"https://builder.example/b"}, Source: "head",
+		Baseline: "narrow", BaselineArtifacts: map[string]string{"lib": digestLib}, Threshold: 0.98, Select: []string{"batch1/*"}}
 	for _, k := range kinds {
 		for _, gf := range gateFields {
 			if k.uses(gf.name) {
@@ -101,5 +102,13 @@ func clearField(g *Gate, name string) {
 		g.Builders = nil
 	case "source":
 		g.Source = ""
+	case "baseline":
+		g.Baseline = ""
+	case "baseline_artifacts":
+		g.BaselineArtifacts = nil
+	case "threshold":
+		g.Threshold = 0
+	case "select":
+		g.Select = nil
 	}
 }

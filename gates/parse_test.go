@@ -87,17 +87,29 @@ func TestExampleReleaseParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rel.Version != "0.9.0" || len(rel.Components) != 5 {
+	if rel.Version != "0.9.0" || len(rel.Components) != 6 {
 		t.Fatalf("example release %s with %d components", rel.Version, len(rel.Components))
 	}
 	heads := map[string]string{
 		"mlx": "f8eec2476cdb5263fb6e2a19dd71f2c8b7c0a7d3", "mlx-c": "8bdeb0f3c5793c54139e86c5437b09abc9ab9b42",
 		"mlx-swift": "c3ac44766c3e0be2066bbd87a3e26aaa6f410ab0", "mlx-swift-lm": "67ac8607b5846e8acfbbdd8f36c0d252d69d0d01",
 		"d-inference": "e1d68db84cb1a1e4a6dd10306383bd64bc5d6062",
+		// The ledger's own kernel: a placeholder until the GPU run is committed.
+		"ledger-qmv": "0000000000000000000000000000000000000000",
 	}
 	for _, c := range rel.Components {
 		if heads[c.Name] != c.Head {
 			t.Errorf("component %s head %s, reference %s", c.Name, c.Head, heads[c.Name])
+		}
+	}
+	// The throughput gate compares the corrected kernel with the narrow one.
+	if g, ok := rel.gate("qmv-throughput"); !ok || g.Kind != KindThroughput || g.Component != "ledger-qmv" || g.Baseline != "narrow" || g.Threshold != 0.98 || g.Lane != DefaultThroughputLane {
+		t.Errorf("example gate qmv-throughput: %+v", g)
+	}
+	// The source gates are about the five MLX components.
+	for _, id := range []string{"signed-heads", "tree-equivalence"} {
+		if g, ok := rel.gate(id); !ok || len(g.Components) != 5 || slices.Contains(g.Components, "ledger-qmv") {
+			t.Errorf("example gate %s: components %v; want the five MLX components", id, g.Components)
 		}
 	}
 	// The CUDA gate counts only evidence an approved agent signed.

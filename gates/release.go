@@ -124,6 +124,8 @@ type Gate struct {
 	MinRuns     int      `yaml:"min_runs,omitempty" json:"min_runs,omitempty"`
 	// Cases, when set, is the number of cases the lane's matrix has: a run
 	// with another cases_total does not count (it did not run the lane).
+	// For a throughput gate it is the fewest selected cases a run must
+	// carry.
 	Cases int `yaml:"cases,omitempty" json:"cases,omitempty"`
 	// Freshness is the maximum age of a run (its finished_at) at evaluation
 	// time: a Go duration or a number of days ("30d"). Empty: no limit.
@@ -161,6 +163,22 @@ type Gate struct {
 	// Source is the commit of Component a provenance must name as the
 	// build's source: "reviewed" (the default) or "head".
 	Source string `yaml:"source,omitempty" json:"source,omitempty"`
+
+	// Baseline is the name a throughput record's baseline must carry
+	// (details.throughput.baseline.name: a kernel variant such as
+	// "narrow", or an original implementation's name).
+	Baseline string `yaml:"baseline,omitempty" json:"baseline,omitempty"`
+	// BaselineArtifacts are artifact pins (name -> "sha256:<64 hex>")
+	// the throughput record's baseline.artifacts must carry, each at that
+	// digest.
+	BaselineArtifacts map[string]string `yaml:"baseline_artifacts,omitempty" json:"baseline_artifacts,omitempty"`
+	// Threshold is the lowest acceptable speed ratio of a throughput
+	// gate, baseline time / candidate time, in (0, 10]: 0.98 accepts a
+	// candidate at most 2 % slower.
+	Threshold float64 `yaml:"threshold,omitempty" json:"threshold,omitempty"`
+	// Select are case-id globs (path.Match; "*" does not cross "/") of the
+	// throughput cases a gate judges; none: every case of the record.
+	Select []string `yaml:"select,omitempty" json:"select,omitempty"`
 
 	freshness time.Duration
 }

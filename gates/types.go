@@ -80,4 +80,7 @@ type GateResult struct {
 	// Divergence is set by trajectory gates: the first divergent zero-based
 	// index and both tokens.
 	Divergence *Divergence `json:"divergence,omitempty"`
+	// Throughput is set by throughput gates with a judged record: the
+	// decisive case's speed ratio with its interval and the threshold.
+	Throughput *ThroughputResult `json:"throughput,omitempty"`
 }

@@ -5,7 +5,9 @@
 # applies the reference release and a release of this checkout, records the
 # reference release's published evidence (examples/reference-0.9.0-evidence.json,
 # seeded from shared/REFERENCE-RELEASE.md) signed by a demo runner key it
-# generates in var/ and registers as demo-runner, and prints the dashboard
+# generates in var/ and registers as demo-runner, records the committed
+# device runs kept in testdata/device (CUDA lanes, the qmv throughput run
+# that feeds 0.9.0's qmv-throughput gate) when present, and prints the dashboard
 # URL and the readiness summary. Running it again reuses the
 # database. Interactive (a terminal on stdin): the server keeps running
 # until Ctrl-C. Otherwise it stops after the summary (LEDGER_KEEP_SERVING=1
@@ -56,6 +58,11 @@ set -e
 if [ -f testdata/device/cuda-evidence.json ]; then
   say "recording the real CUDA run kept in testdata/device (an NVIDIA H200; see its README)"
   "$BIN" record --server "http://$ADDR" --token "$TOKEN" testdata/device/cuda-evidence.json
+fi
+
+if [ -f testdata/device/throughput/evidence.json ]; then
+  say "recording the committed GPU throughput run (corrected vs narrow qmv kernel; see testdata/device/throughput)"
+  "$BIN" record --server "http://$ADDR" --token "$TOKEN" testdata/device/throughput/evidence.json
 fi
 
 say "registering the trust policy the self release names (policy: self)"

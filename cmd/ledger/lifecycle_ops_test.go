@@ -129,6 +129,7 @@ var lcOps = []lcOp{
 	{"evidence-dsse-intoto", 3, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSEInToto},
 	{"evidence-dsse-native", 3, []ledger.Kind{ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSENative},
 	{"evidence-dsse-provenance", 2, []ledger.Kind{ledger.KindOriginal, ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceDSSEProvenance},
+	{"evidence-throughput", 3, []ledger.Kind{ledger.KindEvidence, ledger.KindRunnerKey}, opEvidenceThroughput},
 	{"runner-add", 2, []ledger.Kind{ledger.KindRunnerKey}, opRunnerAdd},
 	{"runner-revoke", 1, []ledger.Kind{ledger.KindRunnerKey}, opRunnerRevoke},
 	{"token-create", 3, []ledger.Kind{ledger.KindToken, ledger.KindEvidence}, opTokenCreate},
@@ -505,6 +506,71 @@ func opEvidenceDSSEProvenance(e *lcEnv, r *rand.Rand) error {
 	return nil
 }
 
+// lcThroughputJSON is a native throughput record (qmv-throughput/v1,
+// promoted vs narrow) at commit: two batch cases of 12 paired samples
+// whose speed ratio baseline/candidate is ratio (a spread of 0.1 %), or
+// of 1 % around it when noisy; failed ones have status failed.
+func lcThroughputJSON(commit string, n int, ratio float64, noisy, failed bool) string {
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(n) * time.Second).Format(time.RFC3339)
+	spread := 0.001
+	if noisy {
+		spread = 0.05
+	}
+	var cases []map[string]any
+	for _, id := range []string{"batch1/n64", "batch2/n64"} {
+		var cand, base []float64
+		for i := range 12 {
+			c := 1e-5 * (1 + float64((i*7+n)%5)/100)
+			cand = append(cand, c)
+			base = append(base, c*ratio*(1+spread*float64(i%5-2)))
+		}
+		cases = append(cases, map[string]any{"id": id, "batch": 1, "n": 64, "k": 64, "dtype": "float16", "bits": 4, "group_size": 64,
+			"launches_per_sample": 10, "candidate_s": cand, "baseline_s": base, "converged": !noisy,
+			"candidate_median": map[string]float64{"estimate": 1e-5, "low": 1e-5, "high": 1e-5},
+			"output":           map[string]any{"rel_l2": 0, "tolerance": 1e-3, "bit_exact": 64, "values": 64}})
+	}
+	ev := map[string]any{
+		"lane": "qmv-throughput/v1", "backend": "cpu", "cases_exact": 2, "cases_total": 2, "control": "caught", "status": "passed",
+		"subject":    map[string]any{"repository": lcCoreRepo, "commit": commit, "tree": lcTree},
+		"started_at": at, "finished_at": at,
+		"details": map[string]any{ledger.ThroughputField: map[string]any{"clock": "monotonic", "candidate": "promoted",
+			"baseline": map[string]any{"name": "narrow"}, "confidence": 0.95, "target_rel": 0.01, "cases": cases}},
+	}
+	if failed {
+		ev["status"], ev["cases_exact"], ev["failing_cases"] = "failed", 1, []string{"batch2/n64"}
+	}
+	b, _ := json.Marshal(ev)
+	return string(b)
+}
+
+// opEvidenceThroughput records a throughput record at commit A or B that
+// passes the lane releases' throughput gate (speed ratio 1.2), regresses
+// it (0.9), is inconclusive (1 % around 0.98) or failed; signed by a live
+// runner key or not.
+func opEvidenceThroughput(e *lcEnv, r *rand.Rand) error {
+	commit, api, n := pick(r, lcCommitA, lcCommitB), viaAPI(r), e.m.next()
+	ratio, noisy, failed := pick(r, 1.2, 1.2, 0.9), r.IntN(5) == 0, r.IntN(8) == 0
+	if noisy {
+		ratio = 0.98
+	}
+	args := []string{"-"}
+	signer := "unsigned"
+	if r.IntN(2) == 0 {
+		rn, err := e.liveRunner(r)
+		if err != nil {
+			return err
+		}
+		args, signer = []string{"--sign-key", rn.key, "-"}, rn.name
+	}
+	es, err := e.record(api, e.rec, lcThroughputJSON(commit, n, ratio, noisy, failed), args...)
+	if err != nil {
+		return err
+	}
+	e.noteEvidence(es, commit, "qmv-throughput/v1")
+	e.logf("evidence-throughput ratio %v noisy=%v failed=%v %s at %s api=%v", ratio, noisy, failed, signer, commit[:4], api)
+	return nil
+}
+
 func opEvidenceDSSENative(e *lcEnv, r *rand.Rand) error {
 	rn, err := e.liveRunner(r)
 	if err != nil {
@@ -699,6 +765,7 @@ func lcReleaseYAML(rel *lcRelease) string {
 	b.WriteString("  - id: ci\n    kind: lane\n    lane: ci-tests/v1\n    component: core\n    backends: [cpu]\n")
 	b.WriteString("  - id: review\n    kind: manual\n    role: reviewer\n")
 	fmt.Fprintf(&b, "  - id: built\n    kind: provenance\n    component: core\n    artifact: %s\n    builders: [%q]\n", lcLib, lcBuilder)
+	b.WriteString("  - id: speed\n    kind: throughput\n    component: core\n    backends: [cpu]\n    baseline: narrow\n    threshold: 0.98\n    select: [\"batch*/*\"]\n")
 	fmt.Fprintf(&b, "artifacts:\n  %s: %s\n", lcLib, lcLibSum)
 	return b.String()
 }

@@ -8,12 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/evidence-ledger/ledger/gates"
+	"github.com/evidence-ledger/ledger/internal/stats"
 	"github.com/evidence-ledger/ledger/ledger"
 )
 
@@ -251,6 +253,9 @@ func baselineReasons(g gates.GateResult) string {
 // automatic trajectories fail against ordinary at index 30; every gate the
 // reference lists as open is open with a reason. The same seed recorded
 // unsigned counts for nothing the seed feeds (signed_by: [demo-runner]).
+// The qmv-throughput gate follows from the committed GPU throughput run
+// when testdata/device/throughput/evidence.json is present
+// (checkThroughputPosture), and is open without it.
 func TestReferencePosture(t *testing.T) {
 	url, token, key := referenceServer(t)
 	if _, errOut, code := runBin(t, "", "record", "--server", url, "--token", token, seedFile); code != 0 {
@@ -269,7 +274,15 @@ func TestReferencePosture(t *testing.T) {
 	if _, errOut, code := runBin(t, "", "record", "--server", url, "--token", token, "--sign-key", key, seedFile); code != 0 {
 		t.Fatalf("record signed: %s", errOut)
 	}
+	// The committed GPU throughput run, recorded as make run records it.
+	run := throughputRun(t)
+	if run != nil {
+		if _, errOut, code := runBin(t, "", "record", "--server", url, "--token", token, throughputRunFile); code != 0 {
+			t.Fatalf("record %s: %s", throughputRunFile, errOut)
+		}
+	}
 	rd = readiness(t, url)
+	checkThroughputPosture(t, gateOf(t, rd, "qmv-throughput"), run)
 	if rd.Ready {
 		t.Fatal("the reference release is ready; it has open and failed gates")
 	}
@@ -306,7 +319,7 @@ func TestReferencePosture(t *testing.T) {
 			t.Errorf("gate %s: %s (%q); the reference lists it as open", id, g.State, g.Reason)
 		}
 	}
-	if want := 2 + 2 + len(open); len(rd.Gates) != want {
+	if want := 2 + 2 + 1 + len(open); len(rd.Gates) != want {
 		t.Errorf("the release has %d gates; this test covers %d", len(rd.Gates), want)
 	}
 
@@ -316,6 +329,133 @@ func TestReferencePosture(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != len(referenceSeed()) || len(rep.Problems) != 0 {
 		t.Errorf("runner audit --server: exit %d %s; want %d signed records, no problems", code, out, len(referenceSeed()))
 	}
+}
+
+// throughputRunFile is the committed GPU throughput run (corrected vs
+// narrow qmv kernel) that make run records for 0.9.0's qmv-throughput gate.
+const throughputRunFile = "../../testdata/device/throughput/evidence.json"
+
+// throughputRun returns the records of throughputRunFile (a JSON array of
+// evidence, or one record), or nil when the file is absent.
+func throughputRun(t *testing.T) []ledger.Evidence {
+	t.Helper()
+	b, err := os.ReadFile(throughputRunFile)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []ledger.Evidence
+	if err := json.Unmarshal(b, &evs); err != nil {
+		var one ledger.Evidence
+		if err := json.Unmarshal(b, &one); err != nil {
+			t.Fatalf("%s: %v", throughputRunFile, err)
+		}
+		evs = []ledger.Evidence{one}
+	}
+	return evs
+}
+
+// checkThroughputPosture checks that 0.9.0's qmv-throughput gate g follows
+// from run, the committed GPU run, judged here from its samples
+// independently of the gate: open without a run at ledger-qmv's pinned
+// commit (the placeholder until the run's commit is written there); at the
+// pins, failed when a run failed or a selected case's ratio interval lies
+// below the threshold, passed when a run's every selected case lies at or
+// above it, open (inconclusive) otherwise. Without the file the gate is
+// open with no run, and the file's assertion is skipped with a message.
+func checkThroughputPosture(t *testing.T, g gates.GateResult, run []ledger.Evidence) {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/release-0.9.0.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := gates.ParseRelease(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gate gates.Gate
+	for _, x := range rel.Gates {
+		if x.ID == "qmv-throughput" {
+			gate = x
+		}
+	}
+	comp, _ := rel.Component(gate.Component)
+	if run == nil {
+		t.Logf("%s is absent: not checking that qmv-throughput follows from the committed GPU run (the lead adds it); checking the gate is open without a run", throughputRunFile)
+		if g.State != gates.StateOpen || !strings.Contains(g.Reason, "no passing throughput run") {
+			t.Errorf("qmv-throughput without a run: %s (%s); want open", g.State, g.Reason)
+		}
+		return
+	}
+	want, atPins := gates.StateOpen, 0
+	for i := range run {
+		e := &run[i]
+		if e.Lane != gate.Lane || e.Subject.Repository != comp.Repository || e.Subject.Commit != comp.Head || e.Subject.Dirty || string(e.Backend) != "cuda" {
+			continue
+		}
+		atPins++
+		v := judgeRun(t, e, gate)
+		switch {
+		case e.Status == ledger.StatusFailed || v == gates.ThroughputRegressed:
+			want = gates.StateFailed
+		case v == gates.ThroughputMeets && want != gates.StateFailed:
+			want = gates.StatePassed
+		}
+	}
+	if atPins == 0 {
+		t.Logf("%s holds no cuda run of %s at ledger-qmv's pinned commit %s (a placeholder until the run's commit is written in examples/release-0.9.0.yaml)", throughputRunFile, gate.Lane, comp.Head)
+		if g.State != gates.StateOpen || !strings.Contains(baselineReasons(g), "other commit") {
+			t.Errorf("qmv-throughput with the run at another commit: %s (%s); want open with the run as baseline:\n%s", g.State, g.Reason, baselineReasons(g))
+		}
+		return
+	}
+	if g.State != want {
+		t.Errorf("qmv-throughput: %s (%s); the committed run's samples give %s", g.State, g.Reason, want)
+	}
+	if want != gates.StateOpen && (g.Throughput == nil || !strings.Contains(g.Reason, g.Throughput.Case)) {
+		t.Errorf("qmv-throughput: %s (%s), result %+v; want the decisive case with its ratio", g.State, g.Reason, g.Throughput)
+	}
+}
+
+// judgeRun judges a passed throughput record for gate from its samples
+// alone: per selected case, the 95 % (or the record's higher) interval of
+// the median of the paired ratios baseline/candidate against the
+// threshold.
+func judgeRun(t *testing.T, e *ledger.Evidence, gate gates.Gate) gates.ThroughputVerdict {
+	t.Helper()
+	tp, err := ledger.ThroughputOf(e)
+	if err != nil || tp == nil || tp.Baseline == nil || tp.Baseline.Name != gate.Baseline || e.Status != ledger.StatusPassed {
+		return ""
+	}
+	n, meets := 0, 0
+	for _, c := range tp.Cases {
+		sel := len(gate.Select) == 0
+		for _, g := range gate.Select {
+			ok, _ := path.Match(g, c.ID)
+			sel = sel || ok
+		}
+		if !sel {
+			continue
+		}
+		n++
+		iv, ok := stats.MedianCI(stats.Ratios(c.BaselineS, c.CandidateS), max(tp.Confidence, 0.95))
+		switch {
+		case !ok || len(c.BaselineS) < stats.MinSamples:
+		case iv.High < gate.Threshold:
+			return gates.ThroughputRegressed
+		case iv.Low >= gate.Threshold:
+			meets++
+		}
+	}
+	if n == 0 || n < gate.Cases {
+		return ""
+	}
+	if meets == n {
+		return gates.ThroughputMeets
+	}
+	return gates.ThroughputInconclusive
 }
 
 // readmeEvidence returns the evidence example of docs/reference/formats.md's
