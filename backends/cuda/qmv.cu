@@ -48,6 +48,11 @@
 // reference); the dot part uses explicit fused multiply-adds (__fmaf_rn),
 // whose products q*x are exact on those inputs.
 //
+// Batch: a grid of gridDim.y = B rows of blocks computes B products with
+// the same weights at once; block row b reads x + b*K and writes y + b*N
+// (x and y hold B vectors back to back). gridDim.y = 1 is the single
+// product above.
+//
 // Concurrency: blocks write disjoint rows of y; nothing else is written.
 
 typedef unsigned int u32;
@@ -522,7 +527,8 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
     extern "C" __global__ void __launch_bounds__(QMV_MAXT, QMV_MINB)                                   \
         NAME(const u32* w, const DTy<D>::raw* scales, const DTy<D>::raw* biases, const DTy<D>::raw* x, \
              DTy<D>::raw* y, int N, int K, int group, int narrow) {                                    \
-        qmv_body<D, BITS>(w, scales, biases, x, y, N, K, group, narrow);                               \
+        qmv_body<D, BITS>(w, scales, biases, x + (u64)blockIdx.y * K, y + (u64)blockIdx.y * N, N, K,  \
+                          group, narrow);                                                              \
     }
 #define QMV_ALL_BITS(T, D)                                                                             \
     QMV(qmv_##T##_b2, D, 2)                                                                            \
@@ -534,3 +540,14 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
 QMV_ALL_BITS(f16, 1)
 QMV_ALL_BITS(bf16, 2)
 QMV_ALL_BITS(f32, 3)
+
+// qmv_hold keeps the stream busy for ns nanoseconds of the device's global
+// timer (one thread spinning), so that the host can queue the launches of
+// a timed sample before the device reaches them (see throughput.go).
+extern "C" __global__ void qmv_hold(u64 ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
