@@ -212,6 +212,9 @@ func TestKernelCompiles(t *testing.T) {
 			t.Logf("%s compile log:\n%s", arch, log)
 		}
 		s := string(ptx)
+		if !strings.Contains(s, ".entry qmv_hold(") {
+			t.Fatalf("%s: PTX lacks .entry qmv_hold", arch)
+		}
 		for _, dt := range dtypeNames {
 			for _, name := range kernelNames(dt) {
 				if !strings.Contains(s, ".entry "+name+"(") {
