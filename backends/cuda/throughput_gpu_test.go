@@ -84,7 +84,7 @@ func TestThroughputMatchesCPU(t *testing.T) {
 	defer c.Close()
 	rng := rand.New(rand.NewPCG(5, 6))
 	type tc struct {
-		d                     quant.DType
+		d                    quant.DType
 		bits, g, n, k, batch int
 	}
 	cases := []tc{{quant.Float16, 4, 64, 1024, 4096, 1}, {quant.Float16, 4, 64, 1024, 4096, 4}}
