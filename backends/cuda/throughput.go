@@ -219,12 +219,17 @@ func (p *prepared) setup(ctx context.Context, r *runner.QMVRequest, xs []runner.
 			return err
 		}
 	}
-	t0 := time.Now()
-	ms, err := p.timeGroup(tpProbe, 1, false)
+	_, queue, err := p.timeGroup(tpProbe, 1, false, 0)
 	if err != nil {
 		return err
 	}
-	p.queue = time.Since(t0).Seconds() / tpProbe
+	p.queue = queue / tpProbe
+	// again with the device held while the host queues, so that the
+	// group's time is the device's alone
+	ms, _, err := p.timeGroup(tpProbe, 1, false, holdFor(queue))
+	if err != nil {
+		return err
+	}
 	perProduct := float64(ms) / 1e3 / tpProbe
 	p.launches = launchesPerSample(perProduct)
 	n := warmupLaunches(perProduct, copies)
@@ -263,27 +268,34 @@ func (p *prepared) product(narrow bool) error {
 }
 
 // timeGroup times n products of repeat launches each between events 0 and
-// 1 and waits for them; it returns the elapsed milliseconds. The caller
-// holds enter().
-func (p *prepared) timeGroup(n, repeat int, narrow bool) (float32, error) {
+// 1, after holding the device for hold when hold > 0, and waits for them;
+// it returns the elapsed milliseconds and the seconds the host took to
+// queue the launches. The caller holds enter().
+func (p *prepared) timeGroup(n, repeat int, narrow bool, hold time.Duration) (ms float32, queue float64, err error) {
 	d := p.b.d
-	if err := d.check("cuEventRecord", d.cuEventRecord(p.events[0], 0)); err != nil {
-		return 0, err
-	}
-	for range n * repeat {
-		if err := p.product(narrow); err != nil {
-			return 0, err
+	if hold > 0 {
+		if err := p.b.launch("qmv_hold", p.b.hold, 1, 1, 0, uint64(hold.Nanoseconds())); err != nil {
+			return 0, 0, err
 		}
 	}
+	if err := d.check("cuEventRecord", d.cuEventRecord(p.events[0], 0)); err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	for range n * repeat {
+		if err := p.product(narrow); err != nil {
+			return 0, 0, err
+		}
+	}
+	queue = time.Since(t0).Seconds()
 	if err := d.check("cuEventRecord", d.cuEventRecord(p.events[1], 0)); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := d.check("cuEventSynchronize", d.cuEventSynchronize(p.events[1])); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var ms float32
-	err := d.check("cuEventElapsedTime", d.cuEventElapsedTime(&ms, p.events[0], p.events[1]))
-	return ms, err
+	err = d.check("cuEventElapsedTime", d.cuEventElapsedTime(&ms, p.events[0], p.events[1]))
+	return ms, queue, err
 }
 
 // lock takes the backend's qmv lock and enter() for a method of p; it
