@@ -33,6 +33,9 @@ var srcBackend []byte
 //go:embed throughput.go
 var srcThroughput []byte
 
+//go:embed batch.go
+var srcBatch []byte
+
 // Device attribute ids (cuda.h, CUdevice_attribute).
 const (
 	attrMultiprocessorCount = 16
@@ -59,6 +62,8 @@ type Backend struct {
 
 	qmv    map[[2]int]uintptr  // (dtype, bits) -> qmv kernel
 	hold   uintptr             // qmv_hold kernel
+	nb     nbKernels           // the multi-vector kernels, compiled on first use; guarded by qmvMu
+	opts   []string            // the NVRTC macro definitions of qmv.cu at Open
 	sms    int                 // multiprocessors
 	stages int                 // QMV_STAGES of the compiled qmv.cu
 	occ    map[residentKey]int // guarded by mu; see resident
@@ -98,7 +103,8 @@ func open(defines []string, stages int) (*Backend, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("cuda: the driver reports no CUDA device")
 	}
-	b := &Backend{d: d, live: map[uintptr]int{}, qmv: map[[2]int]uintptr{}, occ: map[residentKey]int{}, stages: stages}
+	b := &Backend{d: d, live: map[uintptr]int{}, qmv: map[[2]int]uintptr{}, occ: map[residentKey]int{}, stages: stages,
+		opts: append([]string(nil), defines...)}
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -337,10 +343,10 @@ func (b *Backend) Live() (bytes, buffers int64) { return b.liveBytes.Load(), b.l
 
 // Sources returns the kernel source (qmv.cu) and the Go files that
 // compile, launch, allocate and time (qmv.go, driver.go, cuda.go,
-// throughput.go).
+// throughput.go, batch.go).
 func (b *Backend) Sources() map[string][]byte {
 	return map[string][]byte{"qmv.cu": []byte(srcKernel), "qmv.go": srcQMV, "driver.go": srcDriver, "cuda.go": srcBackend,
-		"throughput.go": srcThroughput}
+		"throughput.go": srcThroughput, "batch.go": srcBatch}
 }
 
 // PTX returns the PTX that NVRTC produced for this device at Open.
@@ -377,6 +383,12 @@ func (b *Backend) Close() error {
 			first = err
 		}
 		b.mod = 0
+	}
+	if b.nb.mod != 0 {
+		if err := b.d.check("cuModuleUnload", b.d.cuModuleUnload(b.nb.mod)); err != nil && first == nil {
+			first = err
+		}
+		b.nb.mod = 0
 	}
 	unlock()
 	if err := b.release(); err != nil && first == nil {

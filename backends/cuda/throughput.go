@@ -117,8 +117,22 @@ func holdFor(queue float64) time.Duration {
 // shapes the kernel cannot index, not enough device memory, driver errors,
 // ctx's error.
 func (b *Backend) PrepareQMV(ctx context.Context, r *runner.QMVRequest, xs []runner.Vec) (runner.PreparedQMV, error) {
+	p, err := b.prepareQMV(ctx, r, xs, vectorsPerBlock(len(xs), multiVector))
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// prepareQMV is PrepareQMV with the kernel chosen: nb = 1, the
+// single-vector kernel with gridDim.y = len(xs); nb = 2 or 4 (dividing
+// len(xs)), the nb-vector kernel with gridDim.y = len(xs)/nb.
+func (b *Backend) prepareQMV(ctx context.Context, r *runner.QMVRequest, xs []runner.Vec, nb int) (*prepared, error) {
 	if err := checkBatch(r, xs); err != nil {
 		return nil, fmt.Errorf("cuda prepare qmv: %w", err)
+	}
+	if nb != 1 && (nb != 2 && nb != 4 || len(xs)%nb != 0) {
+		return nil, fmt.Errorf("cuda prepare qmv: no %d-vector kernel for a batch of %d", nb, len(xs))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -133,7 +147,12 @@ func (b *Backend) PrepareQMV(ctx context.Context, r *runner.QMVRequest, xs []run
 		return nil, err
 	}
 	defer unlock()
-	p := &prepared{b: b, dt: r.DType, bits: r.Bits, group: r.GroupSize, n: r.N, k: r.K, batch: len(xs)}
+	if nb > 1 {
+		if err := b.loadNB(); err != nil {
+			return nil, err
+		}
+	}
+	p := &prepared{b: b, dt: r.DType, bits: r.Bits, group: r.GroupSize, n: r.N, k: r.K, batch: len(xs), nb: nb}
 	if err := p.setup(ctx, r, xs); err != nil {
 		p.free()
 		return nil, fmt.Errorf("cuda prepare qmv %dx%d %v b%d g%d batch %d: %w", r.N, r.K, r.DType, r.Bits, r.GroupSize, len(xs), err)
@@ -153,6 +172,7 @@ type prepared struct {
 	b                        *Backend
 	dt                       quant.DType
 	bits, group, n, k, batch int
+	nb                       int          // vectors per block row of the kernel (1: the single-vector kernel)
 	base                     uint64       // one allocation of every copy
 	sets                     []qmvBuffers // the copies
 	next                     int          // the copy the next product reads
@@ -264,6 +284,9 @@ func (p *prepared) ensureEvents(n int) error {
 func (p *prepared) product(narrow bool) error {
 	s := p.sets[p.next]
 	p.next = (p.next + 1) % len(p.sets)
+	if p.nb > 1 {
+		return p.b.launchQMVNB(p.dt, p.bits, p.group, p.n, p.k, p.batch, p.nb, narrow, s)
+	}
 	return p.b.launchQMV(p.dt, p.bits, p.group, p.n, p.k, p.batch, narrow, s)
 }
 

@@ -70,11 +70,25 @@ func checkRowsMatch(t *testing.T, name string, p runner.PreparedQMV, v runner.Va
 	}
 }
 
+// kernelsFor returns the vectors per block row of every kernel that can
+// run a batch: 1 (the single-vector kernel, gridDim.y = batch) and the
+// multi-vector kernels whose NB divides it.
+func kernelsFor(batch int) []int {
+	nbs := []int{1}
+	for _, nb := range []int{2, 4} {
+		if batch%nb == 0 {
+			nbs = append(nbs, nb)
+		}
+	}
+	return nbs
+}
+
 // TestThroughputMatchesCPU: the batched product of every vector equals
-// the CPU backend's QMV of that vector bit for bit, in both variants, on
-// exact-by-construction inputs: 1024 x 4096 float16 4-bit at batch 1 and
-// 4, and every dtype, width and group size at 37 x 384 (N not a multiple
-// of the rows per block) at batch 3.
+// the CPU backend's QMV of that vector bit for bit, in both variants and
+// with every kernel that runs the batch, on exact-by-construction inputs:
+// 1024 x 4096 float16 4-bit at batch 1, 3 and 4, and every dtype, width
+// and group size at 37 x 384 (N not a multiple of the rows per block) at
+// batch 4.
 func TestThroughputMatchesCPU(t *testing.T) {
 	be := gpu(t)
 	c, err := cpu.New()
@@ -87,42 +101,50 @@ func TestThroughputMatchesCPU(t *testing.T) {
 		d                    quant.DType
 		bits, g, n, k, batch int
 	}
-	cases := []tc{{quant.Float16, 4, 64, 1024, 4096, 1}, {quant.Float16, 4, 64, 1024, 4096, 4}}
+	cases := []tc{{quant.Float16, 4, 64, 1024, 4096, 1}, {quant.Float16, 4, 64, 1024, 4096, 3}, {quant.Float16, 4, 64, 1024, 4096, 4}}
 	for _, d := range quant.DTypes {
 		for _, bits := range quant.Bits {
 			for _, g := range quant.GroupSizes {
-				cases = append(cases, tc{d, bits, g, 37, 384, 3})
+				cases = append(cases, tc{d, bits, g, 37, 384, 4})
 			}
 		}
 	}
 	for _, cs := range cases {
-		name := fmt.Sprintf("%dx%d %v b%d g%d batch %d", cs.n, cs.k, cs.d, cs.bits, cs.g, cs.batch)
 		r, xs := exactBatch(t, rng, cs.d, cs.bits, cs.g, cs.n, cs.k, cs.batch)
-		p, err := be.PrepareQMV(context.Background(), r, xs)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		want := map[[2]int]runner.Vec{} // (variant, vector)
 		for _, v := range []runner.Variant{runner.Promoted, runner.Narrow} {
-			checkRowsMatch(t, name, p, v, cs.batch, func(b int) runner.Vec {
+			for b := range xs {
 				rr := *r
 				rr.X, rr.Variant = xs[b], v
-				want, err := c.QMV(context.Background(), &rr)
+				y, err := c.QMV(context.Background(), &rr)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return want
-			})
+				want[[2]int{int(v), b}] = y
+			}
 		}
-		if err := p.Close(); err != nil {
-			t.Fatal(err)
+		for _, nb := range kernelsFor(cs.batch) {
+			name := fmt.Sprintf("%dx%d %v b%d g%d batch %d nb %d", cs.n, cs.k, cs.d, cs.bits, cs.g, cs.batch, nb)
+			p, err := be.prepareQMV(context.Background(), r, xs, nb)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			for _, v := range []runner.Variant{runner.Promoted, runner.Narrow} {
+				checkRowsMatch(t, name, p, v, cs.batch, func(b int) runner.Vec { return want[[2]int{int(v), b}] })
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
 
 // TestThroughputBatchMatchesSingle: on the lane's random operands (not
 // exact, so the summation order shows) every batched row equals QMV of its
-// vector alone bit for bit, and the output is within the lane's tolerance
-// of the float64 reference.
+// vector alone bit for bit, with every kernel (at K = 4096 the
+// multi-vector kernels' blocks have the single-vector kernel's threads,
+// so the order is the same), and the output is within the lane's
+// tolerance of the float64 reference.
 func TestThroughputBatchMatchesSingle(t *testing.T) {
 	be := gpu(t)
 	for _, d := range quant.DTypes {
@@ -131,32 +153,35 @@ func TestThroughputBatchMatchesSingle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := be.PrepareQMV(context.Background(), r, xs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range []runner.Variant{runner.Promoted, runner.Narrow} {
-			checkRowsMatch(t, fmt.Sprint(d), p, v, cs.Batch, func(b int) runner.Vec {
-				rr := *r
-				rr.X, rr.Variant = xs[b], v
-				want, err := be.QMV(context.Background(), &rr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return want
-			})
-		}
-		rows, err := p.Output(context.Background(), runner.Promoted)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oc, err := runner.CheckThroughputOutput(d, runner.ThroughputReference(r, xs), rows)
-		if err != nil || !(oc.RelL2 <= oc.Tolerance) {
-			t.Fatalf("%v: output check %+v, %v", d, oc, err)
-		}
-		t.Logf("%v: relative L2 %.3g (tolerance %g), %d/%d values equal to the rounded reference", d, oc.RelL2, oc.Tolerance, oc.BitExact, oc.Values)
-		if err := p.Close(); err != nil {
-			t.Fatal(err)
+		ref := runner.ThroughputReference(r, xs)
+		for _, nb := range kernelsFor(cs.Batch) {
+			p, err := be.prepareQMV(context.Background(), r, xs, nb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range []runner.Variant{runner.Promoted, runner.Narrow} {
+				checkRowsMatch(t, fmt.Sprintf("%v nb %d", d, nb), p, v, cs.Batch, func(b int) runner.Vec {
+					rr := *r
+					rr.X, rr.Variant = xs[b], v
+					want, err := be.QMV(context.Background(), &rr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return want
+				})
+			}
+			rows, err := p.Output(context.Background(), runner.Promoted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oc, err := runner.CheckThroughputOutput(d, ref, rows)
+			if err != nil || !(oc.RelL2 <= oc.Tolerance) {
+				t.Fatalf("%v nb %d: output check %+v, %v", d, nb, oc, err)
+			}
+			t.Logf("%v nb %d: relative L2 %.3g (tolerance %g), %d/%d values equal to the rounded reference", d, nb, oc.RelL2, oc.Tolerance, oc.BitExact, oc.Values)
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -164,49 +189,62 @@ func TestThroughputBatchMatchesSingle(t *testing.T) {
 // TestThroughputSample: samples are positive, the arm that launches the
 // kernel twice per product measures about twice as slow (the negative
 // control's interval inside [0.4, 0.6]), for 1024 x 4096 and 8192 x 8192
-// float16 4-bit at batch 1, 2 and 4 (times and bandwidths are logged).
+// float16 4-bit at batch 1, 2 and 4, at 8192 x 8192 with every kernel
+// (times and bandwidths are logged: they decide multiVector).
 func TestThroughputSample(t *testing.T) {
 	be := gpu(t)
 	t.Logf("clock %s; device state %v", be.Clock(), be.DeviceState())
 	for _, shape := range [][2]int{{1024, 4096}, {8192, 8192}} {
 		for _, batch := range []int{1, 2, 4} {
-			cs := runner.ThroughputCase{ID: "test", Batch: batch, N: shape[0], K: shape[1], DType: quant.Float16, Bits: 4, GroupSize: 64}
-			r, xs, err := runner.ThroughputOperands(cs)
-			if err != nil {
-				t.Fatal(err)
+			nbs := []int{1}
+			if shape[0] == 8192 {
+				nbs = kernelsFor(batch)
 			}
-			p, err := be.PrepareQMV(context.Background(), r, xs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l := p.LaunchesPerSample()
-			if l < 1 || l > tpMaxLaunches {
-				t.Fatalf("L = %d", l)
-			}
-			arms := []runner.Arm{p.Arm(runner.Promoted, 1), p.Arm(runner.Promoted, 2), p.Arm(runner.Narrow, 1)}
-			samples, converged, err := runner.Measure(context.Background(), arms, runner.MeasureOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for j, s := range samples {
-				for _, v := range s {
-					if !(v > 0) || math.IsInf(v, 0) {
-						t.Fatalf("arm %d sample %g", j, v)
-					}
-				}
-			}
-			caught, iv := runner.ControlCaught(samples[0], samples[1], 0.95)
-			med := stats.Median(samples[0])
-			bytes := float64(4*len(r.W) + 2*2*r.Scales.Len() + 2*batch*(r.K+r.N))
-			t.Logf("%dx%d batch %d: L %d, n %d, converged %v: promoted %.2f µs/product (%.0f GB/s), narrow %.2f µs, twice-launched ratio %.3f [%.3f, %.3f]",
-				shape[0], shape[1], batch, l, len(samples[0]), converged, med*1e6, bytes/med/1e9, stats.Median(samples[2])*1e6, iv.Estimate, iv.Low, iv.High)
-			if !caught {
-				t.Errorf("%dx%d batch %d: twice-launched ratio %+v not inside [%g, %g]", shape[0], shape[1], batch, iv, runner.ControlLow, runner.ControlHigh)
-			}
-			if err := p.Close(); err != nil {
-				t.Fatal(err)
+			for _, nb := range nbs {
+				sampleCase(t, be, shape, batch, nb)
 			}
 		}
+	}
+}
+
+// sampleCase measures one float16 4-bit case with the nb-vector kernel
+// (see TestThroughputSample).
+func sampleCase(t *testing.T, be *Backend, shape [2]int, batch, nb int) {
+	cs := runner.ThroughputCase{ID: "test", Batch: batch, N: shape[0], K: shape[1], DType: quant.Float16, Bits: 4, GroupSize: 64}
+	r, xs, err := runner.ThroughputOperands(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := be.prepareQMV(context.Background(), r, xs, nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.LaunchesPerSample()
+	if l < 1 || l > tpMaxLaunches {
+		t.Fatalf("L = %d", l)
+	}
+	arms := []runner.Arm{p.Arm(runner.Promoted, 1), p.Arm(runner.Promoted, 2), p.Arm(runner.Narrow, 1)}
+	samples, converged, err := runner.Measure(context.Background(), arms, runner.MeasureOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, s := range samples {
+		for _, v := range s {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Fatalf("arm %d sample %g", j, v)
+			}
+		}
+	}
+	caught, iv := runner.ControlCaught(samples[0], samples[1], 0.95)
+	med := stats.Median(samples[0])
+	bytes := float64(4*len(r.W) + 2*2*r.Scales.Len() + 2*batch*(r.K+r.N))
+	t.Logf("%dx%d batch %d nb %d: L %d, n %d, converged %v: promoted %.2f µs/product (%.0f GB/s), narrow %.2f µs, twice-launched ratio %.3f [%.3f, %.3f]",
+		shape[0], shape[1], batch, nb, l, len(samples[0]), converged, med*1e6, bytes/med/1e9, stats.Median(samples[2])*1e6, iv.Estimate, iv.Low, iv.High)
+	if !caught {
+		t.Errorf("%dx%d batch %d nb %d: twice-launched ratio %+v not inside [%g, %g]", shape[0], shape[1], batch, nb, iv, runner.ControlLow, runner.ControlHigh)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,27 @@ func TestPrepareRejectsBeforeTheDevice(t *testing.T) {
 	cancel()
 	if _, err := b.PrepareQMV(ctx, r, xs[:1]); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: error %v", err)
+	}
+	for _, c := range []struct{ batch, nb int }{{3, 2}, {2, 4}, {6, 3}, {4, 8}} {
+		_, err := b.prepareQMV(context.Background(), r, xs[:c.batch], c.nb)
+		if want := fmt.Sprintf("cuda prepare qmv: no %d-vector kernel for a batch of %d", c.nb, c.batch); err == nil || err.Error() != want {
+			t.Errorf("batch %d nb %d: error %v, want %q", c.batch, c.nb, err, want)
+		}
+	}
+}
+
+func TestVectorsPerBlock(t *testing.T) {
+	for _, c := range []struct {
+		batch int
+		multi bool
+		want  int
+	}{
+		{1, true, 1}, {2, true, 2}, {3, true, 1}, {4, true, 4}, {6, true, 2}, {8, true, 4},
+		{1, false, 1}, {2, false, 1}, {4, false, 1}, {8, false, 1},
+	} {
+		if got := vectorsPerBlock(c.batch, c.multi); got != c.want {
+			t.Errorf("vectorsPerBlock(%d, %v) = %d, want %d", c.batch, c.multi, got, c.want)
+		}
 	}
 }
 
@@ -297,5 +320,18 @@ func TestFormatUUID(t *testing.T) {
 	u := [16]byte{0x6f, 0x0e, 0x4c, 0x2a, 0x9d, 0x3b, 0x11, 0xee, 0x8c, 0x90, 0x02, 0x42, 0xac, 0x12, 0x00, 0x02}
 	if got := formatUUID(u); got != "GPU-6f0e4c2a-9d3b-11ee-8c90-0242ac120002" {
 		t.Fatal(got)
+	}
+}
+
+// TestKernelDefaults: the host's launch constants equal qmv.cu's default
+// build parameters.
+func TestKernelDefaults(t *testing.T) {
+	for name, want := range map[string]int{
+		"QMV_RB": qmvRB, "QMV_MAXT": qmvMaxT, "QMV_MAXROWS": qmvMaxRows, "QMV_STAGES": qmvStages, "QMV_NB_MAXT": qmvNBMaxT,
+	} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindStringSubmatch(srcKernel)
+		if m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("qmv.cu's default %s is %v, the host uses %d", name, m, want)
+		}
 	}
 }
