@@ -51,7 +51,15 @@
 // Batch: a grid of gridDim.y = B rows of blocks computes B products with
 // the same weights at once; block row b reads x + b*K and writes y + b*N
 // (x and y hold B vectors back to back). gridDim.y = 1 is the single
-// product above.
+// product above. Built with QMV_NB_KERNELS=1 the file holds instead the
+// multi-vector kernels qmv_<T>_b<BITS>_x<NB> (NB = 2, 4): block row b
+// takes vectors b*NB .. b*NB+NB-1, and each lane turns each weight value
+// into a float32 once and applies it to the NB vectors (NB bias sums, dot
+// products and partial row sums; every vector's arithmetic is the
+// single-vector kernel's). They take at most QMV_NB_MAXT threads per
+// block (the NB vectors' x values take registers), so where K needs more
+// threads than that their summation order differs from the single-vector
+// kernel's; on exact inputs the result is the same.
 //
 // Concurrency: blocks write disjoint rows of y; nothing else is written.
 
