@@ -30,6 +30,12 @@ var srcDriver []byte
 //go:embed cuda.go
 var srcBackend []byte
 
+//go:embed throughput.go
+var srcThroughput []byte
+
+//go:embed batch.go
+var srcBatch []byte
+
 // Device attribute ids (cuda.h, CUdevice_attribute).
 const (
 	attrMultiprocessorCount = 16
@@ -52,8 +58,12 @@ type Backend struct {
 	device ledger.Device
 	arch   string // e.g. "compute_90"
 	ptx    []byte
+	uuid   string // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -i takes it; "" if unknown
 
 	qmv    map[[2]int]uintptr  // (dtype, bits) -> qmv kernel
+	hold   uintptr             // qmv_hold kernel
+	nb     nbKernels           // the multi-vector kernels, compiled on first use; guarded by qmvMu
+	opts   []string            // the NVRTC macro definitions of qmv.cu at Open
 	sms    int                 // multiprocessors
 	stages int                 // QMV_STAGES of the compiled qmv.cu
 	occ    map[residentKey]int // guarded by mu; see resident
@@ -93,7 +103,8 @@ func open(defines []string, stages int) (*Backend, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("cuda: the driver reports no CUDA device")
 	}
-	b := &Backend{d: d, live: map[uintptr]int{}, qmv: map[[2]int]uintptr{}, occ: map[residentKey]int{}, stages: stages}
+	b := &Backend{d: d, live: map[uintptr]int{}, qmv: map[[2]int]uintptr{}, occ: map[residentKey]int{}, stages: stages,
+		opts: append([]string(nil), defines...)}
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&b.dev, 0)); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -149,6 +160,10 @@ func (b *Backend) init(defines []string) error {
 		return fmt.Errorf("cuda: cannot read the compute capability")
 	}
 	b.arch = fmt.Sprintf("compute_%d%d", major, minor)
+	var uuid [16]byte
+	if d.cuDeviceGetUuid(&uuid, b.dev) == 0 {
+		b.uuid = formatUUID(uuid)
+	}
 	api := fmt.Sprintf("%d.%d", drv/1000, drv%1000/10)
 	b.device = ledger.Device{
 		Model:  strings.TrimRight(string(name[:]), "\x00"),
@@ -177,6 +192,9 @@ func (b *Backend) init(defines []string) error {
 		return fmt.Errorf("cuda: load PTX: %w", err)
 	}
 	b.sms = attr(attrMultiprocessorCount)
+	if err := d.check("cuModuleGetFunction qmv_hold", d.cuModuleGetFunction(&b.hold, b.mod, "qmv_hold")); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
 	for code, t := range dtypeNames {
 		var fn uintptr
 		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
@@ -324,9 +342,11 @@ func (b *Backend) Free(buf alloc.Buffer) error {
 func (b *Backend) Live() (bytes, buffers int64) { return b.liveBytes.Load(), b.liveCount.Load() }
 
 // Sources returns the kernel source (qmv.cu) and the Go files that
-// compile, launch and allocate (qmv.go, driver.go, cuda.go).
+// compile, launch, allocate and time (qmv.go, driver.go, cuda.go,
+// throughput.go, batch.go).
 func (b *Backend) Sources() map[string][]byte {
-	return map[string][]byte{"qmv.cu": []byte(srcKernel), "qmv.go": srcQMV, "driver.go": srcDriver, "cuda.go": srcBackend}
+	return map[string][]byte{"qmv.cu": []byte(srcKernel), "qmv.go": srcQMV, "driver.go": srcDriver, "cuda.go": srcBackend,
+		"throughput.go": srcThroughput, "batch.go": srcBatch}
 }
 
 // PTX returns the PTX that NVRTC produced for this device at Open.
@@ -363,6 +383,12 @@ func (b *Backend) Close() error {
 			first = err
 		}
 		b.mod = 0
+	}
+	if b.nb.mod != 0 {
+		if err := b.d.check("cuModuleUnload", b.d.cuModuleUnload(b.nb.mod)); err != nil && first == nil {
+			first = err
+		}
+		b.nb.mod = 0
 	}
 	unlock()
 	if err := b.release(); err != nil && first == nil {

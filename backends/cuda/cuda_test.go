@@ -212,6 +212,9 @@ func TestKernelCompiles(t *testing.T) {
 			t.Logf("%s compile log:\n%s", arch, log)
 		}
 		s := string(ptx)
+		if !strings.Contains(s, ".entry qmv_hold(") {
+			t.Fatalf("%s: PTX lacks .entry qmv_hold", arch)
+		}
 		for _, dt := range dtypeNames {
 			for _, name := range kernelNames(dt) {
 				if !strings.Contains(s, ".entry "+name+"(") {
@@ -220,6 +223,33 @@ func TestKernelCompiles(t *testing.T) {
 			}
 		}
 		t.Logf("NVRTC %s (%s): %s PTX %d bytes", nv.version(), nv.path, arch, len(ptx))
+	}
+}
+
+// TestMultiVectorKernelsCompile compiles qmv.cu with QMV_NB_KERNELS=1
+// (no GPU needed, only NVRTC) and checks every multi-vector kernel entry
+// is in the PTX and no single-vector one.
+func TestMultiVectorKernelsCompile(t *testing.T) {
+	nv, err := loadNVRTC()
+	if err != nil {
+		t.Skipf("NVRTC not available on this host, kernel compile not checked: %v", err)
+	}
+	ptx, _, err := nv.compilePTX(srcKernel, "qmv.cu", "compute_90", append(append([]string(nil), compileOptions...), "-DQMV_NB_KERNELS=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(ptx)
+	for _, dt := range dtypeNames {
+		for _, name := range kernelNames(dt) {
+			for _, nb := range []string{"_x2", "_x4"} {
+				if !strings.Contains(s, ".entry "+name+nb+"(") {
+					t.Fatalf("PTX lacks .entry %s%s", name, nb)
+				}
+			}
+			if strings.Contains(s, ".entry "+name+"(") {
+				t.Fatalf("PTX has the single-vector .entry %s", name)
+			}
+		}
 	}
 }
 

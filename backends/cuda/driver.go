@@ -54,6 +54,7 @@ type driverAPI struct {
 	cuDeviceGetName                             func(name *byte, n int32, dev int32) cuResult
 	cuDeviceGetAttribute                        func(v *int32, attr int32, dev int32) cuResult
 	cuDeviceTotalMem                            func(bytes *uint64, dev int32) cuResult
+	cuDeviceGetUuid                             func(uuid *[16]byte, dev int32) cuResult
 	cuDevicePrimaryCtxRetain                    func(ctx *uintptr, dev int32) cuResult
 	cuDevicePrimaryCtxRelease                   func(dev int32) cuResult
 	cuCtxSetCurrent                             func(ctx uintptr) cuResult
@@ -152,6 +153,7 @@ func loadDriver() (*driverAPI, error) {
 			sym(&d.cuDeviceGetName, "cuDeviceGetName"),
 			sym(&d.cuDeviceGetAttribute, "cuDeviceGetAttribute"),
 			sym(&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2"),
+			sym(&d.cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"),
 			sym(&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
 			sym(&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
 			sym(&d.cuCtxSetCurrent, "cuCtxSetCurrent"),

@@ -48,6 +48,19 @@
 // reference); the dot part uses explicit fused multiply-adds (__fmaf_rn),
 // whose products q*x are exact on those inputs.
 //
+// Batch: a grid of gridDim.y = B rows of blocks computes B products with
+// the same weights at once; block row b reads x + b*K and writes y + b*N
+// (x and y hold B vectors back to back). gridDim.y = 1 is the single
+// product above. Built with QMV_NB_KERNELS=1 the file holds instead the
+// multi-vector kernels qmv_<T>_b<BITS>_x<NB> (NB = 2, 4): block row b
+// takes vectors b*NB .. b*NB+NB-1, and each lane turns each weight value
+// into a float32 once and applies it to the NB vectors (NB bias sums, dot
+// products and partial row sums; every vector's arithmetic is the
+// single-vector kernel's). They take at most QMV_NB_MAXT threads per
+// block (the NB vectors' x values take registers), so where K needs more
+// threads than that their summation order differs from the single-vector
+// kernel's; on exact inputs the result is the same.
+//
 // Concurrency: blocks write disjoint rows of y; nothing else is written.
 
 typedef unsigned int u32;
@@ -68,6 +81,11 @@ typedef unsigned long long u64;
 //               (n-1 chunks in flight)
 //   QMV_MAXROWS rows per block at most (the host sizes the grid so that
 //               no block gets more)
+//   QMV_NB_KERNELS 0: the single-vector kernels qmv_<T>_b<BITS> and
+//               qmv_hold; 1: instead the multi-vector kernels
+//               qmv_<T>_b<BITS>_x2 and _x4 (2 and 4 vectors per block)
+//   QMV_NB_MAXT threads per block at most of the multi-vector kernels
+//               (fewer than QMV_MAXT: each thread holds NB vectors' x)
 #ifndef QMV_RB
 #define QMV_RB 4
 #endif
@@ -85,6 +103,12 @@ typedef unsigned long long u64;
 #endif
 #ifndef QMV_MAXROWS
 #define QMV_MAXROWS 256
+#endif
+#ifndef QMV_NB_KERNELS
+#define QMV_NB_KERNELS 0
+#endif
+#ifndef QMV_NB_MAXT
+#define QMV_NB_MAXT 256
 #endif
 
 // ---- float16 / bfloat16 conversions (IEEE 754 binary16, bfloat16) ----
@@ -329,9 +353,13 @@ template <int D, int BITS> struct Rows {
 };
 
 // qmv_body: see the file comment. Block geometry: blockDim.x = T threads
-// (a multiple of 32, at most QMV_MAXT); grid: G blocks with
-// ceil(ceil(N/RB)/G) * RB <= QMV_MAXROWS.
-template <int D, int BITS>
+// (a multiple of 32, at most MAXT); grid: G blocks with
+// ceil(ceil(N/RB)/G) * RB <= QMV_MAXROWS. NB vectors at once: x holds NB
+// vectors of K values back to back, y NB vectors of N values; each lane
+// turns its weight values into floats once and applies them to every
+// vector, with a bias sum, dot products and a partial row sum per vector
+// (NB = 1 is the single product).
+template <int D, int BITS, int NB, int MAXT>
 __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typename DTy<D>::raw* __restrict__ scales,
                                          const typename DTy<D>::raw* __restrict__ biases,
                                          const typename DTy<D>::raw* __restrict__ x, typename DTy<D>::raw* __restrict__ y,
@@ -341,7 +369,7 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
     constexpr int RB = QMV_RB;
     constexpr int VALS = U::VALS;
     constexpr int P = Chunk<BITS>::P;
-    __shared__ float part[QMV_MAXT / 32][QMV_MAXROWS];
+    __shared__ float part[NB][MAXT / 32][QMV_MAXROWS];
     const int t = threadIdx.x;
     const int lane = t & 31;
     const int warp = t >> 5;
@@ -444,51 +472,70 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
         Rows<D, BITS> cur, nxt;
         load(cur, 0);
 #endif
-        float xv[VALS];
-        if (active) {
-            load_widen<D, VALS>(x + (u64)u * VALS, xv);
-        } else {
+        float xv[NB][VALS];
 #pragma unroll
-            for (int j = 0; j < VALS; j++) xv[j] = 0.0f;
+        for (int nb = 0; nb < NB; nb++) {
+            if (active) {
+                load_widen<D, VALS>(x + (u64)nb * K + (u64)u * VALS, xv[nb]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VALS; j++) xv[nb][j] = 0.0f;
+            }
         }
         // the group's bias sum, continued lane by lane (p = u % upg; a
         // warp's units start at a multiple of 32, so p == lane % upg)
         const int p = lane % upg;
-        float run = 0.0f;
-        for (int st = 0; st < upg; st++) {
-            const float prev = __shfl_up_sync(0xffffffffu, run, 1);
-            if (p == st) {
-                float sum = st == 0 ? 0.0f : prev;
+        float bs[NB];
 #pragma unroll
-                for (int c = 0; c < VALS; c += P) {
-                    float s = xv[c];
+        for (int nb = 0; nb < NB; nb++) {
+            float run = 0.0f;
+            for (int st = 0; st < upg; st++) {
+                const float prev = __shfl_up_sync(0xffffffffu, run, 1);
+                if (p == st) {
+                    float sum = st == 0 ? 0.0f : prev;
 #pragma unroll
-                    for (int i = 1; i < P; i++) s = narrow ? DTy<D>::round(s + xv[c + i]) : s + xv[c + i];
-                    sum = sum + s;
+                    for (int c = 0; c < VALS; c += P) {
+                        float s = xv[nb][c];
+#pragma unroll
+                        for (int i = 1; i < P; i++) s = narrow ? DTy<D>::round(s + xv[nb][c + i]) : s + xv[nb][c + i];
+                        sum = sum + s;
+                    }
+                    run = sum;
                 }
-                run = sum;
             }
+            bs[nb] = run;
         }
         const bool last = active && p == upg - 1;
-        const float bs = run;
         u32 mag[24];
         magic(mag, (u32)K >> 31);
 
         auto compute = [&](const Rows<D, BITS>& c, int ch) {
-            float v[RB];
+            float v[NB][RB];
 #pragma unroll
             for (int r = 0; r < RB; r++) {
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                float d[NB][4];
 #pragma unroll
-                for (int j = 0; j < VALS; j++) d[j & 3] = __fmaf_rn(c.q[r].val(j, mag), xv[j], d[j & 3]);
-                const float dot = (d[0] + d[1]) + (d[2] + d[3]);
-                float a = active ? DTy<D>::load(c.s[r]) * dot : 0.0f;
-                if (last) a = a + DTy<D>::load(c.b[r]) * bs;
-                v[r] = a;
+                for (int nb = 0; nb < NB; nb++) d[nb][0] = d[nb][1] = d[nb][2] = d[nb][3] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < VALS; j++) {
+                    const float q = c.q[r].val(j, mag);
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) d[nb][j & 3] = __fmaf_rn(q, xv[nb][j], d[nb][j & 3]);
+                }
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) {
+                    const float dot = (d[nb][0] + d[nb][1]) + (d[nb][2] + d[nb][3]);
+                    float a = active ? DTy<D>::load(c.s[r]) * dot : 0.0f;
+                    if (last) a = a + DTy<D>::load(c.b[r]) * bs[nb];
+                    v[nb][r] = a;
+                }
             }
-            const float sum = rows_reduce<RB>(v, lane);
-            const int slot = ch * RB + myrow;
-            if (writer && slot < nrows) part[warp][slot] = ub == 0 ? sum : part[warp][slot] + sum;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                const float sum = rows_reduce<RB>(v[nb], lane);
+                const int slot = ch * RB + myrow;
+                if (writer && slot < nrows) part[nb][warp][slot] = ub == 0 ? sum : part[nb][warp][slot] + sum;
+            }
         };
 
 #if QMV_STAGES > 0
@@ -511,10 +558,12 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
 #endif
     }
     __syncthreads();
-    for (int i = t; i < nrows; i += T) {
-        float v = 0.0f;
-        for (int k = 0; k < NW; k++) v = v + part[k][i];
-        y[r0 + i] = DTy<D>::store(v);
+    for (int nb = 0; nb < NB; nb++) {
+        for (int i = t; i < nrows; i += T) {
+            float v = 0.0f;
+            for (int k = 0; k < NW; k++) v = v + part[nb][k][i];
+            (y + (u64)nb * N)[r0 + i] = DTy<D>::store(v);
+        }
     }
 }
 
@@ -522,7 +571,8 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
     extern "C" __global__ void __launch_bounds__(QMV_MAXT, QMV_MINB)                                   \
         NAME(const u32* w, const DTy<D>::raw* scales, const DTy<D>::raw* biases, const DTy<D>::raw* x, \
              DTy<D>::raw* y, int N, int K, int group, int narrow) {                                    \
-        qmv_body<D, BITS>(w, scales, biases, x, y, N, K, group, narrow);                               \
+        qmv_body<D, BITS, 1, QMV_MAXT>(w, scales, biases, x + (u64)blockIdx.y * K, y + (u64)blockIdx.y * N, \
+                                       N, K, group, narrow);                                                 \
     }
 #define QMV_ALL_BITS(T, D)                                                                             \
     QMV(qmv_##T##_b2, D, 2)                                                                            \
@@ -531,6 +581,42 @@ __device__ __forceinline__ void qmv_body(const u32* __restrict__ w, const typena
     QMV(qmv_##T##_b5, D, 5)                                                                            \
     QMV(qmv_##T##_b6, D, 6)                                                                            \
     QMV(qmv_##T##_b8, D, 8)
+#if !QMV_NB_KERNELS
 QMV_ALL_BITS(f16, 1)
 QMV_ALL_BITS(bf16, 2)
 QMV_ALL_BITS(f32, 3)
+
+// qmv_hold keeps the stream busy for ns nanoseconds of the device's global
+// timer (one thread spinning), so that the host can queue the launches of
+// a timed sample before the device reaches them (see throughput.go).
+extern "C" __global__ void qmv_hold(u64 ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+#else
+// qmv_<T>_b<BITS>_x<NB>: NB vectors per block row (qmv_body with NB), a
+// grid of gridDim.y block rows for a batch of NB * gridDim.y vectors.
+#define QMVNB(NAME, D, BITS, NB)                                                                       \
+    extern "C" __global__ void __launch_bounds__(QMV_NB_MAXT, 1)                                       \
+        NAME(const u32* w, const DTy<D>::raw* scales, const DTy<D>::raw* biases, const DTy<D>::raw* x, \
+             DTy<D>::raw* y, int N, int K, int group, int narrow) {                                    \
+        qmv_body<D, BITS, NB, QMV_NB_MAXT>(w, scales, biases, x + (u64)blockIdx.y * NB * K,            \
+                                           y + (u64)blockIdx.y * NB * N, N, K, group, narrow);         \
+    }
+#define QMVNB_ALL_BITS(T, D, NB)                                                                       \
+    QMVNB(qmv_##T##_b2_x##NB, D, 2, NB)                                                                \
+    QMVNB(qmv_##T##_b3_x##NB, D, 3, NB)                                                                \
+    QMVNB(qmv_##T##_b4_x##NB, D, 4, NB)                                                                \
+    QMVNB(qmv_##T##_b5_x##NB, D, 5, NB)                                                                \
+    QMVNB(qmv_##T##_b6_x##NB, D, 6, NB)                                                                \
+    QMVNB(qmv_##T##_b8_x##NB, D, 8, NB)
+QMVNB_ALL_BITS(f16, 1, 2)
+QMVNB_ALL_BITS(bf16, 2, 2)
+QMVNB_ALL_BITS(f32, 3, 2)
+QMVNB_ALL_BITS(f16, 1, 4)
+QMVNB_ALL_BITS(bf16, 2, 4)
+QMVNB_ALL_BITS(f32, 3, 4)
+#endif

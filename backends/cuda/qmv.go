@@ -82,11 +82,16 @@ type qmvBuffers struct {
 
 // layout returns the offsets of the operands in one allocation and its
 // total size.
-func layout(r *runner.QMVRequest) (off qmvBuffers, total uint64) {
+func layout(r *runner.QMVRequest) (off qmvBuffers, total uint64) { return batchLayout(r, 1) }
+
+// batchLayout is layout for batch products with the same weights: x holds
+// batch vectors of K values back to back, y batch vectors of N values.
+func batchLayout(r *runner.QMVRequest, batch int) (off qmvBuffers, total uint64) {
 	es := uint64(r.DType.Size())
 	groups := uint64(r.N) * uint64(r.K/r.GroupSize)
 	sizes := []uint64{
-		4 * uint64(len(r.W)), es * groups, es * groups, es * uint64(r.K), es * uint64(r.N),
+		4 * uint64(r.N) * uint64(quant.WordsPerRow(r.Bits, r.K)), es * groups, es * groups,
+		es * uint64(r.K) * uint64(batch), es * uint64(r.N) * uint64(batch),
 	}
 	offs := make([]uint64, len(sizes))
 	for i, s := range sizes {
@@ -168,7 +173,7 @@ func (b *Backend) QMV(ctx context.Context, r *runner.QMVRequest) (runner.Vec, er
 			return runner.Vec{}, fmt.Errorf("cuda qmv: %w", err)
 		}
 	}
-	if err := b.launchQMV(r.DType, r.Bits, r.GroupSize, r.N, r.K, r.Variant == runner.Narrow, buf); err != nil {
+	if err := b.launchQMV(r.DType, r.Bits, r.GroupSize, r.N, r.K, 1, r.Variant == runner.Narrow, buf); err != nil {
 		return runner.Vec{}, fmt.Errorf("cuda qmv: %w", err)
 	}
 	out := runner.NewVec(r.DType, r.N)
@@ -181,10 +186,13 @@ func (b *Backend) QMV(ctx context.Context, r *runner.QMVRequest) (runner.Vec, er
 }
 
 // launchQMV launches qmv_<T>_b<bits> on the default stream over operands
-// already on the device (n x k weights, group size group). The caller
-// holds enter(). It does not wait for the kernel (a following synchronous
-// copy or cuCtxSynchronize does).
-func (b *Backend) launchQMV(dt quant.DType, bits, group, n, k int, narrow bool, buf qmvBuffers) error {
+// already on the device (n x k weights, group size group) for batch >= 1
+// vectors (buf.x holds batch vectors of k values, buf.y batch vectors of
+// n values; gridDim.y = batch, and the blocks of one wave are shared
+// among the batch's block rows). The caller holds enter(). It does not
+// wait for the kernel (a following synchronous copy or cuCtxSynchronize
+// does).
+func (b *Backend) launchQMV(dt quant.DType, bits, group, n, k, batch int, narrow bool, buf qmvBuffers) error {
 	fn, ok := b.qmv[[2]int{int(dt), bits}]
 	if !ok {
 		return fmt.Errorf("no qmv kernel for dtype %v, %d bits", dt, bits)
@@ -198,12 +206,12 @@ func (b *Backend) launchQMV(dt quant.DType, bits, group, n, k int, narrow bool, 
 	if err != nil {
 		return err
 	}
-	block, grid := qmvGeometry(bits, n, k, res)
+	block, grid := qmvGeometry(bits, n, k, max(1, res/batch))
 	nw := int32(0)
 	if narrow {
 		nw = 1
 	}
-	return b.launch("qmv", fn, uint32(grid), uint32(block), uint32(smem),
+	return b.launchGrid("qmv", fn, uint32(grid), uint32(batch), uint32(block), uint32(smem),
 		buf.w, buf.scales, buf.biases, buf.x, buf.y, int32(n), int32(k), int32(group), nw)
 }
 
@@ -242,6 +250,11 @@ type residentKey struct {
 // pointers and int32 values, each passed by address as cuLaunchKernel
 // requires. The caller holds enter().
 func (b *Backend) launch(name string, fn uintptr, grid, block, smem uint32, args ...any) error {
+	return b.launchGrid(name, fn, grid, 1, block, smem, args...)
+}
+
+// launchGrid is launch with a 2-D grid of gx x gy blocks.
+func (b *Backend) launchGrid(name string, fn uintptr, gx, gy, block, smem uint32, args ...any) error {
 	// Parameter values live in one pinned slab; params points into it.
 	slab := make([]uint64, len(args))
 	params := make([]unsafe.Pointer, len(args))
@@ -260,5 +273,5 @@ func (b *Backend) launch(name string, fn uintptr, grid, block, smem uint32, args
 		params[i] = unsafe.Pointer(&slab[i])
 	}
 	pin.Pin(&params[0])
-	return b.d.check("cuLaunchKernel "+name, b.d.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, smem, 0, &params[0], nil))
+	return b.d.check("cuLaunchKernel "+name, b.d.cuLaunchKernel(fn, gx, gy, 1, block, 1, 1, smem, 0, &params[0], nil))
 }
