@@ -111,9 +111,10 @@ func holdFor(queue float64) time.Duration {
 // len(xs) vectors back to back and their outputs), times a group of
 // products to choose the products per sample L (one sample's group takes
 // at least 0.5 ms of device time, 1 <= L <= 4096), and warms up with
-// about 50 ms of launches. Every product launches the kernel once over
-// the whole batch (gridDim.y = len(xs)) on the next copy. It holds the
-// backend's qmv lock. Errors: invalid requests, batches outside 1..8,
+// about 50 ms of launches. Every product is one launch over the whole
+// batch on the next copy: the single-vector kernel with gridDim.y =
+// len(xs), or with multiVector set a multi-vector kernel (batch.go). It
+// holds the backend's qmv lock. Errors: invalid requests, batches outside 1..8,
 // shapes the kernel cannot index, not enough device memory, driver errors,
 // ctx's error.
 func (b *Backend) PrepareQMV(ctx context.Context, r *runner.QMVRequest, xs []runner.Vec) (runner.PreparedQMV, error) {

@@ -285,3 +285,41 @@ func TestThroughputCancelAndClose(t *testing.T) {
 		t.Fatal("Output after Close succeeded")
 	}
 }
+
+// BenchmarkThroughputQMV reports the median of 21 event-timed samples of
+// PrepareQMV's timer (gpu-us/product, and gpu-GB/s of the bytes one
+// product must move) for promoted float16 4-bit group-64 products at
+// 8192 x 8192 and 16384 x 16384, batch 1, 2 and 4, with every kernel
+// (nb 1: gridDim.y batching; nb 2, 4: the multi-vector kernels). b.N is
+// not used: each run of a sub-benchmark prepares and samples once (run
+// with -benchtime 1x).
+func BenchmarkThroughputQMV(b *testing.B) {
+	be := gpu(b)
+	for _, sz := range []int{8192, 16384} {
+		for _, batch := range []int{1, 2, 4} {
+			cs := runner.ThroughputCase{ID: "bench", Batch: batch, N: sz, K: sz, DType: quant.Float16, Bits: 4, GroupSize: 64}
+			r, xs, err := runner.ThroughputOperands(cs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, nb := range kernelsFor(batch) {
+				b.Run(fmt.Sprintf("%dx%d/batch%d/nb%d", sz, sz, batch, nb), func(b *testing.B) {
+					p, err := be.prepareQMV(context.Background(), r, xs, nb)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer p.Close()
+					s, err := p.Arm(runner.Promoted, 1).Sample(context.Background(), 21)
+					if err != nil {
+						b.Fatal(err)
+					}
+					med := stats.Median(s)
+					bytes := float64(4*len(r.W) + 2*2*r.Scales.Len() + 2*batch*(r.K+r.N))
+					b.ReportMetric(med*1e6, "gpu-us/product")
+					b.ReportMetric(bytes/med/1e9, "gpu-GB/s")
+					b.ReportMetric(float64(p.LaunchesPerSample()), "L")
+				})
+			}
+		}
+	}
+}
