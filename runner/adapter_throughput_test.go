@@ -287,7 +287,7 @@ func TestImplThroughputReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, err := runThroughput(t, cfg, "reference", runner.ImplOptions{CaseBudget: 4 * time.Second, MaxSamples: 100})
+	runs, err := runThroughput(t, cfg, "reference", runner.ImplOptions{CaseBudget: 8 * time.Second, MaxSamples: 300})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,3 +172,23 @@ func TestReadFrameMax(t *testing.T) {
 		t.Fatalf("%q %d %v", typ, len(p), err)
 	}
 }
+
+// TestImplThroughputCases: globs select by id, a shorter glob matches the
+// leading segments, and a malformed or unmatched glob is refused.
+func TestImplThroughputCases(t *testing.T) {
+	for glob, want := range map[string]int{"": 162, "batch1/n4096": 18, "batch*/n8192/k8192/f16/b4/g64": 3, "batch2/*/*/bf16": 18} {
+		var globs []string
+		if glob != "" {
+			globs = []string{glob}
+		}
+		cs, err := implThroughputCases(globs)
+		if err != nil || len(cs) != want {
+			t.Fatalf("%q: %d cases (%v), want %d", glob, len(cs), err, want)
+		}
+	}
+	for _, bad := range []string{"[", "batch9", "batch1/n4096/k4096/f16/b4/g64/x"} {
+		if _, err := implThroughputCases([]string{bad}); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}

@@ -57,8 +57,12 @@ func (implThroughputLane) Definition() []byte {
 }
 
 // implThroughputCases returns the cases of ThroughputCases whose id
-// matches one of patterns (path.Match; all cases when there are none). It
-// fails on a malformed pattern and when nothing matches.
+// matches one of patterns, in matrix order (all cases when there are
+// none). A pattern is a path.Match glob ("batch1/n4096/*/f16/b4/*"); one
+// of fewer "/"-separated segments than the ids matches their leading
+// segments ("batch1/n4096" selects every B1 4096 x 4096 case), the rule
+// of the ledger's own throughput lane. It fails on a malformed pattern and
+// when nothing matches.
 func implThroughputCases(patterns []string) ([]ThroughputCase, error) {
 	all := ThroughputCases()
 	if len(patterns) == 0 {
@@ -72,7 +76,11 @@ func implThroughputCases(patterns []string) ([]ThroughputCase, error) {
 	var out []ThroughputCase
 	for _, c := range all {
 		for _, p := range patterns {
-			if ok, _ := path.Match(p, c.ID); ok {
+			id := c.ID
+			if segs := strings.Split(id, "/"); strings.Count(p, "/")+1 < len(segs) {
+				id = strings.Join(segs[:strings.Count(p, "/")+1], "/")
+			}
+			if ok, _ := path.Match(p, id); ok {
 				out = append(out, c)
 				break
 			}
