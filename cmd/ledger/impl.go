@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,17 @@ func addImplFlags(f *pflag.FlagSet, c *runConfig) {
 
 // runImpl is `ledger run --impl NAME`.
 func (a *app) runImpl(ctx context.Context, c runConfig) error {
+	for _, g := range c.Cases {
+		if _, err := path.Match(g, ""); err != nil {
+			return errExit(2, "--cases %q: %v", g, err)
+		}
+	}
+	if c.CaseBudget <= 0 {
+		return errExit(2, "--case-budget %s: must be positive", c.CaseBudget)
+	}
+	if c.MaxSamples < 1 || c.MaxSamples > ledger.MaxThroughputSamples {
+		return errExit(2, "--max-samples %d: must be 1..%d", c.MaxSamples, ledger.MaxThroughputSamples)
+	}
 	cfg, err := runner.LoadImplConfig(c.ImplFile)
 	if err != nil {
 		return errExit(2, "%v", err)
