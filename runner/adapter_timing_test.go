@@ -192,3 +192,89 @@ func TestImplThroughputCases(t *testing.T) {
 		}
 	}
 }
+
+// stubPrepared is a PreparedCase with fixed outputs and samples.
+type stubPrepared struct {
+	rows   []Vec
+	closed *int
+}
+
+func (p stubPrepared) Output() ([]Vec, error) { return p.rows, nil }
+func (p stubPrepared) Time(n, repeat int) (TimingSamples, error) {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = 1e-3 * float64(repeat)
+	}
+	return TimingSamples{Clock: "stub", Launches: 2, Samples: s}, nil
+}
+func (p stubPrepared) Close() error { *p.closed++; return nil }
+
+// TestAdapterServerTiming: the Go adapter side announces timing when it
+// has Prepare, answers prepare with ready (every row), time with samples,
+// a time frame for a case that is not prepared with an error frame, an
+// unsupported prepare with an unsupported frame, and closes each prepared
+// case when the next is prepared and at the end.
+func TestAdapterServerTiming(t *testing.T) {
+	c := ThroughputCase{ID: "b2", Batch: 2, N: 64, K: 128, DType: quant.Float16, Bits: 4, GroupSize: 64}
+	r, xs, err := ThroughputOperands(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep, _ := EncodePrepare(c.ID, r, xs)
+	other, _ := EncodePrepare("unsupported", r, xs)
+	var in bytes.Buffer
+	WriteFrame(&in, FrameHello, []byte(`{"protocol":"ledger-adapter/1"}`))
+	writePrepare(&in, prep)
+	WriteFrame(&in, FrameTime, EncodeTime(c.ID, 3, 2))
+	WriteFrame(&in, FrameTime, EncodeTime("elsewhere", 3, 1))
+	writePrepare(&in, other)
+	WriteFrame(&in, FrameBye, nil)
+	closed := 0
+	srv := AdapterServer{Hello: AdapterHello{Implementation: "stub", Version: "1"},
+		Compute: func(string, *QMVRequest) (Vec, error) { return Vec{}, nil },
+		Prepare: func(id string, req *QMVRequest, xs []Vec) (PreparedCase, error) {
+			if id == "unsupported" {
+				return nil, &UnsupportedError{Reason: "no"}
+			}
+			return stubPrepared{rows: []Vec{NewVec(req.DType, req.N), NewVec(req.DType, req.N)}, closed: &closed}, nil
+		}}
+	var out bytes.Buffer
+	if err := srv.Serve(&in, &out); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(&out)
+	typ, hello, _ := ReadFrame(br)
+	if typ != FrameHello || !strings.Contains(string(hello), `"timing":true`) {
+		t.Fatalf("hello %q %s", typ, hello)
+	}
+	typ, p, _ := ReadFrame(br)
+	if a, err := DecodeReady(typ, p); err != nil || a.Kind != AnswerOutput || a.Out.Len() != 2*c.N {
+		t.Fatalf("ready: %+v %v", a, err)
+	}
+	typ, p, _ = ReadFrame(br)
+	if id, ts, err := DecodeSamples(p); typ != FrameSamples || err != nil || id != c.ID || ts.Launches != 2 || !reflect.DeepEqual(ts.Samples, []float64{2e-3, 2e-3, 2e-3}) {
+		t.Fatalf("samples %q: %q %+v %v", typ, id, ts, err)
+	}
+	if typ, p, _ = ReadFrame(br); typ != FrameError || !strings.Contains(string(p), "not the prepared case") {
+		t.Fatalf("time of another case: %q %s", typ, p)
+	}
+	if typ, _, _ = ReadFrame(br); typ != FrameUnsupported {
+		t.Fatalf("unsupported prepare answered %q", typ)
+	}
+	if closed != 1 {
+		t.Fatalf("%d prepared cases closed, want 1", closed)
+	}
+	// Without Prepare the hello has no timing and a prepare frame is a
+	// protocol error.
+	in.Reset()
+	WriteFrame(&in, FrameHello, []byte(`{"protocol":"ledger-adapter/1"}`))
+	writePrepare(&in, prep)
+	out.Reset()
+	srv.Prepare = nil
+	if err := srv.Serve(&in, &out); err == nil || !strings.Contains(err.Error(), "unexpected frame type 'P'") {
+		t.Fatalf("prepare without timing: %v", err)
+	}
+	if strings.Contains(out.String(), "timing") {
+		t.Fatalf("hello announces timing without Prepare: %s", out.String())
+	}
+}
