@@ -59,7 +59,8 @@ type ImplRun struct {
 	Role           string
 }
 
-// RunImpl runs the selected qmv lanes against the configured
+// RunImpl runs the selected qmv lanes (or, selected alone, the allocator
+// lanes or ThroughputLane: runImplThroughput) against the configured
 // implementation name through its adapter, with the narrow kernel of the
 // ledger's CPU backend (o.Control) as every case's negative control and,
 // when configured, the implementation's original build as a second
