@@ -231,7 +231,7 @@ func selected(globs []string, id string) bool {
 	if len(globs) == 0 {
 		return true
 	}
-	return slices.ContainsFunc(globs, func(g string) bool { ok, _ := path.Match(g, id); return ok })
+	return slices.ContainsFunc(globs, func(g string) bool { return ledger.MatchCaseGlob(g, id) })
 }
 
 // decisive returns the case that decides a record: the regressed case with

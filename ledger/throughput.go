@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"path"
+	"strings"
 )
 
 // ThroughputField is the evidence details member of a throughput lane's
@@ -190,4 +192,19 @@ func checkSamples(f string, xs []float64) error {
 		}
 	}
 	return nil
+}
+
+// MatchCaseGlob reports whether glob g (a path.Match pattern) selects the
+// case id: g matches the id or, when g has fewer "/"-separated segments
+// than the id, its leading segments ("batch1/n8192" selects every
+// "batch1/n8192/..." case). A malformed g matches nothing (check it with
+// path.Match(g, "") first). The throughput lanes' --cases and the
+// throughput gate's select both use it.
+func MatchCaseGlob(g, id string) bool {
+	segs := strings.Split(id, "/")
+	if n := strings.Count(g, "/") + 1; n < len(segs) {
+		id = strings.Join(segs[:n], "/")
+	}
+	ok, _ := path.Match(g, id)
+	return ok
 }

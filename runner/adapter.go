@@ -3,7 +3,6 @@ package runner
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -107,6 +106,16 @@ type AdapterHello struct {
 	Device         ledger.Device     `json:"device"`
 	Runtime        map[string]string `json:"runtime,omitempty"`
 	Source         *HelloSource      `json:"source,omitempty"`
+	// Timing announces the timing capability (prepare, ready, time and
+	// samples frames, adapter_timing.go); an adapter without it is never
+	// sent a timing frame.
+	Timing bool `json:"timing,omitempty"`
+	// State is what the adapter reads at start that moves timings (clocks,
+	// temperature, power state, other processes on the device; keys dotted
+	// lower-case names such as "clocks.sm_mhz"), recorded by the throughput
+	// lane as "before.<key>". It is not part of the hello a restarted
+	// adapter must repeat.
+	State map[string]string `json:"state,omitempty"`
 }
 
 // HelloSource is an adapter's claim of the source its implementation was
@@ -121,8 +130,9 @@ var implNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+@:-]{0,127}$`)
 // Validate checks an adapter's hello: the protocol version, an
 // implementation name (letters, digits, ._+@:-, at most 128), a version
 // (1..128 characters), device limits (model and driver at most 512
-// characters, at most 32 attributes), at most 24 runtime entries, every
-// key at most 64 and every value at most 256 characters of valid UTF-8.
+// characters, at most 32 attributes), at most 24 runtime and 32 state
+// entries, every key at most 64 and every value at most 256 characters of
+// valid UTF-8.
 func (h *AdapterHello) Validate() error {
 	if h.Protocol != AdapterProtocol {
 		return fmt.Errorf("hello: protocol %q, want %q", clipText(h.Protocol), AdapterProtocol)
@@ -136,10 +146,10 @@ func (h *AdapterHello) Validate() error {
 	if len(h.Device.Model) > 512 || len(h.Device.Driver) > 512 || h.Device.Cores < 0 || len(h.Device.Attrs) > 32 {
 		return fmt.Errorf("hello: device model/driver at most 512 characters, cores >= 0, at most 32 attrs")
 	}
-	if len(h.Runtime) > 24 {
-		return fmt.Errorf("hello: at most 24 runtime entries")
+	if len(h.Runtime) > 24 || len(h.State) > 32 {
+		return fmt.Errorf("hello: at most 24 runtime and 32 state entries")
 	}
-	for _, m := range []map[string]string{h.Device.Attrs, h.Runtime} {
+	for _, m := range []map[string]string{h.Device.Attrs, h.Runtime, h.State} {
 		for k, v := range m {
 			if k == "" || len(k) > 64 || len(v) > 256 || !utf8.ValidString(k) || !utf8.ValidString(v) {
 				return fmt.Errorf("hello: attribute keys 1..64, values at most 256 characters of UTF-8 (key %q)", clipText(k))
@@ -300,6 +310,19 @@ const maxCaseElems = 1 << 24
 // group size or shape, a short or long payload, or an invalid id.
 func DecodeCase(payload []byte) (string, *QMVRequest, error) {
 	p := &parser{b: payload}
+	id, r, err := decodeCase(p, maxCaseElems)
+	if err != nil {
+		return id, nil, err
+	}
+	if err := p.end(); err != nil {
+		return id, nil, fmt.Errorf("case %s: %w", id, err)
+	}
+	return id, r, nil
+}
+
+// decodeCase parses a case payload from p, up to the end of x, allowing
+// N*K up to maxElems.
+func decodeCase(p *parser, maxElems int) (string, *QMVRequest, error) {
 	id := p.id()
 	d := quant.DType(p.u8("dtype"))
 	bits := int(p.u8("bits"))
@@ -315,8 +338,8 @@ func DecodeCase(payload []byte) (string, *QMVRequest, error) {
 	if err := quant.CheckShape(bits, g, n, k); err != nil {
 		return id, nil, fmt.Errorf("case %s: %w", id, err)
 	}
-	if n*k > maxCaseElems {
-		return id, nil, fmt.Errorf("case %s: n*k = %d exceeds %d", id, n*k, maxCaseElems)
+	if n*k > maxElems {
+		return id, nil, fmt.Errorf("case %s: n*k = %d exceeds %d", id, n*k, maxElems)
 	}
 	r := &QMVRequest{DType: d, Bits: bits, GroupSize: g, N: n, K: k}
 	words := n * quant.WordsPerRow(bits, k)
@@ -331,8 +354,8 @@ func DecodeCase(payload []byte) (string, *QMVRequest, error) {
 	r.Scales = p.vec(d, groups, "scales")
 	r.Biases = p.vec(d, groups, "biases")
 	r.X = p.vec(d, k, "x")
-	if err := p.end(); err != nil {
-		return id, nil, fmt.Errorf("case %s: %w", id, err)
+	if p.err != nil {
+		return id, nil, fmt.Errorf("case %s: %w", id, p.err)
 	}
 	return id, r, nil
 }
@@ -435,86 +458,4 @@ func DecodeAnswer(typ byte, payload []byte) (Answer, error) {
 		return a, fmt.Errorf("answer %q: %w", clipText(a.ID), err)
 	}
 	return a, nil
-}
-
-// UnsupportedError is returned by an adapter's compute function for a
-// case outside what the implementation can run (ServeAdapter answers it
-// with an unsupported frame).
-type UnsupportedError struct{ Reason string }
-
-func (e *UnsupportedError) Error() string { return "unsupported: " + e.Reason }
-
-// ServeAdapter is the adapter side of the protocol over r and w (an
-// adapter's stdin and stdout): it reads the ledger's hello, writes hello,
-// then answers every case frame in order with compute's output (an
-// output frame), an *UnsupportedError (an unsupported frame) or another
-// error (an error frame), until a bye frame or the end of r. It returns
-// nil after a bye or a clean end of input and an error on a protocol
-// violation or a write failure. compute gets a request with Variant 0.
-func ServeAdapter(r io.Reader, w io.Writer, hello AdapterHello, compute func(id string, req *QMVRequest) (Vec, error)) error {
-	br := bufio.NewReaderSize(r, 1<<16)
-	bw := bufio.NewWriterSize(w, 1<<16)
-	typ, payload, err := ReadFrame(br)
-	if err != nil {
-		return fmt.Errorf("read the ledger's hello: %w", err)
-	}
-	var theirs AdapterHello
-	if typ != FrameHello || json.Unmarshal(payload, &theirs) != nil || theirs.Protocol != AdapterProtocol {
-		return fmt.Errorf("the first frame is not a %s hello", AdapterProtocol)
-	}
-	hello.Protocol = AdapterProtocol
-	hb, err := json.Marshal(hello)
-	if err != nil {
-		return err
-	}
-	if err := WriteFrame(bw, FrameHello, hb); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	for {
-		typ, payload, err := ReadFrame(br)
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read a case: %w", err)
-		}
-		switch typ {
-		case FrameBye:
-			return bw.Flush()
-		case FrameCase:
-		default:
-			return fmt.Errorf("unexpected frame type %q", typ)
-		}
-		id, req, err := DecodeCase(payload)
-		if err != nil {
-			if id == "" {
-				return err
-			}
-			if err := WriteFrame(bw, FrameError, EncodeText(id, err.Error())); err != nil {
-				return err
-			}
-		} else if out, cerr := compute(id, req); cerr != nil {
-			var u *UnsupportedError
-			if errors.As(cerr, &u) {
-				err = WriteFrame(bw, FrameUnsupported, EncodeText(id, u.Reason))
-			} else {
-				err = WriteFrame(bw, FrameError, EncodeText(id, cerr.Error()))
-			}
-			if err != nil {
-				return err
-			}
-		} else if err := WriteFrame(bw, FrameOutput, EncodeOutput(id, out)); err != nil {
-			return err
-		}
-		// Flush when no further case is already buffered, so a pipelining
-		// ledger gets answers in batches and a waiting one gets it now.
-		if br.Buffered() == 0 {
-			if err := bw.Flush(); err != nil {
-				return err
-			}
-		}
-	}
 }

@@ -217,12 +217,19 @@ func (s *adapterSession) start(ctx context.Context) error {
 	if s.hello == nil {
 		h := p.hello
 		s.hello = &h
-	} else if !reflect.DeepEqual(*s.hello, p.hello) {
+	} else if !sameHello(*s.hello, p.hello) {
 		p.kill()
 		return fmt.Errorf("adapter: the restarted adapter's hello differs from the first (implementation %s %s)", p.hello.Implementation, p.hello.Version)
 	}
 	s.proc = p
 	return nil
+}
+
+// sameHello reports whether two hellos name the same implementation,
+// version, device, runtime, source and capabilities (State may differ).
+func sameHello(a, b AdapterHello) bool {
+	a.State, b.State = nil, nil
+	return reflect.DeepEqual(a, b)
 }
 
 // Hello starts the adapter if needed and returns its hello.

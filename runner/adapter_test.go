@@ -24,7 +24,11 @@ import (
 // stdout with the CPU backend, broken as MODE says for CASE, and exits.
 func TestMain(m *testing.M) {
 	if mode, ok := os.LookupEnv("LEDGER_TEST_ADAPTER"); ok {
-		if err := fakeAdapter(mode); err != nil {
+		serve := fakeAdapter
+		if strings.HasPrefix(mode, "timing-") {
+			serve = fakeTimingAdapter // adapter_throughput_test.go
+		}
+		if err := serve(mode); err != nil {
 			fmt.Fprintln(os.Stderr, "fake adapter:", err)
 			os.Exit(1)
 		}

@@ -14,8 +14,19 @@ import (
 type ImplOptions struct {
 	// Lanes to run ("name/vN" or "name"); empty runs every qmv lane. The
 	// qmv lanes run through AdapterProtocol; the allocator lanes, selected
-	// alone, through AllocAdapterProtocol (not mixed in one call).
+	// alone, through AllocAdapterProtocol (not mixed in one call);
+	// ThroughputLane, selected alone, through the timing frames
+	// (impl_throughput.go).
 	Lanes []string
+	// Cases selects the throughput lane's cases by id (path.Match globs,
+	// "batch1/n4096/*/float16/b4/g64"); empty selects all of
+	// ThroughputCases. Other lanes ignore it.
+	Cases []string
+	// CaseBudget caps the wall time of one throughput case's measurement
+	// (0: Measure's 5 s); MaxSamples caps the samples per side of a case
+	// (0: Measure's 200; at most ledger.MaxThroughputSamples).
+	CaseBudget time.Duration
+	MaxSamples int
 	// Subject is the implementation's source subject (ResolveSubject);
 	// RunImpl adds the artifact pins.
 	Subject ledger.Subject
@@ -23,7 +34,8 @@ type ImplOptions struct {
 	// implementation names an original.
 	OriginalSubject ledger.Subject
 	// Control is the ledger's own CPU backend, whose narrow kernel is the
-	// negative control of every case.
+	// negative control of every case (not used by the throughput lane,
+	// whose control is the candidate launched twice per product).
 	Control Backend
 	// BinaryPath is the ledger binary pinned as "bin/ledger" (empty:
 	// os.Executable()).
@@ -47,7 +59,8 @@ type ImplRun struct {
 	Role           string
 }
 
-// RunImpl runs the selected qmv lanes against the configured
+// RunImpl runs the selected qmv lanes (or, selected alone, the allocator
+// lanes or ThroughputLane: runImplThroughput) against the configured
 // implementation name through its adapter, with the narrow kernel of the
 // ledger's CPU backend (o.Control) as every case's negative control and,
 // when configured, the implementation's original build as a second
@@ -69,11 +82,25 @@ type ImplRun struct {
 // cancellation came during the last lane). RunImpl is safe for concurrent
 // use with distinct options; adapters are started per call.
 func RunImpl(ctx context.Context, cfg *ImplConfig, name string, o ImplOptions) ([]ImplRun, error) {
+	for _, l := range o.Lanes {
+		if isThroughputLane(l) { // timed through the adapters' timing frames
+			if len(o.Lanes) != 1 {
+				return nil, fmt.Errorf("lane %s runs alone: select it without other lanes", ThroughputLane)
+			}
+			return runImplThroughput(ctx, cfg, name, o)
+		}
+	}
 	if allocLaneNames(o.Lanes) { // the allocator lanes speak AllocAdapterProtocol
 		return runAllocImpl(ctx, cfg, name, o)
 	}
+	if o.Control == nil {
+		return nil, fmt.Errorf("run %s: no control backend", name)
+	}
 	r, err := newImplRunner(cfg, name, &o)
 	if err != nil {
+		return nil, err
+	}
+	if r.lanes, err = implLanes(o.Lanes); err != nil {
 		return nil, err
 	}
 	defer r.close()
@@ -140,15 +167,12 @@ type laneOut struct {
 }
 
 // newImplRunner checks the options and pins everything pinned before the
-// run.
+// run (the lanes are the caller's to set).
 func newImplRunner(cfg *ImplConfig, name string, o *ImplOptions) (*implRunner, error) {
 	r := &implRunner{o: o, now: o.Now, stderr: o.Stderr}
 	var err error
 	if r.im, err = cfg.Lookup(name); err != nil {
 		return nil, err
-	}
-	if o.Control == nil {
-		return nil, fmt.Errorf("run %s: no control backend", name)
 	}
 	if err := o.Subject.Validate("subject."); err != nil {
 		return nil, fmt.Errorf("run %s: %w", name, err)
@@ -160,9 +184,6 @@ func newImplRunner(cfg *ImplConfig, name string, o *ImplOptions) (*implRunner, e
 		if err := o.OriginalSubject.Validate("original subject."); err != nil {
 			return nil, fmt.Errorf("run %s: %w", name, err)
 		}
-	}
-	if r.lanes, err = implLanes(o.Lanes); err != nil {
-		return nil, err
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -204,7 +225,8 @@ func implLanes(names []string) ([]*qmvLane, error) {
 	return lanes, nil
 }
 
-// commonPins pins the ledger binary and the control kernel's sources.
+// commonPins pins the ledger binary and the control kernel's sources (none
+// when ctl is nil).
 func commonPins(bin string, ctl Backend) (map[string]string, error) {
 	var err error
 	if bin == "" {
@@ -217,6 +239,9 @@ func commonPins(bin string, ctl Backend) (map[string]string, error) {
 		return nil, fmt.Errorf("run: hash the running binary: %w", err)
 	}
 	common := map[string]string{"bin/ledger": d}
+	if ctl == nil {
+		return common, nil
+	}
 	for src, b := range ctl.Sources() {
 		common["backends/"+string(ctl.Name())+"/"+src] = sha256Hex(b)
 	}

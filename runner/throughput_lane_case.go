@@ -43,14 +43,7 @@ func SelectThroughputCases(globs []string) ([]ThroughputCase, error) {
 
 // matchCase reports whether glob g matches id or, with fewer segments
 // than id, its leading segments.
-func matchCase(g, id string) bool {
-	segs := strings.Split(id, "/")
-	if n := strings.Count(g, "/") + 1; n < len(segs) {
-		id = strings.Join(segs[:n], "/")
-	}
-	ok, _ := path.Match(g, id)
-	return ok
-}
+func matchCase(g, id string) bool { return ledger.MatchCaseGlob(g, id) }
 
 // ThroughputControlCases reports, for each case of sel, whether it runs
 // the negative control: every control case of sel, or the first case

@@ -19,6 +19,11 @@ GPU host: testdata/device/mlx), Metal on macOS (not yet run on Apple
 hardware). The layout conversion is also tested against an exact stand-in
 for mlx.core (testdata/fakemlx).
 
+The adapter has the timing capability (Prepared): a throughput case's
+operands stay in MLX arrays, in copies that products rotate through, and
+groups of products are timed with time.perf_counter_ns around one mx.eval
+(CPU and GPU streams alike: mx.eval returns when the results exist).
+
 With LEDGER_MLX_DUMP=FILE in its environment the adapter also appends one
 JSON line per case to FILE: the case id, its shape and the raw output bits
 MLX returned (the per-case raw outputs of testdata/device/mlx).
@@ -69,6 +74,79 @@ def compute(case):
                                "n": case.n, "k": case.k, "out": ["0x%0*x" % (2 * la.DTYPE_SIZE[case.dtype], v) for v in out]}) + "\n")
         DUMP.flush()
     return out
+
+
+ROTATE_BYTES = 256 << 20  # operand copies a prepared case rotates through
+MIN_SAMPLE_NS = 500_000  # a sample times at least 0.5 ms of products
+
+
+def to_mlx_raw(raw, dtype_code, shape):
+    """Little-endian raw bytes -> an MLX array of the activation dtype
+    (a copy of the bytes viewed as the dtype: no rounding)."""
+    dtypes = {la.FLOAT16: mx.float16, la.BFLOAT16: mx.bfloat16, la.FLOAT32: mx.float32}
+    return mx.array(memoryview(la._values(raw, la.DTYPE_SIZE[dtype_code]))).view(dtypes[dtype_code]).reshape(*shape)
+
+
+class Prepared:
+    """A throughput case held by MLX (the timing capability): copies of
+    the weights, scales and biases totalling at least ROTATE_BYTES (at
+    most 64; products rotate through them, past the caches), the batch's
+    vectors as x of shape (batch, K). A timed product is
+    mx.quantized_matmul over the whole batch; a sample is the
+    time.perf_counter_ns time of L products built and evaluated together
+    (one mx.eval: back to back on the stream, one synchronization),
+    divided by L, with L chosen at prepare so a sample takes >= 0.5 ms."""
+
+    def __init__(self, case, xs):
+        import time
+        self.perf = time.perf_counter_ns
+        self.case = case
+        size = len(case.words) + len(case.scales) + len(case.biases)
+        copies = min(64, max(1, -(-ROTATE_BYTES // size)))
+        self.ops = []
+        for _ in range(copies):
+            w = mx.array(memoryview(case.word_values())).reshape(case.n, case.words_per_row)
+            sc = to_mlx_raw(case.scales, case.dtype, (case.n, case.groups))
+            bi = to_mlx_raw(case.biases, case.dtype, (case.n, case.groups))
+            mx.eval(w, sc, bi)
+            self.ops.append((w, sc, bi))
+        self.x = to_mlx_raw(b"".join(xs), case.dtype, (len(xs), case.k))
+        mx.eval(self.x)
+        self.next = 0
+        for _ in range(copies + 2):  # warm-up: every copy once
+            mx.eval(self.products(1, 1))
+        best = min(self._group(1, 1) for _ in range(3))
+        self.launches = max(1, min(1 << 16, -(-MIN_SAMPLE_NS // max(best, 1))))
+
+    def products(self, count, repeat):
+        out = []
+        for _ in range(count):
+            w, sc, bi = self.ops[self.next]
+            self.next = (self.next + 1) % len(self.ops)
+            for _ in range(repeat):
+                out.append(mx.quantized_matmul(self.x, w, sc, bi, transpose=True, group_size=self.case.group_size,
+                                               bits=self.case.bits, stream=DEVICE))
+        return out
+
+    def _group(self, count, repeat):
+        ys = self.products(count, repeat)
+        t0 = self.perf()
+        mx.eval(ys)
+        return self.perf() - t0
+
+    def output(self):
+        w, sc, bi = self.ops[0]
+        y = mx.quantized_matmul(self.x, w, sc, bi, transpose=True, group_size=self.case.group_size, bits=self.case.bits, stream=DEVICE)
+        mx.eval(y)
+        raw = mx.uint16 if la.DTYPE_SIZE[self.case.dtype] == 2 else mx.uint32
+        flat = [int(v) for v in y.view(raw).reshape(-1).tolist()]
+        return [flat[b * self.case.n:(b + 1) * self.case.n] for b in range(self.x.shape[0])]
+
+    def time(self, n, repeat):
+        return "perf_counter_ns", self.launches, [self._group(self.launches, repeat) / 1e9 / self.launches for _ in range(n)]
+
+    def close(self):
+        self.ops, self.x = [], None
 
 
 def mapped_libmlx():
@@ -176,6 +254,7 @@ def hello(device):
     if lib:
         runtime["libmlx"] = lib[:256]
     return {
+        "state": la.host_state(0 if device == "gpu" and cuda_available() else None),
         "implementation": "mlx-quantized-matmul",
         "version": mx.__version__,
         "device": {"model": model[:512], "attrs": dict(extra, **{"mlx.device": str(mx.default_device()), "platform": platform.platform()[:200]})},
@@ -207,7 +286,7 @@ def main():
     mx.set_default_device(DEVICE)
     if os.environ.get("LEDGER_MLX_DUMP"):
         DUMP = open(os.environ["LEDGER_MLX_DUMP"], "a")
-    la.serve(hello(args.device), compute)
+    la.serve(hello(args.device), compute, prepare=Prepared)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,12 @@ Two implementations, chosen with --kernel:
             tiling; CUDA needs 8), K is used as is (inner K tiles 2: K must
             be a multiple of 32).
 
+Both have the timing capability (Prepared): a throughput case's operands
+(q, scales and biases for dequant; the packed weights and scale/zero
+tensor for int4pack) stay on the device in copies that products rotate
+through; groups of products are timed with CUDA events on CUDA and
+time.perf_counter_ns on CPU.
+
 Usage: python3 ledger_torch_adapter.py --kernel dequant|int4pack --device cuda|cpu
 Only the protocol goes to stdout; diagnostics go to stderr.
 """
@@ -69,17 +75,26 @@ class Dequant:
     def __init__(self, device):
         self.device = device
 
-    def compute(self, case):
+    def operands(self, case):
+        """q (as uint8: every width fits), scales and biases on the device:
+        what a timed product starts from."""
         d = self.device
-        T = DTYPES[case.dtype]
-        q = unpack_q(case, d)
+        q = unpack_q(case, d).to(torch.uint8)
         scales = raw_tensor(case.scales, case.dtype, (case.n, case.groups), d)
         biases = raw_tensor(case.biases, case.dtype, (case.n, case.groups), d)
-        x = raw_tensor(case.x, case.dtype, (1, case.k), d)
+        return q, scales, biases
+
+    def product(self, case, ops, x):
+        """y = x w_hat^T for x of shape (batch, K), dequantizing w_hat in
+        the activation dtype on every product (the user's code)."""
+        q, scales, biases = ops
         g = case.group_size
-        w = q.to(T) * scales.repeat_interleave(g, dim=1) + biases.repeat_interleave(g, dim=1)
-        y = torch.nn.functional.linear(x, w)
-        return out_bits(y, case.dtype)
+        w = q.to(x.dtype) * scales.repeat_interleave(g, dim=1) + biases.repeat_interleave(g, dim=1)
+        return torch.nn.functional.linear(x, w)
+
+    def compute(self, case):
+        x = raw_tensor(case.x, case.dtype, (1, case.k), self.device)
+        return out_bits(self.product(case, self.operands(case), x), case.dtype)
 
 
 class Int4Pack:
@@ -158,6 +173,112 @@ class Int4Pack:
         return out_bits(y[:, :case.n], case.dtype)
 
 
+    def operands(self, case):
+        """The kernel's packed weights and scale/zero tensor for a timed
+        product. Unlike compute, the zero points bias + 8*scale are rounded
+        to bfloat16 whether exact or not: the throughput lane checks the
+        output against a tolerance, not bit for bit."""
+        if case.dtype != la.BFLOAT16 or case.bits != 4:
+            raise la.Unsupported("%s runs bfloat16 with 4 bits only" % self.name)
+        if self.order is None:
+            raise RuntimeError("int4pack layout probe failed: %s" % self.probe_error)
+        if case.k % (self.inner_k_tiles * 16):
+            raise la.Unsupported("K=%d is not a multiple of %d" % (case.k, self.inner_k_tiles * 16))
+        d = self.device
+        npad = (case.n + 15) // 16 * 16
+        q = torch.zeros(npad, case.k, dtype=torch.int64)
+        q[:case.n] = unpack_q(case, "cpu")
+        scales = raw_tensor(case.scales, case.dtype, (case.n, case.groups), "cpu")
+        biases = raw_tensor(case.biases, case.dtype, (case.n, case.groups), "cpu")
+        sz = torch.zeros(case.groups, npad, 2, dtype=torch.bfloat16)
+        sz[:, :case.n, 0] = scales.t()
+        sz[:, :case.n, 1] = (biases.double() + 8 * scales.double()).to(torch.bfloat16).t()
+        sz[:, case.n:, 1] = 8
+        sz[:, case.n:, 0] = 1
+        return self.pack(q.to(d), self.order), sz.to(d)
+
+    def product(self, case, ops, x):
+        packed, sz = ops
+        return self.mm(x, packed, case.group_size, sz)[:, :case.n]
+
+
+ROTATE_BYTES = 256 << 20  # operand copies a prepared case rotates through (past L2)
+MIN_SAMPLE_S = 0.5e-3  # a sample times at least 0.5 ms of products
+
+
+def _nbytes(ops):
+    return sum(t.numel() * t.element_size() for t in ops)
+
+
+class Prepared:
+    """A throughput case held by torch (the timing capability): the
+    implementation's operands in copies totalling at least ROTATE_BYTES
+    (at most 64; products rotate through them, past the GPU's L2), x of
+    shape (batch, K) on the device, warmed up. On CUDA a sample is
+    torch.cuda.Event(enable_timing=True) elapsed time around L products
+    launched back to back on the current stream; on CPU
+    time.perf_counter_ns around them. L is chosen at prepare so a sample
+    takes >= 0.5 ms."""
+
+    def __init__(self, impl, device, case, xs):
+        import time
+        self.perf = time.perf_counter_ns
+        self.impl, self.case, self.cuda = impl, case, device.startswith("cuda")
+        first = impl.operands(case)
+        copies = min(64, max(1, -(-ROTATE_BYTES // max(1, _nbytes(first)))))
+        self.ops = [first] + [tuple(t.clone() for t in first) for _ in range(copies - 1)]
+        self.x = raw_tensor(b"".join(xs), case.dtype, (len(xs), case.k), device)
+        self.next = 0
+        self.launches = 1
+        with torch.inference_mode():
+            for _ in range(copies + 3):  # warm-up: every copy, kernel selection
+                self.products(1, 1)
+            self._sync()
+            best = min(self._group(1, 1) for _ in range(3))
+        self.launches = max(1, min(1 << 16, int(-(-MIN_SAMPLE_S // max(best, 1e-9)))))
+
+    def _sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def products(self, count, repeat):
+        for _ in range(count):
+            ops = self.ops[self.next]
+            self.next = (self.next + 1) % len(self.ops)
+            for _ in range(repeat):
+                self.impl.product(self.case, ops, self.x)
+
+    def _group(self, count, repeat):
+        """Seconds of count products (each launched repeat times)."""
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.products(count, repeat)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = self.perf()
+        self.products(count, repeat)
+        return (self.perf() - t0) / 1e9
+
+    def output(self):
+        with torch.inference_mode():
+            y = self.impl.product(self.case, self.ops[0], self.x)
+        flat = out_bits(y, self.case.dtype)
+        return [flat[b * self.case.n:(b + 1) * self.case.n] for b in range(self.x.shape[0])]
+
+    def time(self, n, repeat):
+        clock = "torch.cuda.Event" if self.cuda else "perf_counter_ns"
+        with torch.inference_mode():
+            samples = [self._group(self.launches, repeat) / self.launches for _ in range(n)]
+        return clock, self.launches, samples
+
+    def close(self):
+        self.ops, self.x = [], None
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+
 def hello(impl, device):
     cuda = device.startswith("cuda")
     dev = {"model": platform.processor() or platform.machine(), "cores": os.cpu_count() or 0, "attrs": {"torch.device": device}}
@@ -184,7 +305,11 @@ def hello(impl, device):
         runtime["mkldnn"] = str(torch.backends.mkldnn.is_available())
     if isinstance(impl, Int4Pack):
         runtime["int4pack.layout"] = impl.order or ("probe failed: " + str(impl.probe_error))[:200]
-    h = {"implementation": impl.name, "version": torch.__version__, "device": dev, "runtime": runtime}
+    gpu = None
+    if cuda:
+        gpu = torch.cuda.current_device() if device == "cuda" else int(device.split(":", 1)[1])
+    h = {"implementation": impl.name, "version": torch.__version__, "device": dev, "runtime": runtime,
+         "state": la.host_state(gpu)}
     git = getattr(torch.version, "git_version", "")
     if git:
         h["source"] = {"repository": "github.com/pytorch/pytorch", "commit": git}
@@ -200,7 +325,7 @@ def main():
         print("ledger_torch_adapter: CUDA is not available to this torch", file=sys.stderr)
         sys.exit(2)
     impl = (Dequant if args.kernel == "dequant" else Int4Pack)(args.device)
-    la.serve(hello(impl, args.device), impl.compute)
+    la.serve(hello(impl, args.device), impl.compute, prepare=lambda case, xs: Prepared(impl, args.device, case, xs))
 
 
 if __name__ == "__main__":

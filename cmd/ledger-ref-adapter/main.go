@@ -6,11 +6,15 @@
 //
 // Usage (the ledger starts it; stdin and stdout carry the protocol):
 //
-//	ledger-ref-adapter [--variant promoted|narrow]
+//	ledger-ref-adapter [--variant promoted|narrow] [--rotate-mib N]
 //
 // --variant narrow serves the original (narrow bias-sum) kernel: configured
 // as an implementation's "original" build it must fail exactly the
-// predicted cases. Diagnostics go to stderr; exit status 0 after a bye or
+// predicted cases. The adapter has the timing capability: a prepared
+// throughput case keeps copies of its operands totalling at least
+// --rotate-mib MiB (default 256, at most 64 copies; products rotate
+// through them, past the CPU's caches) and times groups of products of
+// at least 1 ms on Go's monotonic clock (clock name "monotonic"). Diagnostics go to stderr; exit status 0 after a bye or
 // the end of input, 1 on a protocol error, 2 on bad flags.
 package main
 
@@ -21,6 +25,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/evidence-ledger/ledger/backends/cpu"
 	"github.com/evidence-ledger/ledger/runner"
@@ -28,7 +33,12 @@ import (
 
 func main() {
 	variant := flag.String("variant", "promoted", "kernel variant to serve: promoted (corrected) or narrow (original)")
+	rotate := flag.Int("rotate-mib", 256, "MiB of operand copies a prepared throughput case rotates through (1..4096)")
 	flag.Parse()
+	if *rotate < 1 || *rotate > 4096 {
+		fmt.Fprintf(os.Stderr, "ledger-ref-adapter: --rotate-mib must be in 1..4096, got %d\n", *rotate)
+		os.Exit(2)
+	}
 	var v runner.Variant
 	switch *variant {
 	case "promoted":
@@ -45,10 +55,12 @@ func main() {
 		os.Exit(1)
 	}
 	defer b.Close()
-	if err := runner.ServeAdapter(os.Stdin, os.Stdout, hello(b, v), func(_ string, req *runner.QMVRequest) (runner.Vec, error) {
-		req.Variant = v
-		return b.QMV(context.Background(), req)
-	}); err != nil {
+	srv := runner.AdapterServer{Hello: hello(b, v), Prepare: prepareFunc(b, v, *rotate<<20),
+		Compute: func(_ string, req *runner.QMVRequest) (runner.Vec, error) {
+			req.Variant = v
+			return b.QMV(context.Background(), req)
+		}}
+	if err := srv.Serve(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ledger-ref-adapter:", err)
 		os.Exit(1)
 	}
@@ -59,6 +71,7 @@ func main() {
 func hello(b *cpu.Backend, v runner.Variant) runner.AdapterHello {
 	h := runner.AdapterHello{Implementation: "ledger-cpu-" + v.String(), Version: "devel", Device: b.Device(),
 		Runtime: map[string]string{"go": runtime.Version(), "kernel": "backends/cpu qmv, " + v.String() + " bias sum"}}
+	h.State = cpuState()
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
 			h.Version = bi.Main.Version
@@ -70,4 +83,21 @@ func hello(b *cpu.Backend, v runner.Variant) runner.AdapterHello {
 		}
 	}
 	return h
+}
+
+// cpuState reads what moves CPU timings where Linux shows it: CPU 0's
+// frequency and governor, and the load average.
+func cpuState() map[string]string {
+	m := map[string]string{}
+	for k, f := range map[string]string{
+		"cpu0.cur_khz":  "/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq",
+		"cpu0.max_khz":  "/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq",
+		"cpu0.governor": "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor",
+		"loadavg":       "/proc/loadavg",
+	} {
+		if b, err := os.ReadFile(f); err == nil && len(b) < 200 {
+			m[k] = strings.TrimSpace(string(b))
+		}
+	}
+	return m
 }

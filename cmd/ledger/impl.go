@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +21,17 @@ func addImplFlags(f *pflag.FlagSet, c *runConfig) {
 
 // runImpl is `ledger run --impl NAME`.
 func (a *app) runImpl(ctx context.Context, c runConfig) error {
+	for _, g := range c.Cases {
+		if _, err := path.Match(g, ""); err != nil {
+			return errExit(2, "--cases %q: %v", g, err)
+		}
+	}
+	if c.CaseBudget <= 0 {
+		return errExit(2, "--case-budget %s: must be positive", c.CaseBudget)
+	}
+	if c.MaxSamples < 1 || c.MaxSamples > ledger.MaxThroughputSamples {
+		return errExit(2, "--max-samples %d: must be 1..%d", c.MaxSamples, ledger.MaxThroughputSamples)
+	}
 	cfg, err := runner.LoadImplConfig(c.ImplFile)
 	if err != nil {
 		return errExit(2, "%v", err)
@@ -68,7 +80,8 @@ func (a *app) runImpl(ctx context.Context, c runConfig) error {
 	defer ctl.Close()
 	prog := a.newProgress()
 	runs, err := runner.RunImpl(ctx, cfg, c.Impl, runner.ImplOptions{Lanes: c.Lanes, Subject: subj, OriginalSubject: osubj,
-		Control: ctl, Runner: runner.BuildRunner(), Stderr: a.stderr, Progress: prog.update})
+		Control: ctl, Runner: runner.BuildRunner(), Stderr: a.stderr, Progress: prog.update,
+		Cases: c.Cases, CaseBudget: c.CaseBudget, MaxSamples: c.MaxSamples})
 	prog.done()
 	if err != nil {
 		return errExit(2, "run: %v", err)
@@ -99,10 +112,28 @@ func printImplTable(w io.Writer, runs []runner.ImplRun) {
 	}
 	_ = tw.Flush()
 	for _, r := range runs {
+		printThroughput(w, r)
 		if r.Err != nil {
 			fmt.Fprintf(w, "%s %s: error: %v\n", r.Implementation, r.Lane, r.Err)
 		} else if n := len(r.Evidence.FailingCases); n > 0 {
 			fmt.Fprintf(w, "%s %s: %d failing cases, first %s\n", r.Implementation, r.Lane, n, r.Evidence.FailingCases[0])
 		}
+	}
+}
+
+// printThroughput prints each measured case of a throughput record: the
+// medians (seconds per product) and, in an A/B run, the ratio
+// baseline/candidate with its interval.
+func printThroughput(w io.Writer, r runner.ImplRun) {
+	tp, err := ledger.ThroughputOf(&r.Evidence)
+	if err != nil || tp == nil {
+		return
+	}
+	for _, c := range tp.Cases {
+		fmt.Fprintf(w, "%s %s: %s %.4g s (n %d, %s)", r.Implementation, c.ID, tp.Candidate, c.CandidateMedian.Estimate, len(c.CandidateS), tp.Clock)
+		if tp.Baseline != nil && c.BaselineMedian != nil && c.Ratio != nil {
+			fmt.Fprintf(w, ", %s %.4g s, ratio %.3f [%.3f, %.3f]", tp.Baseline.Name, c.BaselineMedian.Estimate, c.Ratio.Estimate, c.Ratio.Low, c.Ratio.High)
+		}
+		fmt.Fprintln(w)
 	}
 }
