@@ -85,6 +85,8 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 						first = append(first, err.Error())
 						mu.Unlock()
 					}
+					// A failing server is not hammered in a hot loop.
+					time.Sleep(10 * time.Millisecond)
 					continue
 				}
 				total.Add(1)

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 )
@@ -77,8 +78,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Target != "ledger" && c.Target != "tessera":
 		return fmt.Errorf("--target must be ledger or tessera, got %q", c.Target)
-	case c.Server == "":
-		return errors.New("--server is required")
+	case !validServer(c.Server):
+		return fmt.Errorf("--server must be an http:// or https:// base URL, got %q", c.Server)
 	case c.Target == "ledger" && c.Token == "":
 		return errors.New("--token is required for --target ledger (a record-scoped token)")
 	case c.Clients < 1 || c.Clients > 4096:
@@ -93,4 +94,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--size must be between %d and 65535 bytes, got %d", minSize, c.Size)
 	}
 	return nil
+}
+
+func validServer(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
