@@ -52,6 +52,9 @@ if [ -n "${LEDGER_BIN:-}" ]; then cp "$LEDGER_BIN" "$work/ledger"; else (cd "$ro
 start() {
   local side=$1 d=$2 pat
   mkdir -p "$d"
+  # The server's redirections happen in the background child: the files
+  # exist before it so that the first read below cannot miss them.
+  : >"$d.out"; : >"$d.err"
   token=""
   case $side in
     ledger)
@@ -65,7 +68,7 @@ start() {
   pid=$!
   url=""
   for _ in $(seq 1 400); do
-    url=$(sed -n "$pat" "$d.out")
+    url=$(sed -n "$pat" "$d.out" 2>/dev/null || true)
     [ -n "$url" ] && return 0
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05

@@ -135,8 +135,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	return rep, nil
 }
 
-// minSize is the smallest --size: the evidence record without padding.
-const minSize = 420
+// minSize is the smallest --size: the evidence record without padding
+// is at most this long (n below 10^10).
+const minSize = 480
 
 // Entry is the n-th entry of a run started at base (Unix ns): an evidence
 // record of a passed lane result, distinct by n, dated n µs before base

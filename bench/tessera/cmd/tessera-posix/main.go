@@ -111,14 +111,16 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, c); err != nil {
+	ready := func(addr string) { fmt.Printf("tessera-posix: serving on http://%s/\n", addr) }
+	if err := serve(ctx, c, ready); err != nil {
 		fmt.Fprintln(os.Stderr, "tessera-posix:", err)
 		os.Exit(1)
 	}
 }
 
-// serve runs the server until ctx is done, then shuts tessera down.
-func serve(ctx context.Context, c Config) error {
+// serve runs the server until ctx is done, then shuts tessera down;
+// ready is called with the listening address once requests are served.
+func serve(ctx context.Context, c Config, ready func(addr string)) error {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return fmt.Errorf("--dir: %w", err)
 	}
@@ -193,9 +195,9 @@ func serve(ctx context.Context, c Config) error {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	fmt.Printf("tessera-posix: serving on http://%s/\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	ready(ln.Addr().String())
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
