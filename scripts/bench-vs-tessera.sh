@@ -147,17 +147,22 @@ for c in sorted({k[0] for k in by}):
               rng([j["disk_bytes_stopped"] / n(j) for j in js]),
               sum(j["errors"] for j in js)))
 print()
-print("| clients | ledger/tessera-seq acks/s | ledger/tessera-pub acks/s | CPU/ack ledger/tessera-seq | CPU/ack ledger/tessera-pub |")
-print("|---|---|---|---|---|")
+# Disk at steady state: the ledger's after shutdown (the WAL checkpointed
+# into the database), Tessera's without the partial tiles and bundles.
+for j in runs:
+    n = max(j["acks_total"], 1)
+    j["steady_per_entry"] = (j["disk_bytes_stopped"] if j["side"] == "ledger" else j["disk_bytes"] - j["disk_partial_bytes"]) / n
+print("| clients | ledger/tessera-seq acks/s | ledger/tessera-pub acks/s | CPU/ack ledger/tessera-seq | CPU/ack ledger/tessera-pub | disk/entry ledger/tessera-seq (steady) |")
+print("|---|---|---|---|---|---|")
 for c in sorted({k[0] for k in by}):
     led = {j["round"]: j for j in by.get((c, "ledger"), [])}
     cols = []
-    for key in ("acks_per_s", "server_cpu_per_ack_us"):
-        for s in ("tessera-seq", "tessera-pub"):
+    for key, others in (("acks_per_s", ("tessera-seq", "tessera-pub")), ("server_cpu_per_ack_us", ("tessera-seq", "tessera-pub")), ("steady_per_entry", ("tessera-seq",))):
+        for s in others:
             oth = {j["round"]: j for j in by.get((c, s), [])}
             rs = [led[r][key] / oth[r][key] for r in led if r in oth and oth[r][key] > 0]
             cols.append(rng(rs, "%.2f") + "x" if rs else "-")
-    print("| %d | %s | %s | %s | %s |" % (c, cols[0], cols[1], cols[2], cols[3]))
+    print("| %d | %s |" % (c, " | ".join(cols)))
 PY
 
 if [ -n "$last_ledger_db" ] && command -v sqlite3 >/dev/null; then
@@ -165,5 +170,6 @@ if [ -n "$last_ledger_db" ] && command -v sqlite3 >/dev/null; then
   echo "ledger database of the last ledger run, bytes per table and index (sqlite3 dbstat; after shutdown):"
   leaves=$(sqlite3 "$last_ledger_db" 'SELECT count(*) FROM leaves' 2>/dev/null || echo 0)
   echo "leaves: $leaves; file $(stat -c %s "$last_ledger_db") B; page size $(sqlite3 "$last_ledger_db" 'PRAGMA page_size')"
-  sqlite3 -header -column "$last_ledger_db" "SELECT name, count(*) AS pages, sum(pgsize) AS bytes, sum(payload) AS payload, sum(unused) AS unused, sum(ncell) AS cells, round(1.0*sum(pgsize)/max($leaves,1),1) AS bytes_per_leaf FROM dbstat GROUP BY name ORDER BY bytes DESC"
+  sqlite3 -header -column "$last_ledger_db" "SELECT name, count(*) AS pages, sum(pgsize) AS bytes, sum(payload) AS payload, sum(unused) AS unused, sum(ncell) AS cells, round(1.0*sum(pgsize)/max($leaves,1),1) AS bytes_per_leaf FROM dbstat GROUP BY name HAVING count(*) > 1 ORDER BY bytes DESC"
+  sqlite3 "$last_ledger_db" "SELECT count(*) || ' more objects of one page each: ' || sum(b) || ' B' FROM (SELECT sum(pgsize) AS b FROM dbstat GROUP BY name HAVING count(*) = 1)"
 fi
