@@ -90,7 +90,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 					continue
 				}
 				total.Add(1)
-				if !s.Before(winStart) && !e.After(winEnd) {
+				// An ack counts in the window it completes in (what a
+				// rate is); its latency is measured from its request.
+				if !e.Before(winStart) && !e.After(winEnd) {
 					mine = append(mine, e.Sub(s))
 				}
 			}
