@@ -8,7 +8,7 @@ export CGO_ENABLED ?= 0
 # machine's default may be an older patch release with known vulnerabilities.
 export GOTOOLCHAIN ?= go1.26.11
 
-.PHONY: build run serve test test-short e2e bench bench-vs-base soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean mlx-deps mlx-alloc-lib lifecycle
+.PHONY: build run serve test test-short e2e bench bench-vs-base bench-tessera soak multiserver load load-short fuzz fuzz-short fuzz-ingest vet vulncheck device-bin clean mlx-deps mlx-alloc-lib lifecycle
 
 build:
 	@echo "building ./bin (the first build compiles the pure-Go SQLite: a few minutes on two cores)"
@@ -70,6 +70,14 @@ BASE ?= 552dbca
 ROUNDS ?= 4
 bench-vs-base:
 	./scripts/bench-vs-base.sh $(BASE) $(ROUNDS)
+
+# The ledger against Tessera v1.0.4's POSIX log, interleaved (16, 64 and
+# 256 closed-loop clients; acks/s, their ratios, server CPU per ack and
+# disk per entry; scripts/bench-vs-tessera.sh). bench/tessera is a module
+# of its own, so the ledger's module does not depend on tessera. Short:
+# make bench-tessera DURATION=15s ROUNDS=2.
+bench-tessera:
+	./scripts/bench-vs-tessera.sh
 
 # Crash soak: 200 rounds of SIGKILL and SIGTERM restarts under appends,
 # and the shared-database race (CI runs 20 rounds of each through make test).
