@@ -89,6 +89,8 @@ type batch struct {
 	tokOps                sqlstore.TokenOps
 	ids                   map[string]uint64 // content ids appended in this batch
 	reqIDs                []string          // of them, the current request's
+	nodes                 []cachedNode      // tree nodes written, for the driver's cache after Commit
+	reqNodes              int               // len(nodes) when the current request began
 	sp                    bool
 	size                  uint64             // the stored size read with the lock
 	sized                 bool               // size is unread by the engine
@@ -139,8 +141,14 @@ func (b *batch) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, 
 }
 
 // Start implements tlog.Batch: the driver derives nothing from the
-// stored log.
-func (b *batch) Start(context.Context, uint64, bool) error { return nil }
+// stored log; on a reload its node cache is checked against the stored
+// size.
+func (b *batch) Start(_ context.Context, size uint64, reload bool) error {
+	if reload {
+		b.d.cache.forgetBeyond(size)
+	}
+	return nil
+}
 
 // BeginRequest implements tlog.Batch (a savepoint is a SQL SAVEPOINT).
 func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
@@ -151,6 +159,7 @@ func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	}
 	b.sp = savepoint
 	b.reqIDs = b.reqIDs[:0]
+	b.reqNodes = len(b.nodes)
 	return nil
 }
 
@@ -165,6 +174,7 @@ func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 		return nil
 	}
 	b.reset()
+	b.nodes = b.nodes[:b.reqNodes]
 	for _, id := range b.reqIDs {
 		delete(b.ids, id)
 	}
@@ -276,6 +286,9 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 // AddNode implements tlog.Batch; level-0 nodes are the leaf hashes,
 // kept in the leaves table.
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
+	n := cachedNode{ord: sqlstore.NodeOrd(id)}
+	copy(n.hash[:], hash)
+	b.nodes = append(b.nodes, n)
 	if id.Level > 0 {
 		b.node.add(sqlstore.NodeOrd(id), hash)
 	}
@@ -367,6 +380,8 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 	}
 	b.reset()
 	b.final = nil
+	b.d.cache.add(b.nodes)
+	b.nodes = nil
 	b.release(nil)
 	return nil
 }
@@ -376,6 +391,7 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 func (b *batch) Rollback() {
 	b.reset()
 	b.final = nil
+	b.nodes = nil
 	if b.tx == nil {
 		return
 	}
