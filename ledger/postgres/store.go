@@ -104,6 +104,8 @@ type driver struct {
 	// cache holds the tree nodes of this process's commits for append
 	// answers (AnswerNodes).
 	cache *nodeCache
+	// hints are the content ids of queued appends (LookupIDs).
+	hints idHints
 
 	// idemPuts and idemPruned pace the idempotency table's pruning
 	// (sequencer goroutine only).
