@@ -149,12 +149,16 @@ func (b *batch) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Check
 	return checkpointAt(ctx, b.tx, size)
 }
 
-// ReadNodes implements tlog.NodeReader inside the transaction.
+// ReadNodes implements tlog.NodeReader inside the transaction: the
+// driver's cached nodes, the rest from the database (cached too while the
+// batch has written no node: they were then read as committed).
 func (b *batch) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
 	if err := b.flushPending(ctx); err != nil {
 		return nil, err
 	}
-	return fetchNodes(ctx, b.tx, ids)
+	return b.d.cache.readThrough(ctx, ids, len(b.nodes) == 0, func(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+		return fetchNodes(ctx, b.tx, ids)
+	})
 }
 
 // Start implements tlog.Batch: the driver derives nothing from the

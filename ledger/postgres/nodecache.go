@@ -27,12 +27,13 @@ type cachedNode struct {
 	hash [32]byte
 }
 
-// nodeCache holds the tree nodes (leaf hashes included) of the batches
-// this process committed, by ord, so that the inclusion proofs of append
-// answers, built right after their batch commits, read no node that this
-// process wrote. A committed node never changes (the log only grows), so
-// a cached hash is the stored one; nodes committed by another server are
-// not cached and are read from the database. Safe for concurrent use.
+// nodeCache holds tree nodes (leaf hashes included) by ord: those of the
+// batches this process committed and those it read as committed (another
+// server's), so that the inclusion proofs of append answers, built right
+// after their batch commits, and a batch's reload of the tree after
+// another server appended read few nodes from the database. A committed
+// node never changes (the log only grows), so a cached hash is the stored
+// one. Safe for concurrent use.
 type nodeCache struct {
 	mu     sync.Mutex
 	m      map[int64][32]byte
@@ -63,6 +64,55 @@ func (c *nodeCache) add(nodes []cachedNode) {
 	}
 }
 
+// addRead caches nodes read as committed.
+func (c *nodeCache) addRead(ids []compact.NodeID, hs [][]byte) {
+	nodes := make([]cachedNode, 0, len(ids))
+	for i, id := range ids {
+		if len(hs[i]) == 32 {
+			n := cachedNode{ord: sqlstore.NodeOrd(id)}
+			copy(n.hash[:], hs[i])
+			nodes = append(nodes, n)
+		}
+	}
+	c.add(nodes)
+}
+
+// read fills out[i] for each cached node of ids and returns the others
+// with their positions.
+func (c *nodeCache) read(ids []compact.NodeID, out [][]byte) (miss []compact.NodeID, at []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, id := range ids {
+		if h, ok := c.m[sqlstore.NodeOrd(id)]; ok {
+			out[i] = h[:]
+		} else {
+			miss, at = append(miss, id), append(at, i)
+		}
+	}
+	return miss, at
+}
+
+// readThrough reads ids from the cache and the rest with fetch; fetched
+// nodes are cached when committed says they were read as committed.
+func (c *nodeCache) readThrough(ctx context.Context, ids []compact.NodeID, committed bool, fetch func(context.Context, []compact.NodeID) ([][]byte, error)) ([][]byte, error) {
+	out := make([][]byte, len(ids))
+	miss, at := c.read(ids, out)
+	if len(miss) == 0 {
+		return out, nil
+	}
+	hs, err := fetch(ctx, miss)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = hs[j]
+	}
+	if committed {
+		c.addRead(miss, hs)
+	}
+	return out, nil
+}
+
 // forgetBeyond empties the cache when the stored log holds fewer than
 // size leaves than it has nodes of (the database went back under the
 // process; the engine then refuses to sign, and no cached node must
@@ -76,7 +126,8 @@ func (c *nodeCache) forgetBeyond(size uint64) {
 }
 
 // answerNodes is the driver's tlog.NodeReader for append answers: cached
-// nodes first, the rest from the database in one ReadNodes query pair.
+// nodes first, the rest from the database in one query pair (and then
+// cached).
 type answerNodes struct{ d *driver }
 
 // AnswerNodes implements tlog.AnswerNodeReader.
@@ -84,28 +135,7 @@ func (d *driver) AnswerNodes() tlog.NodeReader { return answerNodes{d} }
 
 // ReadNodes implements tlog.NodeReader.
 func (a answerNodes) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
-	out := make([][]byte, len(ids))
-	var miss []compact.NodeID
-	var at []int
-	c := a.d.cache
-	c.mu.Lock()
-	for i, id := range ids {
-		if h, ok := c.m[sqlstore.NodeOrd(id)]; ok {
-			out[i] = h[:]
-		} else {
-			miss, at = append(miss, id), append(at, i)
-		}
-	}
-	c.mu.Unlock()
-	if len(miss) == 0 {
-		return out, nil
-	}
-	hs, err := fetchNodes(ctx, a.d.db, miss)
-	if err != nil {
-		return nil, err
-	}
-	for j, i := range at {
-		out[i] = hs[j]
-	}
-	return out, nil
+	return a.d.cache.readThrough(ctx, ids, true, func(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+		return fetchNodes(ctx, a.d.db, ids)
+	})
 }
