@@ -23,8 +23,24 @@ import (
 // store's inclusion proof at the answer's size, each record at one index
 // however many requests sent it; the audit is clean.
 func TestGroupCommitAnswersAsTheStore(t *testing.T) {
+	groupCommit(t, 1)
+}
+
+// TestTwoStoresAnswerAsTheStore is TestGroupCommitAnswersAsTheStore
+// through two Stores on one database (two servers' drivers: each batch
+// reloads the tree the other extended, partly from the node cache).
+func TestTwoStoresAnswerAsTheStore(t *testing.T) {
+	groupCommit(t, 2)
+}
+
+func groupCommit(t *testing.T, stores int) {
 	ctx := context.Background()
-	s := openTest(t, pgtest.NewDatabase(t), t.TempDir(), false)
+	dsn, dir := pgtest.NewDatabase(t), t.TempDir()
+	ss := make([]*Store, stores)
+	for i := range ss {
+		ss[i] = openTest(t, dsn, dir, false)
+	}
+	s := ss[0]
 	rec := func(i int) ledger.Record { return storetest.Record(t, ledger.KindEvidence, storetest.Evidence(i)) }
 	for i := range 4 {
 		if _, err := s.Append(ctx, []ledger.Record{rec(i)}, ""); err != nil {
@@ -51,11 +67,11 @@ func TestGroupCommitAnswersAsTheStore(t *testing.T) {
 					recs = []ledger.Record{rec(1000 + n)}
 				}
 				if g%8 == 0 && k%6 == 3 {
-					if _, _, err := s.CreateToken(ctx, fmt.Sprintf("t-%d-%d", g, k), ledger.ScopeRecord, nil); err != nil {
+					if _, _, err := ss[g%stores].CreateToken(ctx, fmt.Sprintf("t-%d-%d", g, k), ledger.ScopeRecord, nil); err != nil {
 						t.Error(err)
 					}
 				}
-				res, err := s.Append(ctx, recs, "")
+				res, err := ss[g%stores].Append(ctx, recs, "")
 				if err != nil {
 					t.Error(err)
 					return
