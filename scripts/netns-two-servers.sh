@@ -21,7 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 writers=${WRITERS:-64} secs=${SECS:-8}
 loadbin=${LOAD_BIN:-/tmp/pg-ledger-load}
 work=${BENCH_WORK:-$(mktemp -d /tmp/netns-two.XXXXXX)}
-chmod 755 "$work"
+mkdir -p "$work"; chmod 755 "$work"
 [ "$(id -u)" = 0 ] || { echo "netns-two-servers.sh: must run as root (ip netns add)" >&2; exit 2; }
 tck=$(getconf CLK_TCK)
 pgbin=$(dirname "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | tail -1)")
