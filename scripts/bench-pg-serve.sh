@@ -14,16 +14,24 @@
 # WAL writer, checkpointer), divided by the acknowledged records.
 #
 # Environment: ROUNDS (default 3), WRITERS (64), SECS (10, the length of
-# the measured run; ledger-load's --alone), LOAD_BIN (ledger-load binary,
-# default /tmp/pg-ledger-load), BENCH_WORK (logs; default a temp dir).
+# the measured run; ledger-load's --alone), LOAD_BIN (ledger-load binary;
+# default: built from this tree into BENCH_WORK), BENCH_WORK (logs;
+# default a temp dir), PG_STATS=1 (load pg_stat_statements and print each
+# PostgreSQL run's statements by execution time, with the tables'
+# sequential and index scans, into BENCH_WORK/NAME.ROUND/pg_stats.txt).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${ROUNDS:-3} writers=${WRITERS:-64} secs=${SECS:-10}
-loadbin=${LOAD_BIN:-/tmp/pg-ledger-load}
 work=${BENCH_WORK:-$(mktemp -d /tmp/bench-pg-serve.XXXXXX)}
 mkdir -p "$work"
+loadbin=${LOAD_BIN:-}
+if [ -z "$loadbin" ]; then
+  loadbin="$work/ledger-load"
+  (cd "$root" && GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.11} go build -o "$loadbin" ./cmd/ledger-load)
+fi
 [ $# -gt 0 ] || { echo "usage: $0 NAME=BINARY:STORE ..." >&2; exit 2; }
 export PG_DURABLE=${PG_DURABLE:-1}
+[ "${PG_STATS:-0}" = 1 ] && export PG_OPTS="${PG_OPTS:-} -c shared_preload_libraries=pg_stat_statements"
 . "$root/scripts/pg-cluster.sh"
 need_pg=0
 for s in "$@"; do case $s in *:postgres) need_pg=1 ;; esac; done
@@ -60,10 +68,18 @@ run_one() { # round name bin store
   [ -n "$url" ] || { cat "$dir/serve.err"; exit 1; }
   "$bin" --server "$url" --token "$admin" release apply "$root/examples/release-0.9.0.yaml" >/dev/null
   local s0 p0 s1 p1 load
+  local psq=(runuser -u postgres -- psql -h "${PG_DIR:-}" -p "${PG_DSN##*port=}" -U postgres -q)
+  if [ "${PG_STATS:-0}" = 1 ] && [ "$store" = postgres ]; then
+    "${psq[@]}" -c 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' -c 'SELECT pg_stat_statements_reset()' -c 'SELECT pg_stat_reset()' "b$n" >/dev/null
+  fi
   load=$(cut -d' ' -f1 /proc/loadavg)
   s0=$(ticks $pid) p0=$(pg_ticks)
   "$loadbin" --server "$url" --token "$rec" --release 0.9.0 --writers "$writers" --readers 0 --alone "${secs}s" --duration 1s >"$dir/report.json" || true
   s1=$(ticks $pid) p1=$(pg_ticks)
+  if [ "${PG_STATS:-0}" = 1 ] && [ "$store" = postgres ]; then
+    "${psq[@]}" -c "SELECT calls, round(total_exec_time::numeric) AS ms, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 100) AS query FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 15" \
+      -c "SELECT relname, seq_scan, seq_tup_read, idx_scan FROM pg_stat_user_tables ORDER BY seq_tup_read DESC LIMIT 5" "b$n" >"$dir/pg_stats.txt"
+  fi
   kill $pid; wait $pid 2>/dev/null || true
   python3 - "$dir/report.json" "$r" "$name" $(( (s1 - s0) * 1000000 / tck )) $(( (p1 - p0) * 1000000 / tck )) "$secs" "$load" <<'PY'
 import json, sys

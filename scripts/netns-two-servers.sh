@@ -13,15 +13,20 @@
 # server 1, server 2, the PostgreSQL cluster and the load generators used
 # over the run, with the machine's capacity (cores x seconds) beside it.
 #
-# Environment: WRITERS (default 64), SECS (default 8), LOAD_BIN (ledger-load,
-# default /tmp/pg-ledger-load), BENCH_WORK (logs; default a temp dir).
+# Environment: WRITERS (default 64), SECS (default 8), LOAD_BIN (ledger-load;
+# default: built from this tree into BENCH_WORK), BENCH_WORK (logs; default
+# a temp dir).
 set -euo pipefail
 bin=${1:?usage: $0 BINARY [ROUNDS]} rounds=${2:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 writers=${WRITERS:-64} secs=${SECS:-8}
-loadbin=${LOAD_BIN:-/tmp/pg-ledger-load}
 work=${BENCH_WORK:-$(mktemp -d /tmp/netns-two.XXXXXX)}
 mkdir -p "$work"; chmod 755 "$work"
+loadbin=${LOAD_BIN:-}
+if [ -z "$loadbin" ]; then
+  loadbin="$work/ledger-load"
+  (cd "$root" && GOTOOLCHAIN=${GOTOOLCHAIN:-go1.26.11} go build -o "$loadbin" ./cmd/ledger-load)
+fi
 [ "$(id -u)" = 0 ] || { echo "netns-two-servers.sh: must run as root (ip netns add)" >&2; exit 2; }
 tck=$(getconf CLK_TCK)
 pgbin=$(dirname "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | tail -1)")
