@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,28 +39,33 @@ func (d *driver) SignedSize(ctx context.Context) (uint64, error) {
 	return uint64(n), dbErr("size", err)
 }
 
-// LookupIDs implements tlog.Driver: the content ids are looked up
-// inside the batch (Batch.Find), under the lock, so there is no hint.
-func (d *driver) LookupIDs(context.Context, []ledger.Prepared) any { return nil }
-
 // BeginBatch implements tlog.Driver: a transaction on one pooled
 // connection that holds the sequencer's advisory lock (SequencerLock)
 // until it ends, so batches of every process on the database run one at
-// a time. BEGIN, the lock and the stored size are one pipelined round
-// trip; the size statement is a statement of its own, so under READ
-// COMMITTED its snapshot is taken after the lock is granted and counts
-// what every other server committed.
+// a time. BEGIN, the lock, the stored size and the content ids of the
+// queued requests (LookupIDs) are one pipelined round trip; the size and
+// id statements are statements of their own, so under READ COMMITTED
+// their snapshots are taken after the lock is granted and count what
+// every other server committed.
 func (d *driver) BeginBatch(ctx context.Context) (tlog.Batch, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, dbErr("begin", err)
 	}
 	b := &batch{d: d, tx: conn, ids: map[string]uint64{}}
+	gen, ids := d.takeHints()
 	var n int64
 	err = b.pipe(ctx, func(q *pgx.Batch) {
 		q.Queue("BEGIN")
+		// A cached generic plan is made once per connection and kept
+		// until the table's statistics change: one made while a new log's
+		// leaves table was nearly empty scans it whole, by id, on every
+		// batch after. The batch's statements are planned with their
+		// arguments and the table's size of the moment instead.
+		q.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
 		q.Queue("SELECT pg_advisory_xact_lock($1)", SequencerLock)
 		q.Queue(storedSizeQuery).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
+		b.queuePrefetch(q, ids)
 	})
 	if err != nil {
 		// The connection's state is unknown (lost, terminated, or failed
@@ -70,7 +74,7 @@ func (d *driver) BeginBatch(ctx context.Context) (tlog.Batch, error) {
 		b.release(err)
 		return nil, dbErr("sequencer lock", err)
 	}
-	b.size, b.sized = uint64(n), true
+	b.size, b.sized, b.gen = uint64(n), true, gen
 	b.leaf = newRowBuf("leaves", "idx, id, kind, key, recorded_at, leaf, leaf_hash, backend, status, repository, commit_id", 11)
 	b.node = newRowBuf("tree_nodes", "ord, hash", 2)
 	b.art = newRowBuf("evidence_artifacts", "idx, name, digest", 3)
@@ -89,6 +93,12 @@ type batch struct {
 	tokOps                sqlstore.TokenOps
 	ids                   map[string]uint64 // content ids appended in this batch
 	reqIDs                []string          // of them, the current request's
+	nodes                 []cachedNode      // tree nodes written, for the driver's cache after Commit
+	reqNodes              int               // len(nodes) when the current request began
+	gen                   uint64            // the generation of the ids looked up in BeginBatch
+	pre                   map[string]uint64 // those ids' stored indexes
+	marks                 [4]int            // len(args) of bufs() at the current request's start
+	unsafe                bool              // the current request has rows that must be written at once (storableLeaf)
 	sp                    bool
 	size                  uint64             // the stored size read with the lock
 	sized                 bool               // size is unread by the engine
@@ -123,6 +133,9 @@ func (b *batch) Size(ctx context.Context) (uint64, error) {
 		b.sized = false
 		return b.size, nil
 	}
+	if err := b.flushPending(ctx); err != nil {
+		return 0, err
+	}
 	var n int64
 	err := b.tx.QueryRowContext(ctx, storedSizeQuery).Scan(&n)
 	return uint64(n), dbErr("size", err)
@@ -130,17 +143,33 @@ func (b *batch) Size(ctx context.Context) (uint64, error) {
 
 // StoredCheckpoint implements tlog.Batch.
 func (b *batch) StoredCheckpoint(ctx context.Context, size uint64) (ledger.Checkpoint, error) {
+	if err := b.flushPending(ctx); err != nil {
+		return ledger.Checkpoint{}, err
+	}
 	return checkpointAt(ctx, b.tx, size)
 }
 
-// ReadNodes implements tlog.NodeReader inside the transaction.
+// ReadNodes implements tlog.NodeReader inside the transaction: the
+// driver's cached nodes, the rest from the database (cached too while the
+// batch has written no node: they were then read as committed).
 func (b *batch) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
-	return fetchNodes(ctx, b.tx, ids)
+	if err := b.flushPending(ctx); err != nil {
+		return nil, err
+	}
+	return b.d.cache.readThrough(ctx, ids, len(b.nodes) == 0, func(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+		return fetchNodes(ctx, b.tx, ids)
+	})
 }
 
 // Start implements tlog.Batch: the driver derives nothing from the
-// stored log.
-func (b *batch) Start(context.Context, uint64, bool) error { return nil }
+// stored log; on a reload its node cache is checked against the stored
+// size.
+func (b *batch) Start(_ context.Context, size uint64, reload bool) error {
+	if reload {
+		b.d.cache.forgetBeyond(size)
+	}
+	return nil
+}
 
 // BeginRequest implements tlog.Batch (a savepoint is a SQL SAVEPOINT).
 func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
@@ -151,6 +180,9 @@ func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 	}
 	b.sp = savepoint
 	b.reqIDs = b.reqIDs[:0]
+	b.reqNodes = len(b.nodes)
+	b.markDone()
+	b.unsafe = false
 	return nil
 }
 
@@ -158,13 +190,15 @@ func (b *batch) BeginRequest(ctx context.Context, savepoint bool) error {
 func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 	if ok {
 		b.reqIDs = b.reqIDs[:0]
+		b.markDone()
 		if b.sp {
 			_, err := b.tx.ExecContext(ctx, "RELEASE SAVEPOINT req")
 			return lost("savepoint", err)
 		}
 		return nil
 	}
-	b.reset()
+	b.dropRequest()
+	b.nodes = b.nodes[:b.reqNodes]
 	for _, id := range b.reqIDs {
 		delete(b.ids, id)
 	}
@@ -180,8 +214,12 @@ func (b *batch) EndRequest(ctx context.Context, ok bool) error {
 }
 
 // Find implements tlog.Batch: ids appended in this batch, then the
-// leaves table (committed by any server, or flushed by this batch).
-func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, _ any) (map[string]uint64, error) {
+// ids BeginBatch looked up when hint was among them, else the leaves
+// table (committed by any server, or flushed by this batch).
+func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, hint any) (map[string]uint64, error) {
+	if out, ok := b.prefetched(recs, hint); ok {
+		return out, nil
+	}
 	var out map[string]uint64
 	var ask []string
 	for i := range recs {
@@ -218,12 +256,18 @@ func (b *batch) Find(ctx context.Context, recs []ledger.Prepared, _ any) (map[st
 
 // EntryAt implements tlog.Batch.
 func (b *batch) EntryAt(ctx context.Context, index uint64) (ledger.Entry, error) {
+	if err := b.flushPending(ctx); err != nil {
+		return ledger.Entry{}, err
+	}
 	e, err := scanEntry(b.tx.QueryRowContext(ctx, entryAtQuery, int64(index)))
 	return e, dbErr("entry", err)
 }
 
 // EntryByID implements tlog.Batch.
 func (b *batch) EntryByID(ctx context.Context, id string) (ledger.Entry, error) {
+	if err := b.flushPending(ctx); err != nil {
+		return ledger.Entry{}, err
+	}
 	return entryByID(ctx, b.tx, id)
 }
 
@@ -233,6 +277,9 @@ func (b *batch) Idempotency(ctx context.Context, key string) (tlog.IdempotentAns
 	var ans tlog.IdempotentAnswer
 	var idsJSON string
 	var size int64
+	if err := b.flushPending(ctx); err != nil {
+		return ans, false, err
+	}
 	cutoff := b.d.opts.Now().Add(-b.d.opts.IdempotencyTTL).UnixNano()
 	err := b.tx.QueryRowContext(ctx, "SELECT request_hash, entry_ids, size FROM idempotency WHERE key = $1 AND created_at >= $2", idemKey(key), cutoff).Scan(&ans.RequestHash, &idsJSON, &size)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -260,6 +307,9 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 	b.leaf.add(int64(e.Index), e.ID, string(e.Kind), p.Key, e.RecordedAt.UnixNano(), e.Raw, lh[:], backend, status, repo, commit)
 	b.ids[e.ID] = e.Index
 	b.reqIDs = append(b.reqIDs, e.ID)
+	if !b.unsafe && !storableLeaf(&e, p) {
+		b.unsafe = true
+	}
 	switch {
 	case p.Evidence != nil:
 		for name, dg := range p.Evidence.Subject.Artifacts {
@@ -276,14 +326,22 @@ func (b *batch) AddLeaf(e ledger.Entry, p *ledger.Prepared) {
 // AddNode implements tlog.Batch; level-0 nodes are the leaf hashes,
 // kept in the leaves table.
 func (b *batch) AddNode(id compact.NodeID, hash []byte) {
+	n := cachedNode{ord: sqlstore.NodeOrd(id)}
+	copy(n.hash[:], hash)
+	b.nodes = append(b.nodes, n)
 	if id.Level > 0 {
 		b.node.add(sqlstore.NodeOrd(id), hash)
 	}
 }
 
-// Flush implements tlog.Batch: every buffered row of every table in
-// one pipelined round trip (leaves first: the projections refer to them).
+// Flush implements tlog.Batch: outside a savepoint, a request whose
+// rows only the batch as a whole can fail keeps them buffered (see
+// pending.go); otherwise every buffered row of every table goes in one
+// pipelined round trip (leaves first: the projections refer to them).
 func (b *batch) Flush(ctx context.Context) error {
+	if !b.sp && !b.unsafe {
+		return nil
+	}
 	err := b.pipe(ctx, func(q *pgx.Batch) {
 		for _, r := range b.bufs() {
 			r.queue(q)
@@ -300,6 +358,7 @@ func (b *batch) reset() {
 			r.args = r.args[:0]
 		}
 	}
+	b.marks = [4]int{}
 	b.tokOps = b.tokOps[:0]
 }
 
@@ -342,13 +401,16 @@ func (b *batch) PutCheckpoint(_ context.Context, cp ledger.Checkpoint) error {
 	return nil
 }
 
-// Commit implements tlog.Batch: the idempotency and checkpoint
-// statements and COMMIT (which releases the lock) in one pipelined round
-// trip. On error the transaction is rolled back, nothing of it stored
+// Commit implements tlog.Batch: the rows still buffered, the
+// idempotency and checkpoint statements and COMMIT (which releases the
+// lock) in one pipelined round trip. On error the transaction is rolled back, nothing of it stored
 // unless the error came after PostgreSQL committed (a lost connection).
 func (b *batch) Commit(ctx context.Context, size uint64) error {
 	final := b.final
 	err := b.pipe(ctx, func(q *pgx.Batch) {
+		for _, r := range b.bufs() {
+			r.queue(q)
+		}
 		for _, f := range final {
 			f(q)
 		}
@@ -367,6 +429,8 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 	}
 	b.reset()
 	b.final = nil
+	b.d.cache.add(b.nodes)
+	b.nodes = nil
 	b.release(nil)
 	return nil
 }
@@ -376,6 +440,7 @@ func (b *batch) Commit(ctx context.Context, size uint64) error {
 func (b *batch) Rollback() {
 	b.reset()
 	b.final = nil
+	b.nodes = nil
 	if b.tx == nil {
 		return
 	}
@@ -396,55 +461,6 @@ func (b *batch) release(failed error) {
 	}
 	b.tx.Close()
 	b.tx = nil
-}
-
-// rowBuf buffers rows of one table and writes them with multi-row
-// INSERTs of at most maxRows rows.
-type rowBuf struct {
-	head string // "INSERT INTO t(a, b) VALUES "
-	ncol int
-	args []any
-}
-
-// maxRows keeps a statement under PostgreSQL's 65535 bind parameters.
-const maxRows = 1000
-
-func newRowBuf(table, cols string, ncol int) *rowBuf {
-	return &rowBuf{head: "INSERT INTO " + table + "(" + cols + ") VALUES ", ncol: ncol}
-}
-
-func (r *rowBuf) add(vals ...any) { r.args = append(r.args, vals...) }
-
-func (r *rowBuf) query(n int) string {
-	var sb strings.Builder
-	sb.WriteString(r.head)
-	p := 1
-	for i := range n {
-		if i > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteByte('(')
-		for c := range r.ncol {
-			if c > 0 {
-				sb.WriteByte(',')
-			}
-			sb.WriteByte('$')
-			sb.WriteString(strconv.Itoa(p))
-			p++
-		}
-		sb.WriteByte(')')
-	}
-	return sb.String()
-}
-
-// queue adds the INSERTs of the buffered rows to q; the rows stay
-// buffered (reset clears them).
-func (r *rowBuf) queue(q *pgx.Batch) {
-	n := len(r.args) / r.ncol
-	for lo := 0; lo < n; lo += maxRows {
-		k := min(maxRows, n-lo)
-		q.Queue(r.query(k), r.args[lo*r.ncol:(lo+k)*r.ncol]...)
-	}
 }
 
 // queryer is what *sql.DB, *sql.Tx and *sql.Conn offer.

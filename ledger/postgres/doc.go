@@ -16,9 +16,17 @@
 // released with its connection). An append is acknowledged after COMMIT
 // returns, which with synchronous_commit on (PostgreSQL's default) means
 // the commit record is flushed to the server's WAL. A batch's statements
-// go in pgx pipelines (one round trip each): BEGIN, the lock and the size
-// read; each request's rows of every table; the idempotency and checkpoint
-// rows with COMMIT. Only each request's content-id lookup stands alone.
+// go in pgx pipelines (one round trip each): BEGIN, the lock, the size
+// read and the content ids of every queued request (LookupIDs); then, for
+// evidence and head leaves, nothing per request: their rows go with the
+// idempotency and checkpoint rows and COMMIT as multi-row INSERTs
+// (pending.go). Rows a request alone can fail (tokens, text PostgreSQL
+// cannot hold) and rows under a savepoint go at once, as do kept rows
+// before any read of the batch. The batch's statements are planned with
+// their arguments (plan_cache_mode force_custom_plan, for the
+// transaction), never from a generic plan cached while the log was small.
+// Append answers read their proofs' nodes from a cache of the nodes this
+// process committed or read as committed (nodecache.go).
 // The projection queries, the tokens table and the audit's checks of the
 // projections are ledger/sqlstore's, shared with the SQLite driver under
 // PostgreSQL's dialect (query.go).

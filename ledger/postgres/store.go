@@ -101,6 +101,12 @@ type driver struct {
 	// password.
 	where string
 
+	// cache holds the tree nodes of this process's commits for append
+	// answers (AnswerNodes).
+	cache *nodeCache
+	// hints are the content ids of queued appends (LookupIDs).
+	hints idHints
+
 	// idemPuts and idemPruned pace the idempotency table's pruning
 	// (sequencer goroutine only).
 	idemPuts   int
@@ -165,7 +171,7 @@ func openDriver(ctx context.Context, opts Options) (*driver, error) {
 	}
 	db.SetMaxOpenConns(opts.MaxConns)
 	db.SetMaxIdleConns(opts.MaxConns)
-	d := &driver{db: db, opts: opts, log: opts.Logger, where: where}
+	d := &driver{db: db, opts: opts, log: opts.Logger, where: where, cache: newNodeCache()}
 	if err := d.schema(ctx); err != nil {
 		db.Close()
 		return nil, err
