@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -570,8 +571,19 @@ func leafBody(l *AuditLeaf) (body []byte, problem, failure string) {
 	if !ledger.ValidKind(kind) || len(l.ID) != 32 || !ledger.LowerHex(l.ID) {
 		return nil, "id or kind column is malformed", ledger.FailureEnvelope
 	}
-	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, l.Index, l.Kind, l.ID, time.Unix(0, l.RecordedAt).UTC().Format(time.RFC3339Nano))
-	if !bytes.HasPrefix(l.Raw, []byte(prefix)) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
+	// The envelope's prefix up to the body, as ledger.EncodeLeaf writes it
+	// (kind and id are plain ASCII, checked above: nothing to escape).
+	var buf [160]byte
+	prefix := append(buf[:0], `{"v":1,"index":`...)
+	prefix = strconv.AppendUint(prefix, l.Index, 10)
+	prefix = append(prefix, `,"kind":"`...)
+	prefix = append(prefix, l.Kind...)
+	prefix = append(prefix, `","id":"`...)
+	prefix = append(prefix, l.ID...)
+	prefix = append(prefix, `","recorded_at":"`...)
+	prefix = time.Unix(0, l.RecordedAt).UTC().AppendFormat(prefix, time.RFC3339Nano)
+	prefix = append(prefix, `","body":`...)
+	if !bytes.HasPrefix(l.Raw, prefix) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
 		var lf ledger.Leaf
 		if err := json.Unmarshal(l.Raw, &lf); err == nil && lf.Index != l.Index {
 			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index), ledger.FailureEnvelope
