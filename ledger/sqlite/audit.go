@@ -152,13 +152,20 @@ func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow
 			return nil, err
 		}
 	}
+	// Rows are scanned in place; the bytes go into the buffers an
+	// earlier batch's row left (sql.RawBytes: copied before the next row).
+	var raw, hash sql.RawBytes
+	dest := make([]any, 0, 16)
 	for len(batch) < cap(batch) && a.leafRows.Next() {
-		var r auditRow
-		p := &r.Proj
-		if err := a.leafRows.Scan(append([]any{&r.Index, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &r.Raw, &r.LeafHash}, p.Columns()...)...); err != nil {
+		batch = batch[:len(batch)+1]
+		r := &batch[len(batch)-1]
+		rawBuf, hashBuf := r.Raw[:0], r.LeafHash[:0]
+		*r = auditRow{}
+		dest = append(dest[:0], &r.Index, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &raw, &hash)
+		if err := a.leafRows.Scan(r.Proj.AppendColumns(dest)...); err != nil {
 			return nil, err
 		}
-		batch = append(batch, r)
+		r.Raw, r.LeafHash = append(rawBuf, raw...), append(hashBuf, hash...)
 	}
 	if len(batch) == 0 {
 		return nil, a.leafRows.Err()

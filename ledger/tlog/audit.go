@@ -162,7 +162,10 @@ type AuditSource[P any] interface {
 	// (Origin empty).
 	Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error)
 	// ReadLeaves appends the next stored leaves, in index order, to
-	// rows[:0] up to cap(rows), and returns them; none at the end.
+	// rows[:0] up to cap(rows), and returns them; none at the end. The
+	// slice is reused once its rows were added: rows[:cap(rows)] may hold
+	// rows of an earlier batch, whose Raw and LeafHash buffers the
+	// driver may write the new rows' bytes into.
 	ReadLeaves(ctx context.Context, rows []AuditRow[P]) ([]AuditRow[P], error)
 	// NextNode returns the next stored inner node (level > 0) in the order
 	// an appending compact range completes them; ok is false at the end.
@@ -170,7 +173,8 @@ type AuditSource[P any] interface {
 	// CheckLeaf checks the projection of a leaf whose bytes verified
 	// (b is its decoded body) and returns the problem, "" when none.
 	CheckLeaf(r *AuditRow[P], b *AuditBody) string
-	// AddLeaf is called in index order for every leaf that passed.
+	// AddLeaf is called in index order for every leaf that passed. It
+	// keeps nothing of r: the row is read into again.
 	AddLeaf(r *AuditRow[P])
 	// Finish runs the driver's checks over the whole snapshot once the n
 	// leaves passed.
@@ -387,13 +391,22 @@ func (a *auditRun[P]) otherSigner(cp ledger.Checkpoint, inForce string, verifier
 // are independent per leaf), and the batch is fed into the tree in order.
 func (a *auditRun[P]) leaves(ctx context.Context) (bad bool, err error) {
 	batches := make(chan []AuditRow[P], 2)
+	// Batches whose rows were added go back to the reader (the reader,
+	// the channel and the checker hold at most 4 at a time).
+	free := make(chan []AuditRow[P], 4)
 	readErr := make(chan error, 1)
 	stopRead := make(chan struct{})
 	defer close(stopRead)
 	go func() {
 		defer close(batches)
 		for {
-			batch, err := a.src.ReadLeaves(ctx, make([]AuditRow[P], 0, auditBatch))
+			var rows []AuditRow[P]
+			select {
+			case rows = <-free:
+			default:
+				rows = make([]AuditRow[P], 0, auditBatch)
+			}
+			batch, err := a.src.ReadLeaves(ctx, rows[:0])
 			if err != nil || len(batch) == 0 {
 				readErr <- err
 				return
@@ -411,6 +424,10 @@ func (a *auditRun[P]) leaves(ctx context.Context) (bad bool, err error) {
 		a.check(batch, workers)
 		if bad, err := a.apply(batch); bad || err != nil {
 			return bad, err
+		}
+		select {
+		case free <- batch:
+		default:
 		}
 	}
 	return false, <-readErr
