@@ -42,7 +42,8 @@ type AuditRow[P any] struct {
 	Proj    P
 	Hash    ledger.Hash
 	problem string
-	failure string // the ledger.AuditReport.Failure class of problem
+	failure string    // the ledger.AuditReport.Failure class of problem
+	body    AuditBody // what checkLeaf decoded (in the row: rows are reused)
 }
 
 // AuditBody holds the body fields a projection may be derived from. Only
@@ -169,7 +170,8 @@ type AuditSource[P any] interface {
 	// an appending compact range completes them; ok is false at the end.
 	NextNode(ctx context.Context) (id compact.NodeID, hash []byte, ok bool, err error)
 	// CheckLeaf checks the projection of a leaf whose bytes verified
-	// (b is its decoded body) and returns the problem, "" when none.
+	// (b is its decoded body, kept in r) and returns the problem, "" when
+	// none.
 	CheckLeaf(r *AuditRow[P], b *AuditBody) string
 	// AddLeaf is called in index order for every leaf that passed. It
 	// keeps nothing of r: the row is read into again.
@@ -398,8 +400,9 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		r.problem, r.failure = problem, failure
 		return
 	}
-	var b AuditBody
-	if err := DecodeAuditBody(ledger.Kind(r.Kind), body, &b); err != nil {
+	b := &r.body
+	*b = AuditBody{}
+	if err := DecodeAuditBody(ledger.Kind(r.Kind), body, b); err != nil {
 		// The bytes hash to the signed leaf: this build cannot read a
 		// layout the log holds (a reading fault), which is no edit.
 		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, ledger.Clip(err.Error()))
@@ -419,7 +422,7 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		r.problem, r.failure = "key column does not match the leaf body", ledger.FailureProjection
 		return
 	}
-	if r.problem = src.CheckLeaf(r, &b); r.problem != "" {
+	if r.problem = src.CheckLeaf(r, b); r.problem != "" {
 		r.failure = ledger.FailureProjection
 	}
 }
