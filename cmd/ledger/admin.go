@@ -23,16 +23,16 @@ import (
 )
 
 // runAudit audits the database at path without changing it, with the
-// verifier key file pubPath alone: PRAGMA integrity_check first (a
-// damaged file is reported as such), then the key against the key that
-// signed the checkpoints, the whole log (tlog.RunAudit), and, when
-// statePath names a signed-state journal, every checkpoint size it
-// recorded (tlog.AuditSignedState). noState is true when statePath was
-// given but no journal is there.
+// verifier key file pubPath alone: PRAGMA integrity_check (a damaged
+// file is reported as such, before any finding of the log's audit), the
+// key against the key that signed the checkpoints, the whole log
+// (tlog.RunAudit), and, when statePath names a signed-state journal,
+// every checkpoint size it recorded (tlog.AuditSignedState). The
+// integrity check of a SQLite file runs on its own connection while the
+// log is audited; its verdict is awaited before any answer. noState is
+// true when statePath was given but no journal is there.
 func runAudit(ctx context.Context, db, pubPath, statePath string) (rep ledger.AuditReport, noState bool, err error) {
-	failed := func(format string, args ...any) ledger.AuditReport {
-		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1, Problem: fmt.Sprintf(format, args...)}
-	}
+	var check chan error
 	if !isPostgres(db) {
 		path, err := sqlitePath(db)
 		if err != nil {
@@ -41,12 +41,28 @@ func runAudit(ctx context.Context, db, pubPath, statePath string) (rep ledger.Au
 		if _, err := os.Stat(path); err != nil {
 			return rep, false, fmt.Errorf("database %s: %w", path, err)
 		}
-		if err := sqlite.CheckFile(ctx, path, true); err != nil {
-			if errors.Is(err, sqlite.ErrCorrupt) {
-				return failed("%v (PRAGMA integrity_check): the file is damaged, not only the log in it; restore the newest backup", err), false, nil
-			}
-			return rep, false, err
-		}
+		check = make(chan error, 1)
+		go func() { check <- sqlite.CheckFile(ctx, path, true) }()
+	}
+	rep, noState, err = auditLog(ctx, db, pubPath, statePath)
+	if check == nil {
+		return rep, noState, err
+	}
+	// A damaged file explains whatever the log's audit found or failed
+	// to read in it.
+	if cerr := <-check; errors.Is(cerr, sqlite.ErrCorrupt) {
+		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1, Problem: fmt.Sprintf("%v (PRAGMA integrity_check): the file is damaged, not only the log in it; restore the newest backup", cerr)}, false, nil
+	} else if cerr != nil {
+		return rep, false, cerr
+	}
+	return rep, noState, err
+}
+
+// auditLog is runAudit's audit of the log itself: the key, RunAudit and
+// the signed-state journal.
+func auditLog(ctx context.Context, db, pubPath, statePath string) (rep ledger.AuditReport, noState bool, err error) {
+	failed := func(format string, args ...any) ledger.AuditReport {
+		return ledger.AuditReport{FirstBadIndex: -1, FirstDuplicate: -1, Problem: fmt.Sprintf(format, args...)}
 	}
 	st, vkey, err := openPublic(ctx, db, pubPath, nil)
 	if err != nil {
@@ -121,7 +137,7 @@ func keyProblem(ctx context.Context, st *Store, vkey, pubPath string) (string, e
 
 func newAuditCmd(a *app) *cobra.Command {
 	var against []string
-	var key, state string
+	var key, state, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Recompute every leaf hash and the Merkle tree from the database and check every signed checkpoint",
@@ -142,6 +158,13 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 			}
 			if a.Server != "" {
 				return errExit(2, "audit reads the database itself: run it where the database is, with --db (not --server)")
+			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return errExit(2, "audit: %v", err)
+				}
+				defer stop()
 			}
 			statePath := state
 			if statePath == "" {
@@ -183,6 +206,7 @@ Exit codes: 0 the log is intact, 1 the audit found a problem, 2 error.`,
 	cmd.Flags().StringArrayVar(&against, "against", nil, "a saved signed checkpoint (file or http(s) URL: a note, checkpoint JSON or tlog-proof) the log must extend; repeatable")
 	cmd.Flags().StringVar(&key, "key", "", "the log's public verifier key file (default: ledger.pub in the data directory); the audit needs no private key")
 	cmd.Flags().StringVar(&state, "state", "", "the signed-state journal whose every checkpoint size the database must hold (default: signed-state in the data directory)")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the audit to this new file (for go tool pprof)")
 	return cmd
 }
 

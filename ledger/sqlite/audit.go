@@ -42,6 +42,7 @@ type auditSrc struct {
 	conn, conn2 *sql.Conn
 	tx          *sql.Tx
 	leafRows    *sql.Rows // read by RunAudit's reader goroutine only
+	heads       headsStream
 	nodeRows    *sql.Rows
 	snapSize    uint64
 	beyond      sql.NullInt64 // the first tree_nodes ord past a tree of snapSize, in the snapshot
@@ -116,7 +117,7 @@ func (a *auditSrc) Close() {
 	if a.waitArt != nil {
 		a.waitArt()
 	}
-	for _, r := range []*sql.Rows{a.leafRows, a.nodeRows} {
+	for _, r := range []*sql.Rows{a.leafRows, a.heads.rows, a.nodeRows} {
 		if r != nil {
 			r.Close()
 		}
@@ -142,28 +143,78 @@ func (a *auditSrc) KeyRotations(ctx context.Context) ([]tlog.AuditLeaf, error) {
 	return dialect.AuditKeyRotations(ctx, a.tx)
 }
 
-// ReadLeaves implements tlog.AuditSource.
+// ReadLeaves implements tlog.AuditSource. The leaves and heads_index
+// are read in index order by two statements of the snapshot and merged
+// on idx (heads_index.idx is its primary key): what leaves LEFT JOIN
+// heads_index gives, without five NULL columns on every other leaf.
 func (a *auditSrc) ReadLeaves(ctx context.Context, batch []auditRow) ([]auditRow, error) {
 	if a.leafRows == nil {
 		var err error
-		a.leafRows, err = a.tx.QueryContext(ctx, "SELECT l.idx, l.id, l.kind, l.key, l.recorded_at, l.leaf, l.leaf_hash, "+sqlstore.AuditProjectionCols+
-			" FROM leaves l LEFT JOIN heads_index h ON h.idx = l.idx ORDER BY l.idx")
+		a.leafRows, err = a.tx.QueryContext(ctx, "SELECT idx, id, kind, key, recorded_at, leaf, leaf_hash, backend, status, repository, commit_id FROM leaves ORDER BY idx")
 		if err != nil {
 			return nil, err
 		}
-	}
-	for len(batch) < cap(batch) && a.leafRows.Next() {
-		var r auditRow
-		p := &r.Proj
-		if err := a.leafRows.Scan(append([]any{&r.Index, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &r.Raw, &r.LeafHash}, p.Columns()...)...); err != nil {
+		if a.heads.rows, err = a.tx.QueryContext(ctx, "SELECT idx, repository, ref, commit_id, verdict, decision FROM heads_index ORDER BY idx"); err != nil {
 			return nil, err
 		}
-		batch = append(batch, r)
+	}
+	// Rows are scanned in place; the bytes go into the buffers an
+	// earlier batch's row left (sql.RawBytes: copied before the next row).
+	var raw, hash sql.RawBytes
+	dest := make([]any, 0, 11)
+	for len(batch) < cap(batch) && a.leafRows.Next() {
+		batch = batch[:len(batch)+1]
+		r := &batch[len(batch)-1]
+		rawBuf, hashBuf := r.Raw[:0], r.LeafHash[:0]
+		*r = auditRow{}
+		p := &r.Proj
+		dest = append(dest[:0], &r.Index, &r.ID, &r.Kind, &r.Key, &r.RecordedAt, &raw, &hash, &p.EBackend, &p.EStatus, &p.ERepo, &p.ECommit)
+		if err := a.leafRows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		r.Raw, r.LeafHash = append(rawBuf, raw...), append(hashBuf, hash...)
+		if err := a.heads.join(r.Index, &p.Projection); err != nil {
+			return nil, err
+		}
 	}
 	if len(batch) == 0 {
-		return nil, a.leafRows.Err()
+		if err := a.leafRows.Err(); err != nil {
+			return nil, err
+		}
+		return nil, a.heads.rows.Err()
 	}
 	return batch, nil
+}
+
+// headsStream is heads_index read in idx order, one row ahead.
+type headsStream struct {
+	rows *sql.Rows
+	idx  int64
+	row  [5]sql.NullString // repository, ref, commit_id, verdict, decision
+	have bool              // idx and row hold the next unjoined row
+	done bool
+}
+
+// join sets p's heads_index columns from the row of leaf idx, when there
+// is one; rows of smaller indexes (no leaf of theirs was read) are
+// passed over, as a LEFT JOIN leaves them out. Leaves come in increasing
+// idx.
+func (h *headsStream) join(idx uint64, p *sqlstore.Projection) error {
+	for !h.done && (!h.have || h.idx < int64(idx)) {
+		if !h.rows.Next() {
+			h.done, h.have = true, false
+			return h.rows.Err()
+		}
+		if err := h.rows.Scan(&h.idx, &h.row[0], &h.row[1], &h.row[2], &h.row[3], &h.row[4]); err != nil {
+			return err
+		}
+		h.have = true
+	}
+	if h.have && h.idx == int64(idx) {
+		p.HRepo, p.HRef, p.HCommit, p.HVerdict, p.HDecision = h.row[0], h.row[1], h.row[2], h.row[3], h.row[4]
+		h.have = false
+	}
+	return nil
 }
 
 // NextNode implements tlog.AuditSource over tree_nodes in ord order

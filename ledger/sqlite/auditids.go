@@ -44,11 +44,15 @@ func (a *idAudit) report(idx int64, format string, args ...any) {
 // which is read in id order).
 func auditIDTables(ctx context.Context, tx *sql.Tx, leaves []idPair) (int64, string, dupLeaves, error) {
 	a := &idAudit{leaves: leaves, badIdx: -1}
+	// The leaves are sorted by id while recent_ids is read.
+	sorted := make(chan []idPair, 1)
+	go func() { sorted <- sortByID(leaves) }()
 	w, err := a.recentIDs(ctx, tx)
+	byID := <-sorted
 	if err != nil {
 		return 0, "", dupLeaves{first: -1}, err
 	}
-	older, dups := firstLeavesBelow(leaves, w)
+	older, dups := firstLeavesBelow(byID, w)
 	if err := a.entryIDs(ctx, tx, older, w); err != nil {
 		return 0, "", dups, err
 	}
@@ -97,19 +101,45 @@ func (a *idAudit) recentIDs(ctx context.Context, tx *sql.Tx) (int64, error) {
 	return min(w, int64(n)), nil
 }
 
-// firstLeavesBelow returns, sorted by id, the first leaf of every id whose
-// first leaf is before w: the rows entry_ids must hold. Later leaves with
-// the same id (appended by a ledger older than schema 5) have no row; they
-// are counted, not failed.
-func firstLeavesBelow(leaves []idPair, w int64) ([]idPair, dupLeaves) {
-	dups := dupLeaves{first: -1}
-	byID := slices.Clone(leaves)
-	slices.SortFunc(byID, func(a, b idPair) int {
-		if c := bytes.Compare(a.id[:], b.id[:]); c != 0 {
-			return c
+// idPairCmp orders id pairs by id, then index.
+func idPairCmp(a, b idPair) int {
+	if c := bytes.Compare(a.id[:], b.id[:]); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.idx, b.idx)
+}
+
+// sortByID returns a copy of leaves sorted by idPairCmp: the two halves
+// are sorted on two goroutines, then merged.
+func sortByID(leaves []idPair) []idPair {
+	halves := slices.Clone(leaves)
+	mid := len(halves) / 2
+	done := make(chan struct{})
+	go func() {
+		slices.SortFunc(halves[:mid], idPairCmp)
+		close(done)
+	}()
+	slices.SortFunc(halves[mid:], idPairCmp)
+	<-done
+	out := make([]idPair, 0, len(halves))
+	l, r := halves[:mid], halves[mid:]
+	for len(l) > 0 && len(r) > 0 {
+		if idPairCmp(l[0], r[0]) <= 0 {
+			out, l = append(out, l[0]), l[1:]
+		} else {
+			out, r = append(out, r[0]), r[1:]
 		}
-		return cmp.Compare(a.idx, b.idx)
-	})
+	}
+	return append(append(out, l...), r...)
+}
+
+// firstLeavesBelow returns, from byID (the leaves sorted by sortByID),
+// the first leaf of every id whose first leaf is before w: the rows
+// entry_ids must hold, in id order. Later leaves with the same id
+// (appended by a ledger older than schema 5) have no row; they are
+// counted, not failed.
+func firstLeavesBelow(byID []idPair, w int64) ([]idPair, dupLeaves) {
+	dups := dupLeaves{first: -1}
 	older := byID[:0]
 	for i, l := range byID {
 		if i > 0 && byID[i-1].id == l.id {
@@ -136,6 +166,7 @@ func (a *idAudit) entryIDs(ctx context.Context, tx *sql.Tx, older []idPair, w in
 	}
 	defer rows.Close()
 	i := 0
+	var cur [32]byte // older[i].id in hex, once the loop below stops
 	for rows.Next() {
 		var id string
 		var idx int64
@@ -143,10 +174,14 @@ func (a *idAudit) entryIDs(ctx context.Context, tx *sql.Tx, older []idPair, w in
 			return err
 		}
 		// Leaves whose ids sort before this row's have no row.
-		for ; i < len(older) && hex.EncodeToString(older[i].id[:]) < id; i++ {
+		for ; i < len(older); i++ {
+			hex.Encode(cur[:], older[i].id[:])
+			if string(cur[:]) >= id {
+				break
+			}
 			a.report(int64(older[i].idx), "entry_ids lacks the id of leaf %d", older[i].idx)
 		}
-		if i < len(older) && hex.EncodeToString(older[i].id[:]) == id {
+		if i < len(older) && string(cur[:]) == id {
 			if uint64(idx) != older[i].idx {
 				a.report(int64(older[i].idx), "entry_ids names leaf %d for the id of leaf %d", idx, older[i].idx)
 			}

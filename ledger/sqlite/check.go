@@ -14,7 +14,8 @@ var ErrCorrupt = errors.New("database file is corrupt")
 
 // CheckFile runs PRAGMA quick_check (full false) or PRAGMA
 // integrity_check (full true) on the database file at path through its
-// own read-only connection, before anything else reads it. A damaged
+// own read-only connection; other connections may read the file
+// meanwhile (ledger audit runs it beside the log's audit). A damaged
 // file is an error wrapping ErrCorrupt with SQLite's first message (which
 // names pages and tables, never row content); a file SQLite cannot read
 // as a database at all wraps ErrCorrupt too.

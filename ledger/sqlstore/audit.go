@@ -24,7 +24,12 @@ type Projection struct {
 // Columns are the projection's scan destinations, in the order of
 // AuditProjectionCols.
 func (p *Projection) Columns() []any {
-	return []any{&p.EBackend, &p.EStatus, &p.ERepo, &p.ECommit, &p.HRepo, &p.HRef, &p.HCommit, &p.HVerdict, &p.HDecision}
+	return p.AppendColumns(make([]any, 0, 9))
+}
+
+// AppendColumns appends Columns to dest and returns the extended slice.
+func (p *Projection) AppendColumns(dest []any) []any {
+	return append(dest, &p.EBackend, &p.EStatus, &p.ERepo, &p.ECommit, &p.HRepo, &p.HRef, &p.HCommit, &p.HVerdict, &p.HDecision)
 }
 
 // AuditProjectionCols are the columns Projection.Columns scans, of leaves

@@ -5,9 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/evidence-ledger/ledger/ledger"
@@ -43,7 +42,8 @@ type AuditRow[P any] struct {
 	Proj    P
 	Hash    ledger.Hash
 	problem string
-	failure string // the ledger.AuditReport.Failure class of problem
+	failure string    // the ledger.AuditReport.Failure class of problem
+	body    AuditBody // what checkLeaf decoded (in the row: rows are reused)
 }
 
 // AuditBody holds the body fields a projection may be derived from. Only
@@ -161,15 +161,20 @@ type AuditSource[P any] interface {
 	// (Origin empty).
 	Checkpoints(ctx context.Context) ([]ledger.Checkpoint, error)
 	// ReadLeaves appends the next stored leaves, in index order, to
-	// rows[:0] up to cap(rows), and returns them; none at the end.
+	// rows[:0] up to cap(rows), and returns them; none at the end. The
+	// slice is reused once its rows were added: rows[:cap(rows)] may hold
+	// rows of an earlier batch, whose Raw and LeafHash buffers the
+	// driver may write the new rows' bytes into.
 	ReadLeaves(ctx context.Context, rows []AuditRow[P]) ([]AuditRow[P], error)
 	// NextNode returns the next stored inner node (level > 0) in the order
 	// an appending compact range completes them; ok is false at the end.
 	NextNode(ctx context.Context) (id compact.NodeID, hash []byte, ok bool, err error)
 	// CheckLeaf checks the projection of a leaf whose bytes verified
-	// (b is its decoded body) and returns the problem, "" when none.
+	// (b is its decoded body, kept in r) and returns the problem, "" when
+	// none.
 	CheckLeaf(r *AuditRow[P], b *AuditBody) string
-	// AddLeaf is called in index order for every leaf that passed.
+	// AddLeaf is called in index order for every leaf that passed. It
+	// keeps nothing of r: the row is read into again.
 	AddLeaf(r *AuditRow[P])
 	// Finish runs the driver's checks over the whole snapshot once the n
 	// leaves passed.
@@ -381,147 +386,6 @@ func (a *auditRun[P]) otherSigner(cp ledger.Checkpoint, inForce string, verifier
 	return ""
 }
 
-// leaves streams the leaves: one goroutine reads them in order, GOMAXPROCS
-// workers verify a batch at a time (hashing, decoding, projection checks
-// are independent per leaf), and the batch is fed into the tree in order.
-func (a *auditRun[P]) leaves(ctx context.Context) (bad bool, err error) {
-	batches := make(chan []AuditRow[P], 2)
-	readErr := make(chan error, 1)
-	stopRead := make(chan struct{})
-	defer close(stopRead)
-	go func() {
-		defer close(batches)
-		for {
-			batch, err := a.src.ReadLeaves(ctx, make([]AuditRow[P], 0, auditBatch))
-			if err != nil || len(batch) == 0 {
-				readErr <- err
-				return
-			}
-			select {
-			case batches <- batch:
-			case <-stopRead:
-				readErr <- nil
-				return
-			}
-		}
-	}()
-	workers := max(1, runtime.GOMAXPROCS(0))
-	for batch := range batches {
-		a.check(batch, workers)
-		if bad, err := a.apply(batch); bad || err != nil {
-			return bad, err
-		}
-	}
-	return false, <-readErr
-}
-
-// check runs checkLeaf over batch on workers goroutines.
-func (a *auditRun[P]) check(batch []AuditRow[P], workers int) {
-	var wg sync.WaitGroup
-	per := (len(batch) + workers - 1) / workers
-	for lo := 0; lo < len(batch); lo += per {
-		rows := batch[lo:min(len(batch), lo+per)]
-		wg.Go(func() {
-			for i := range rows {
-				checkLeaf(a.src, &rows[i])
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// apply feeds a checked batch into the tree in order, comparing the
-// stored nodes and the checkpoints' roots on the way.
-func (a *auditRun[P]) apply(batch []AuditRow[P]) (bad bool, err error) {
-	for i := range batch {
-		r := &batch[i]
-		idx := r.Index
-		switch {
-		case idx > a.expect:
-			a.bad(int64(a.expect), "leaf %d is missing (next stored leaf is %d)", a.expect, idx)
-			return true, nil
-		case idx < a.expect:
-			a.bad(int64(idx), "leaf index %d repeats", idx)
-			return true, nil
-		case a.latest == 0 || idx >= a.latest:
-			a.bad(int64(idx), "leaf %d is not covered by any signed checkpoint (latest size %d): inserted behind the service's back", idx, a.latest)
-			return true, nil
-		case r.problem != "":
-			a.bad(int64(idx), "leaf %d (kind %s, %s check): %s", idx, ledger.Clip(r.Kind), r.failure, r.problem)
-			a.rep.BadKind, a.rep.Failure = r.Kind, r.failure
-			return true, nil
-		}
-		if ledger.Kind(r.Kind) == ledger.KindKeyRotation {
-			if h, ok := a.rots[idx]; !ok || !bytes.Equal(h, r.LeafHash) {
-				a.bad(int64(idx), "key rotation leaf %d is not the one the snapshot listed", idx)
-				return true, nil
-			}
-			a.rotSeen++
-		}
-		a.src.AddLeaf(r)
-		// A copy: the range keeps the slices it is given, and the
-		// batch's rows are read into again.
-		h := r.Hash
-		if err := a.rng.Append(h[:], a.visit); err != nil {
-			return false, err
-		}
-		if a.nodeErr != nil {
-			return false, fmt.Errorf("read stored tree nodes: %w", a.nodeErr)
-		}
-		if a.nodeProblem != "" {
-			a.bad(a.nodeBad, "%s", a.nodeProblem)
-			return true, nil
-		}
-		a.expect++
-		if a.rootsMismatch() {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// rootsMismatch compares the root of the leaves so far with every
-// checkpoint of that size; on a mismatch it records the problem.
-func (a *auditRun[P]) rootsMismatch() bool {
-	for a.cpi < len(a.cps) && a.cps[a.cpi].size == a.expect {
-		if rangeRoot(a.rng) != a.cps[a.cpi].root {
-			from := uint64(0)
-			if a.cpi > 0 {
-				from = a.cps[a.cpi-1].size
-			}
-			a.bad(int64(from), "root over leaves [0, %d) does not match the signed checkpoint: a leaf in [%d, %d) was changed", a.expect, from, a.expect)
-			return true
-		}
-		a.verified = a.expect
-		a.cpi++
-	}
-	return false
-}
-
-// visit compares a node the recomputed tree completed with the next
-// stored node.
-func (a *auditRun[P]) visit(id compact.NodeID, h []byte) {
-	if a.nodeProblem != "" || a.nodeErr != nil || id.Level == 0 {
-		return
-	}
-	first := max(int64(id.Index<<id.Level), int64(a.verified))
-	sid, stored, ok, err := a.src.NextNode(context.Background())
-	switch {
-	case err != nil:
-		a.nodeErr = err
-		return
-	case !ok:
-		a.nodeProblem = fmt.Sprintf("tree node (level %d, index %d) is missing", id.Level, id.Index)
-	case sid != id:
-		a.nodeProblem = fmt.Sprintf("tree node order broken at (level %d, index %d): stored nodes were inserted, deleted or reordered", id.Level, id.Index)
-	case !bytes.Equal(stored, h):
-		a.nodeProblem = fmt.Sprintf("tree node (level %d, index %d) does not match the hash recomputed from the leaves", id.Level, id.Index)
-	default:
-		return
-	}
-	a.nodeBad = first
-}
-
 // checkLeaf verifies one leaf on its own: its hash, canonical envelope,
 // index, id, kind, key and time, then the driver's projection of it. Safe
 // to run concurrently on distinct rows.
@@ -536,8 +400,9 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		r.problem, r.failure = problem, failure
 		return
 	}
-	var b AuditBody
-	if err := DecodeAuditBody(ledger.Kind(r.Kind), body, &b); err != nil {
+	b := &r.body
+	*b = AuditBody{}
+	if err := DecodeAuditBody(ledger.Kind(r.Kind), body, b); err != nil {
 		// The bytes hash to the signed leaf: this build cannot read a
 		// layout the log holds (a reading fault), which is no edit.
 		r.problem = fmt.Sprintf("its hash and envelope verify but this build cannot decode its %s body (%s): a reading fault of this build, not tampering; see RELIABILITY.md, \"A tampered state\"", r.Kind, ledger.Clip(err.Error()))
@@ -557,7 +422,7 @@ func checkLeaf[P any](src AuditSource[P], r *AuditRow[P]) {
 		r.problem, r.failure = "key column does not match the leaf body", ledger.FailureProjection
 		return
 	}
-	if r.problem = src.CheckLeaf(r, &b); r.problem != "" {
+	if r.problem = src.CheckLeaf(r, b); r.problem != "" {
 		r.failure = ledger.FailureProjection
 	}
 }
@@ -570,8 +435,19 @@ func leafBody(l *AuditLeaf) (body []byte, problem, failure string) {
 	if !ledger.ValidKind(kind) || len(l.ID) != 32 || !ledger.LowerHex(l.ID) {
 		return nil, "id or kind column is malformed", ledger.FailureEnvelope
 	}
-	prefix := fmt.Sprintf(`{"v":1,"index":%d,"kind":"%s","id":"%s","recorded_at":"%s","body":`, l.Index, l.Kind, l.ID, time.Unix(0, l.RecordedAt).UTC().Format(time.RFC3339Nano))
-	if !bytes.HasPrefix(l.Raw, []byte(prefix)) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
+	// The envelope's prefix up to the body, as ledger.EncodeLeaf writes it
+	// (kind and id are plain ASCII, checked above: nothing to escape).
+	var buf [160]byte
+	prefix := append(buf[:0], `{"v":1,"index":`...)
+	prefix = strconv.AppendUint(prefix, l.Index, 10)
+	prefix = append(prefix, `,"kind":"`...)
+	prefix = append(prefix, l.Kind...)
+	prefix = append(prefix, `","id":"`...)
+	prefix = append(prefix, l.ID...)
+	prefix = append(prefix, `","recorded_at":"`...)
+	prefix = time.Unix(0, l.RecordedAt).UTC().AppendFormat(prefix, time.RFC3339Nano)
+	prefix = append(prefix, `","body":`...)
+	if !bytes.HasPrefix(l.Raw, prefix) || len(l.Raw) < len(prefix)+3 || l.Raw[len(l.Raw)-1] != '}' {
 		var lf ledger.Leaf
 		if err := json.Unmarshal(l.Raw, &lf); err == nil && lf.Index != l.Index {
 			return nil, fmt.Sprintf("the stored bytes say index %d (rows were reordered or copied)", lf.Index), ledger.FailureEnvelope
