@@ -103,6 +103,16 @@ type batchRun struct {
 	idems   []int             // requests whose idempotency key to store
 	keys    map[string][]byte // idempotency key -> request hash, this batch
 	guards  map[string]error  // AppendGuard key -> its Check's answer, this batch
+	// deferFlush: evidence-only requests leave their rows buffered for one
+	// Flush of the whole batch (multi-row INSERTs over every request)
+	// instead of one Flush each; set on the optimistic attempt only.
+	deferFlush bool
+	// unflushed: rows of earlier requests are buffered, not yet flushed.
+	unflushed bool
+	// added are the entries this batch appended, by index - before.size(),
+	// read here rather than through the Batch (their rows may be
+	// unflushed).
+	added []ledger.Entry
 }
 
 // fail answers every request not answered yet with err.
@@ -128,7 +138,7 @@ func (run *batchRun) abort(err error) {
 // request is answered.
 func (l *Log) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	ctx := context.Background()
-	run := &batchRun{l: l, reqs: batch, results: make([]appendResp, len(batch)), now: l.opts.Now().UTC(), keys: map[string][]byte{}}
+	run := &batchRun{l: l, reqs: batch, results: make([]appendResp, len(batch)), now: l.opts.Now().UTC(), keys: map[string][]byte{}, deferFlush: !careful}
 	if err := run.open(ctx); err != nil {
 		run.fail(err)
 		return false
@@ -152,6 +162,14 @@ func (l *Log) runBatch(batch []*appendReq, careful bool) (retry bool) {
 			}
 			run.fail(internal("append", wroteErr))
 			return false
+		}
+	}
+	if run.unflushed {
+		if err := run.b.Flush(ctx); err != nil {
+			// Only the optimistic attempt defers rows: run again carefully.
+			run.l.tree = run.before
+			run.b.Rollback()
+			return true
 		}
 	}
 	run.finish(ctx)
@@ -330,6 +348,14 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 	if g := r.guard; g != nil {
 		err, seen := run.guards[g.Key()]
 		if !seen {
+			// A guard reads through the batch: earlier requests' rows
+			// first reach it.
+			if run.unflushed {
+				if err := run.b.Flush(ctx); err != nil {
+					return err, nil
+				}
+				run.unflushed = false
+			}
 			err = g.Check(ctx, run.b)
 			if run.guards == nil {
 				run.guards = map[string]error{}
@@ -345,18 +371,26 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 		run.results[i].err = internal("savepoint", err)
 		return nil, nil
 	}
-	saved := run.l.tree.clone()
+	saved, nAdded := run.l.tree.clone(), len(run.added)
 	// apply only reads; its rows are buffered in the batch until Flush.
 	res, replay, err := run.apply(ctx, r)
 	wrote := false
 	if err == nil {
 		wrote = true
-		err = run.b.Flush(ctx)
+		if run.deferFlush && evidenceOnly(r) {
+			run.unflushed = run.unflushed || len(run.added) > nAdded
+		} else {
+			err = run.b.Flush(ctx)
+			run.unflushed = false
+		}
 	}
 	if err != nil {
 		endErr := run.b.EndRequest(ctx, false)
 		run.l.tree = saved
-		if wrote && !savepoint {
+		run.added = run.added[:nAdded]
+		// Without a savepoint, dropping this request's rows drops the
+		// buffered rows of earlier requests too: the batch runs again.
+		if (wrote || run.unflushed) && !savepoint {
 			return err, nil
 		}
 		if endErr != nil {
@@ -412,7 +446,7 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 			continue
 		}
 		if idx, ok := stored[p.ID]; ok {
-			e, err := run.b.EntryAt(ctx, idx)
+			e, err := run.entryAt(ctx, idx)
 			if err != nil {
 				return res, false, err
 			}
@@ -430,6 +464,30 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 		res.entries, res.existing = append(res.entries, e), append(res.existing, false)
 	}
 	return res, false, nil
+}
+
+// entryAt is the leaf at idx: appended by this batch (run.added) or
+// stored before it.
+func (run *batchRun) entryAt(ctx context.Context, idx uint64) (ledger.Entry, error) {
+	if base := run.before.size(); idx >= base && idx-base < uint64(len(run.added)) {
+		return run.added[idx-base], nil
+	}
+	return run.b.EntryAt(ctx, idx)
+}
+
+// evidenceOnly reports whether r appends evidence records only: rows
+// that no guard or later request of the batch reads through the Batch,
+// so their Flush may wait for the batch's end.
+func evidenceOnly(r *appendReq) bool {
+	if r.rotate != nil {
+		return false
+	}
+	for i := range r.recs {
+		if r.recs[i].Kind != ledger.KindEvidence {
+			return false
+		}
+	}
+	return true
 }
 
 // replay answers a request from its idempotency key's stored answer.
@@ -463,6 +521,7 @@ func (run *batchRun) insert(p *ledger.Prepared) (ledger.Entry, error) {
 	if err := t.rng.Append(lh[:], run.b.AddNode); err != nil {
 		return ledger.Entry{}, err
 	}
+	run.added = append(run.added, e)
 	return e, nil
 }
 
