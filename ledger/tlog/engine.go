@@ -203,7 +203,10 @@ type appendResp struct {
 	existing []bool
 	size     uint64             // proofs are against this size
 	cp       *ledger.Checkpoint // the checkpoint of that size when the sequencer has it
-	err      error
+	// nodes are tree nodes of the committed batch (batchNodes), read
+	// before the store for the answer's proofs; nil when it added none.
+	nodes map[compact.NodeID][]byte
+	err   error
 }
 
 // NewLog returns the engine over d and, unless opts.ReadOnly, starts its
@@ -364,6 +367,9 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*ledger.AppendResult
 	var nr NodeReader = l.d
 	if a, ok := l.d.(AnswerNodeReader); ok {
 		nr = a.AnswerNodes()
+	}
+	if resp.nodes != nil {
+		nr = memNodes{m: resp.nodes, next: nr}
 	}
 	proofs, err := inclusionMany(ctx, nr, idx, resp.size, cp.Root)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/evidence-ledger/ledger/ledger"
 	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/transparency-dev/merkle/compact"
 )
 
 // lingerRecords: a batch with this many records starts at once (see
@@ -113,6 +115,9 @@ type batchRun struct {
 	// read here rather than through the Batch (their rows may be
 	// unflushed).
 	added []ledger.Entry
+	// nodes are the tree nodes the batch's inserts completed (see
+	// batchNodes); nil until the first insert.
+	nodes map[compact.NodeID][]byte
 }
 
 // fail answers every request not answered yet with err.
@@ -518,11 +523,41 @@ func (run *batchRun) insert(p *ledger.Prepared) (ledger.Entry, error) {
 	lh := ledger.LeafHash(raw)
 	e := ledger.Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: lh, Body: p.Body, Raw: raw}
 	run.b.AddLeaf(e, p)
-	if err := t.rng.Append(lh[:], run.b.AddNode); err != nil {
+	if run.nodes == nil {
+		run.nodes = make(map[compact.NodeID][]byte, 4*len(run.reqs))
+	}
+	if err := t.rng.Append(lh[:], run.addNode); err != nil {
 		return ledger.Entry{}, err
 	}
 	run.added = append(run.added, e)
 	return e, nil
+}
+
+// addNode buffers a node the tree completed in the batch and keeps it for
+// the answers' proofs. A node of a request that failed afterwards is
+// replaced by the same node of a later request, or lies beyond the
+// batch's final size, where no proof of a committed size reaches.
+func (run *batchRun) addNode(id compact.NodeID, hash []byte) {
+	run.b.AddNode(id, hash)
+	run.nodes[id] = hash
+}
+
+// batchNodes returns the nodes the answers' inclusion proofs read first:
+// those the batch completed and the compact range of the log before it
+// (the perfect subtrees left of the batch's leaves). Together they hold
+// every node the proof of a leaf the batch appended needs, so answers
+// read none from the store; nil when the batch appended nothing. Called
+// once the batch committed; the map is read-only from then on.
+func (run *batchRun) batchNodes() map[compact.NodeID][]byte {
+	if run.nodes == nil {
+		return nil
+	}
+	if n := run.before.size(); n > 0 {
+		for i, id := range compact.RangeNodes(0, n, nil) {
+			run.nodes[id] = run.before.rng.Hashes()[i]
+		}
+	}
+	return run.nodes
 }
 
 // finish stores the idempotency answers and the signed checkpoint,
@@ -579,10 +614,12 @@ func (run *batchRun) finish(ctx context.Context) {
 			return
 		}
 	}
+	nodes := run.batchNodes()
 	for i, r := range run.reqs {
 		if run.results[i].err == nil && run.results[i].size == 0 {
 			run.results[i].size = size
 		}
+		run.results[i].nodes = nodes
 		if run.results[i].size == latest.Size && latest.Note != "" {
 			run.results[i].cp = &latest
 		}
