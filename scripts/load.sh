@@ -20,6 +20,7 @@ ADMIN=$("$BIN" --db "$DB" token create --name load-admin --scope admin --role re
 REC=$("$BIN" --db "$DB" token create --name load --scope record 2>/dev/null)
 PROFILE_FLAGS=()
 [ -n "${LOAD_PROFILE:-}" ] && PROFILE_FLAGS=(--cpuprofile "$WORK/cpu.prof")
+: >"$WORK/serve.out"
 "$BIN" --db "$DB" serve --addr 127.0.0.1:0 "${PROFILE_FLAGS[@]}" ${LOAD_SERVE_FLAGS:-} >"$WORK/serve.out" 2>"$WORK/serve.err" &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT

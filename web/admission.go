@@ -19,9 +19,9 @@ import (
 // Reads (GET and HEAD, but static assets, /healthz and /metrics) take
 // one of GOMAXPROCS slots. While any write request is in flight they
 // also take the single exclusive slot, and on leaving keep it for a pause
-// as long as they held it (at most readPauseMax): while appends are
-// coming, reads get at most about half of one core and the writer the
-// rest; an idle writer costs reads nothing. A read holds the exclusive
+// readPauseFactor times as long as they held it (at most readPauseMax):
+// while appends are coming, reads get at most about 1/(1+readPauseFactor)
+// of one core and the writer the rest; an idle writer costs reads nothing. A read holds the exclusive
 // slot at most readHoldMax (a slow client cannot stall the other reads),
 // and gives both slots up once it waits for a shared computation
 // (freshCache), which is not its own CPU. Waiting ends with the request's
@@ -31,9 +31,10 @@ import (
 // reads each) are a class of their own: they take one of
 // max(1, GOMAXPROCS/2) proof slots and nothing else, so they never queue
 // behind a page render or the pause a page leaves behind. While writes
-// are in flight a proof slot is given back after a pause as long as it
-// was held (at most readPauseMax), so proofs take at most about half of
-// GOMAXPROCS/2 cores however many clients ask. Safe for concurrent use.
+// are in flight a proof slot is given back after a pause readPauseFactor
+// times as long as it was held (at most readPauseMax), so proofs take at
+// most about 1/(1+readPauseFactor) of GOMAXPROCS/2 cores however many
+// clients ask. Safe for concurrent use.
 type readGate struct {
 	slots     chan struct{} // GOMAXPROCS
 	exclusive chan struct{} // 1, taken only while writes are in flight
@@ -43,7 +44,10 @@ type readGate struct {
 
 const (
 	readPauseMax = 50 * time.Millisecond
-	readHoldMax  = 50 * time.Millisecond
+	// readPauseFactor is the pause after a read, in multiples of the time
+	// it held its slot, while writes are in flight.
+	readPauseFactor = 2
+	readHoldMax     = 50 * time.Millisecond
 )
 
 func newReadGate() *readGate {
@@ -62,7 +66,7 @@ func (g *readGate) enterProof(ctx context.Context) (func(), bool) {
 	}
 	since := time.Now()
 	return func() {
-		if pause := min(time.Since(since), readPauseMax); pause > 0 && g.writes.Load() > 0 {
+		if pause := min(readPauseFactor*time.Since(since), readPauseMax); pause > 0 && g.writes.Load() > 0 {
 			time.AfterFunc(pause, func() { <-g.proofs })
 			return
 		}
@@ -127,7 +131,7 @@ func (t *readTicket) release() {
 	if h := t.excl; h != nil {
 		t.excl = nil
 		if h.timer.Stop() {
-			pause := min(time.Since(h.since), readPauseMax)
+			pause := min(readPauseFactor*time.Since(h.since), readPauseMax)
 			if pause > 0 && t.g.writes.Load() > 0 {
 				time.AfterFunc(pause, h.release)
 			} else {

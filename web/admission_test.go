@@ -17,8 +17,9 @@ import (
 )
 
 // While a write is in flight, reads run one at a time and leave a pause
-// as long as their work behind them, so that they take at most about half
-// of one core; without writes they run side by side. A read whose request
+// of readPauseFactor times their work behind them, so that they take at
+// most about 1/(1+readPauseFactor) of one core; without writes they run
+// side by side. A read whose request
 // ends while it waits is not admitted.
 func TestReadGateYieldsToWrites(t *testing.T) {
 	g := newReadGate()
@@ -181,7 +182,8 @@ func TestIsProofRead(t *testing.T) {
 }
 
 // While a write is in flight a proof slot is given back only after a
-// pause as long as it was held; without writes at once.
+// pause (readPauseFactor times as long as it was held); without writes at
+// once.
 func TestProofSlotsPauseWhileWrites(t *testing.T) {
 	g := newReadGate()
 	fill := func() []func() {

@@ -52,8 +52,12 @@ type AnswerNodeReader interface {
 // idempotency answers and a checkpoint, all committed together or not at
 // all. Reads through a Batch see its own writes once flushed. The engine
 // calls, in order: Size, Start, then per request BeginRequest, Find,
-// Idempotency/EntryByID/EntryAt, AddLeaf and AddNode, Flush, EndRequest;
-// then PutIdempotency, PutCheckpoint and Commit, or Rollback at any point.
+// Idempotency/EntryByID/EntryAt, AddLeaf and AddNode, Flush (after each
+// request, or once after several requests' AddLeaf calls: rows of
+// evidence-only requests wait for the batch's end), EndRequest; then
+// PutIdempotency, PutCheckpoint and Commit, or Rollback at any point. An
+// EndRequest(false) without a savepoint while earlier requests' rows are
+// unflushed is followed by Rollback.
 type Batch interface {
 	NodeReader
 	// Size returns the number of stored leaves as this batch sees them.
@@ -88,7 +92,8 @@ type Batch interface {
 	// AddNode buffers a tree node the leaf completed (level 0: the leaf
 	// hash itself, which drivers may keep with the leaf).
 	AddNode(id compact.NodeID, hash []byte)
-	// Flush writes what the current request buffered.
+	// Flush writes every row buffered since the last Flush (of one
+	// request or of several).
 	Flush(ctx context.Context) error
 	// PutIdempotency stores an idempotency key's answer; a key stored
 	// concurrently by another process is not an error.
@@ -198,7 +203,10 @@ type appendResp struct {
 	existing []bool
 	size     uint64             // proofs are against this size
 	cp       *ledger.Checkpoint // the checkpoint of that size when the sequencer has it
-	err      error
+	// nodes are tree nodes of the committed batch (batchNodes), read
+	// before the store for the answer's proofs; nil when it added none.
+	nodes map[compact.NodeID][]byte
+	err   error
 }
 
 // NewLog returns the engine over d and, unless opts.ReadOnly, starts its
@@ -359,6 +367,9 @@ func (l *Log) answer(ctx context.Context, resp appendResp) (*ledger.AppendResult
 	var nr NodeReader = l.d
 	if a, ok := l.d.(AnswerNodeReader); ok {
 		nr = a.AnswerNodes()
+	}
+	if resp.nodes != nil {
+		nr = memNodes{m: resp.nodes, next: nr}
 	}
 	proofs, err := inclusionMany(ctx, nr, idx, resp.size, cp.Root)
 	if err != nil {

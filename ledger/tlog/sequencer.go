@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/evidence-ledger/ledger/ledger"
 	"time"
+
+	"github.com/evidence-ledger/ledger/ledger"
+	"github.com/transparency-dev/merkle/compact"
 )
 
 // lingerRecords: a batch with this many records starts at once (see
@@ -103,6 +105,19 @@ type batchRun struct {
 	idems   []int             // requests whose idempotency key to store
 	keys    map[string][]byte // idempotency key -> request hash, this batch
 	guards  map[string]error  // AppendGuard key -> its Check's answer, this batch
+	// deferFlush: evidence-only requests leave their rows buffered for one
+	// Flush of the whole batch (multi-row INSERTs over every request)
+	// instead of one Flush each; set on the optimistic attempt only.
+	deferFlush bool
+	// unflushed: rows of earlier requests are buffered, not yet flushed.
+	unflushed bool
+	// added are the entries this batch appended, by index - before.size(),
+	// read here rather than through the Batch (their rows may be
+	// unflushed).
+	added []ledger.Entry
+	// nodes are the tree nodes the batch's inserts completed (see
+	// batchNodes); nil until the first insert.
+	nodes map[compact.NodeID][]byte
 }
 
 // fail answers every request not answered yet with err.
@@ -128,7 +143,7 @@ func (run *batchRun) abort(err error) {
 // request is answered.
 func (l *Log) runBatch(batch []*appendReq, careful bool) (retry bool) {
 	ctx := context.Background()
-	run := &batchRun{l: l, reqs: batch, results: make([]appendResp, len(batch)), now: l.opts.Now().UTC(), keys: map[string][]byte{}}
+	run := &batchRun{l: l, reqs: batch, results: make([]appendResp, len(batch)), now: l.opts.Now().UTC(), keys: map[string][]byte{}, deferFlush: !careful}
 	if err := run.open(ctx); err != nil {
 		run.fail(err)
 		return false
@@ -152,6 +167,14 @@ func (l *Log) runBatch(batch []*appendReq, careful bool) (retry bool) {
 			}
 			run.fail(internal("append", wroteErr))
 			return false
+		}
+	}
+	if run.unflushed {
+		if err := run.b.Flush(ctx); err != nil {
+			// Only the optimistic attempt defers rows: run again carefully.
+			run.l.tree = run.before
+			run.b.Rollback()
+			return true
 		}
 	}
 	run.finish(ctx)
@@ -330,6 +353,14 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 	if g := r.guard; g != nil {
 		err, seen := run.guards[g.Key()]
 		if !seen {
+			// A guard reads through the batch: earlier requests' rows
+			// first reach it.
+			if run.unflushed {
+				if err := run.b.Flush(ctx); err != nil {
+					return err, nil
+				}
+				run.unflushed = false
+			}
 			err = g.Check(ctx, run.b)
 			if run.guards == nil {
 				run.guards = map[string]error{}
@@ -345,18 +376,26 @@ func (run *batchRun) request(ctx context.Context, i int, savepoint bool) (wroteE
 		run.results[i].err = internal("savepoint", err)
 		return nil, nil
 	}
-	saved := run.l.tree.clone()
+	saved, nAdded := run.l.tree.clone(), len(run.added)
 	// apply only reads; its rows are buffered in the batch until Flush.
 	res, replay, err := run.apply(ctx, r)
 	wrote := false
 	if err == nil {
 		wrote = true
-		err = run.b.Flush(ctx)
+		if run.deferFlush && evidenceOnly(r) {
+			run.unflushed = run.unflushed || len(run.added) > nAdded
+		} else {
+			err = run.b.Flush(ctx)
+			run.unflushed = false
+		}
 	}
 	if err != nil {
 		endErr := run.b.EndRequest(ctx, false)
 		run.l.tree = saved
-		if wrote && !savepoint {
+		run.added = run.added[:nAdded]
+		// Without a savepoint, dropping this request's rows drops the
+		// buffered rows of earlier requests too: the batch runs again.
+		if (wrote || run.unflushed) && !savepoint {
 			return err, nil
 		}
 		if endErr != nil {
@@ -412,7 +451,7 @@ func (run *batchRun) apply(ctx context.Context, r *appendReq) (res appendResp, r
 			continue
 		}
 		if idx, ok := stored[p.ID]; ok {
-			e, err := run.b.EntryAt(ctx, idx)
+			e, err := run.entryAt(ctx, idx)
 			if err != nil {
 				return res, false, err
 			}
@@ -460,9 +499,13 @@ func (run *batchRun) insert(p *ledger.Prepared) (ledger.Entry, error) {
 	lh := ledger.LeafHash(raw)
 	e := ledger.Entry{Index: idx, ID: p.ID, Kind: p.Kind, RecordedAt: run.now, LeafHash: lh, Body: p.Body, Raw: raw}
 	run.b.AddLeaf(e, p)
-	if err := t.rng.Append(lh[:], run.b.AddNode); err != nil {
+	if run.nodes == nil {
+		run.nodes = make(map[compact.NodeID][]byte, 4*len(run.reqs))
+	}
+	if err := t.rng.Append(lh[:], run.addNode); err != nil {
 		return ledger.Entry{}, err
 	}
+	run.added = append(run.added, e)
 	return e, nil
 }
 
@@ -520,10 +563,12 @@ func (run *batchRun) finish(ctx context.Context) {
 			return
 		}
 	}
+	nodes := run.batchNodes()
 	for i, r := range run.reqs {
 		if run.results[i].err == nil && run.results[i].size == 0 {
 			run.results[i].size = size
 		}
+		run.results[i].nodes = nodes
 		if run.results[i].size == latest.Size && latest.Note != "" {
 			run.results[i].cp = &latest
 		}

@@ -104,6 +104,39 @@ func ParseCheckpointText(text string) (origin string, size uint64, root ledger.H
 	return lines[0], size, root, nil
 }
 
+// memNodes reads nodes from m first and the rest from next (one
+// ReadNodes call for the misses, none when m holds every node). m is not
+// modified.
+type memNodes struct {
+	m    map[compact.NodeID][]byte
+	next NodeReader
+}
+
+// ReadNodes implements NodeReader.
+func (r memNodes) ReadNodes(ctx context.Context, ids []compact.NodeID) ([][]byte, error) {
+	out := make([][]byte, len(ids))
+	var miss []compact.NodeID
+	var at []int
+	for i, id := range ids {
+		if h, ok := r.m[id]; ok {
+			out[i] = h
+		} else {
+			miss, at = append(miss, id), append(at, i)
+		}
+	}
+	if len(miss) == 0 {
+		return out, nil
+	}
+	got, err := r.next.ReadNodes(ctx, miss)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = got[j]
+	}
+	return out, nil
+}
+
 // inclusionMany builds inclusion proofs for the leaves idx in the tree of
 // the given size and root, reading the union of the nodes they need in one
 // ReadNodes call.
