@@ -29,8 +29,11 @@ ended() { echo "exit $1 after ${SECONDS}s" >> "$OUT/log.txt"; }
 
 # 1. The ledger's own CUDA kernel, corrected (promoted) vs original (narrow), interleaved, all
 #    162 cases (2 s and 200 samples per arm at most; most converge within 1 % far sooner).
-step "qmv-throughput/v1 on cuda, all cases"
-timeout 270 "$L" --db "$DB" --json run --backend cuda --lane qmv-throughput/v1 --case-budget 2s "${PIN[@]}" \
+#    LANE_CASES (case globs, default all) and LANE_LIMIT (seconds, default 270) fit it to what is
+#    left of a device session.
+step "qmv-throughput/v1 on cuda, cases: ${LANE_CASES:-all}"
+CASEFLAG=(); [ -n "${LANE_CASES:-}" ] && CASEFLAG=(--cases "$LANE_CASES")
+timeout "${LANE_LIMIT:-270}" "$L" --db "$DB" --json run --backend cuda --lane qmv-throughput/v1 --case-budget 2s "${CASEFLAG[@]}" "${PIN[@]}" \
   > "$OUT/cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
 # 2. PyTorch through the adapter protocol's timing frames: its int4 kernel (tinygemm; bf16 4-bit
