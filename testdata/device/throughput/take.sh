@@ -28,31 +28,34 @@ step() { echo "== $*" >> "$OUT/log.txt"; SECONDS=0; }
 ended() { echo "exit $1 after ${SECONDS}s" >> "$OUT/log.txt"; }
 
 # 1. The ledger's own CUDA kernel, corrected (promoted) vs original (narrow), interleaved, all
-#    162 cases (5 s and 200 samples per arm at most; most converge within 1 % far sooner).
-step "qmv-throughput/v1 on cuda, all cases"
-timeout 300 "$L" --db "$DB" --json run --backend cuda --lane qmv-throughput/v1 --case-budget 3s "${PIN[@]}" \
+#    162 cases (2 s and 200 samples per arm at most; most converge within 1 % far sooner).
+#    LANE_CASES (case globs, default all) and LANE_LIMIT (seconds, default 270) fit it to what is
+#    left of a device session.
+step "qmv-throughput/v1 on cuda, cases: ${LANE_CASES:-all}"
+CASEFLAG=(); [ -n "${LANE_CASES:-}" ] && CASEFLAG=(--cases "$LANE_CASES")
+timeout "${LANE_LIMIT:-270}" "$L" --db "$DB" --json run --backend cuda --lane qmv-throughput/v1 --case-budget 2s "${CASEFLAG[@]}" "${PIN[@]}" \
   > "$OUT/cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
 # 2. PyTorch through the adapter protocol's timing frames: its int4 kernel (tinygemm; bf16 4-bit
 #    cases) and dequantize + F.linear (cuBLAS) on the 4-bit cases of 4096² and 8192².
 step "pytorch-int4pack-cuda"
-timeout 45 "$L" --db "$DB" --json run --impl pytorch-int4pack-cuda --impls adapters/implementations.yaml \
+timeout 40 "$L" --db "$DB" --json run --impl pytorch-int4pack-cuda --impls adapters/implementations.yaml \
   --lane qmv-throughput/v1 --cases 'batch*/*/bf16/b4/*' --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-int4pack-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 step "pytorch-dequant-cuda"
-timeout 60 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapters/implementations.yaml \
+timeout 50 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapters/implementations.yaml \
   --lane qmv-throughput/v1 --cases 'batch*/n4096/k4096/*/b4/*,batch*/n8192/k8192/*/b4/*' --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-dequant-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
 # 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1).
 step "qmv-torch-baselines --quick"
-PYTHONUNBUFFERED=1 timeout 90 python3 scripts/qmv-torch-baselines.py --quick --out "$OUT/torch-baselines.json" \
+PYTHONUNBUFFERED=1 timeout 60 python3 scripts/qmv-torch-baselines.py --quick --out "$OUT/torch-baselines.json" \
   > "$OUT/torch-baselines.txt" 2>&1; ended $?
 
 # 4. The backend's GPU tests: batched rows bit-exact with the CPU backend and single-vector QMV,
 #    the timer's samples and its twice-launched control.
 step "backends/cuda GPU tests"
-timeout 80 .devbin/tp/cuda.test -test.v -test.count 1 -test.run 'Throughput|TestMatchesCPU|KernelDefaults' \
+timeout 50 .devbin/tp/cuda.test -test.v -test.count 1 -test.run 'Throughput|TestMatchesCPU|KernelDefaults' \
   > "$OUT/cuda-tests.txt" 2>&1; ended $?
 "$L" --db "$DB" audit >> "$OUT/log.txt" 2>&1
 cat "$OUT/log.txt"
