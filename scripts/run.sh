@@ -60,11 +60,6 @@ if [ -f testdata/device/cuda-evidence.json ]; then
   "$BIN" record --server "http://$ADDR" --token "$TOKEN" testdata/device/cuda-evidence.json
 fi
 
-if [ -f testdata/device/throughput/evidence.json ]; then
-  say "recording the committed GPU throughput run (corrected vs narrow qmv kernel; see testdata/device/throughput)"
-  "$BIN" record --server "http://$ADDR" --token "$TOKEN" testdata/device/throughput/evidence.json
-fi
-
 say "registering the trust policy the self release names (policy: self)"
 "$BIN" --server "http://$ADDR" --token "$TOKEN" policy apply examples/policy-self.yaml --name self
 
@@ -89,6 +84,10 @@ fi
 # Registering the same key again appends nothing; another live key of demo-runner is refused.
 "$BIN" --server "http://$ADDR" --token "$TOKEN" runner add demo-runner "$RUNNER_KEY.pub"
 "$BIN" record --server "http://$ADDR" --token "$TOKEN" --sign-key "$RUNNER_KEY" examples/reference-0.9.0-evidence.json
+if [ -f testdata/device/throughput/evidence.json ]; then
+  say "recording the committed GPU throughput run (corrected vs narrow qmv kernel; see testdata/device/throughput)"
+  "$BIN" record --server "http://$ADDR" --token "$TOKEN" --sign-key "$RUNNER_KEY" testdata/device/throughput/evidence.json
+fi
 
 say "readiness"
 for v in 0.9.0 "self-$SHORT"; do

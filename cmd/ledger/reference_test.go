@@ -277,7 +277,7 @@ func TestReferencePosture(t *testing.T) {
 	// The committed GPU throughput run, recorded as make run records it.
 	run := throughputRun(t)
 	if run != nil {
-		if _, errOut, code := runBin(t, "", "record", "--server", url, "--token", token, throughputRunFile); code != 0 {
+		if _, errOut, code := runBin(t, "", "record", "--server", url, "--token", token, "--sign-key", key, throughputRunFile); code != 0 {
 			t.Fatalf("record %s: %s", throughputRunFile, errOut)
 		}
 	}
