@@ -75,6 +75,9 @@ func validateThroughput(g *Gate, f string) error {
 		if _, err := path.Match(s, ""); err != nil {
 			return ledger.FieldError(fmt.Sprintf("%s.select[%d]", f, j), "bad glob %q: %v", s, err)
 		}
+		if strings.Contains("/"+s+"/", "//") {
+			return ledger.FieldError(fmt.Sprintf("%s.select[%d]", f, j), "glob %q has an empty segment (a leading, trailing or double /): it matches no case id", s)
+		}
 	}
 	return nil
 }

@@ -336,6 +336,8 @@ func TestThroughputValidation(t *testing.T) {
 		{"  - {id: g, kind: throughput, component: core, backends: [cuda], baseline: narrow, threshold: .nan}", "gates[0].threshold"},
 		{base + ", select: [\"batch1/[\"]}", "gates[0].select[0]"},
 		{base + ", select: [\"\"]}", "gates[0].select[0]"},
+		{base + ", select: [\"batch1/\"]}", "gates[0].select[0]"},
+		{base + ", select: [\"batch1//b4\"]}", "gates[0].select[0]"},
 		{base + ", baseline_artifacts: {lib: sha256:abc}}", "gates[0].baseline_artifacts.lib"},
 		{base + ", cases: -1}", "gates[0].cases"},
 		{base + ", lane: nope}", "gates[0].lane"},

@@ -495,6 +495,9 @@ func (e *Evidence) validateAttached() error {
 		if err := checkDetails(e.Details); err != nil {
 			return err
 		}
+		if err := CheckThroughputDetails(e.Details); err != nil {
+			return err
+		}
 	}
 	if e.Run != nil {
 		if err := e.Run.Validate(); err != nil {

@@ -1,9 +1,9 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"path"
 	"strings"
 )
@@ -187,11 +187,37 @@ func checkSamples(f string, xs []float64) error {
 		return FieldError(f, "must hold 1..%d samples, got %d", MaxThroughputSamples, len(xs))
 	}
 	for j, x := range xs {
-		if !(x > 0) || math.IsInf(x, 0) {
-			return FieldError(fmt.Sprintf("%s[%d]", f, j), "must be a finite time > 0 seconds, got %v", x)
+		if !ValidSampleSeconds(x) {
+			return FieldError(fmt.Sprintf("%s[%d]", f, j), "must be a time per product of %g..%g seconds, got %v", MinSampleSeconds, MaxSampleSeconds, x)
 		}
 	}
 	return nil
+}
+
+// The range of one sample, in seconds per product: a picosecond (below
+// any clock a lane uses) to 10,000 s. Bounded both ways, every ratio of
+// two samples and every interval of them is a finite number.
+const (
+	MinSampleSeconds = 1e-12
+	MaxSampleSeconds = 1e4
+)
+
+// ValidSampleSeconds reports whether x is a sample a throughput record may
+// carry: MinSampleSeconds <= x <= MaxSampleSeconds (so not NaN).
+func ValidSampleSeconds(x float64) bool {
+	return x >= MinSampleSeconds && x <= MaxSampleSeconds
+}
+
+// CheckThroughputDetails checks the throughput member of evidence
+// details d when there is one (ThroughputOf's checks): a record whose
+// samples or shape are malformed is refused on admission, naming the
+// field, rather than appended and set aside by every gate.
+func CheckThroughputDetails(d []byte) error {
+	if !bytes.Contains(d, []byte(`"throughput"`)) {
+		return nil
+	}
+	_, err := ThroughputOf(&Evidence{Details: d})
+	return err
 }
 
 // MatchCaseGlob reports whether glob g (a path.Match pattern) selects the

@@ -8,6 +8,7 @@ import (
 	"math"
 	"unicode/utf8"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runner/quant"
 )
 
@@ -260,8 +261,8 @@ func DecodeSamples(payload []byte) (string, TimingSamples, error) {
 		ts.Samples = make([]float64, n)
 		for i := range ts.Samples {
 			s := math.Float64frombits(binary.LittleEndian.Uint64(p.take(8, "samples")))
-			if !(s > 0) || math.IsInf(s, 0) {
-				p.err = fmt.Errorf("sample %d is %v, want a finite time > 0 seconds", i, s)
+			if !ledger.ValidSampleSeconds(s) {
+				p.err = fmt.Errorf("sample %d is %v, want a time per product of %g..%g seconds", i, s, ledger.MinSampleSeconds, ledger.MaxSampleSeconds)
 				break
 			}
 			ts.Samples[i] = s

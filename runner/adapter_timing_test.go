@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runner/quant"
 )
 
@@ -98,11 +99,11 @@ func TestTimeCodec(t *testing.T) {
 }
 
 // TestSamplesCodec: samples round-trip bit for bit; every malformed
-// variant (non-finite, zero or negative samples, a count that disagrees
+// variant (non-finite, zero, negative or out-of-range samples, a count that disagrees
 // with the bytes, a count of 0, launches 0, an empty, non-ASCII or
 // control-character clock, truncation) is refused naming the frame.
 func TestSamplesCodec(t *testing.T) {
-	ts := TimingSamples{Clock: "torch.cuda.Event", Launches: 16, Samples: []float64{1.5e-5, 2e-5, math.SmallestNonzeroFloat64}}
+	ts := TimingSamples{Clock: "torch.cuda.Event", Launches: 16, Samples: []float64{1.5e-5, 2e-5, ledger.MinSampleSeconds, ledger.MaxSampleSeconds}}
 	p := EncodeSamples("case/1", ts)
 	id, got, err := DecodeSamples(p)
 	if err != nil || id != "case/1" || !reflect.DeepEqual(got, ts) {
@@ -126,6 +127,8 @@ func TestSamplesCodec(t *testing.T) {
 		"+inf":        bad(with(func(c *TimingSamples) { c.Samples[0] = math.Inf(1) })),
 		"zero":        bad(with(func(c *TimingSamples) { c.Samples[0] = 0 })),
 		"negative":    bad(with(func(c *TimingSamples) { c.Samples[0] = -1e-3 })),
+		"denormal":    bad(with(func(c *TimingSamples) { c.Samples[0] = math.SmallestNonzeroFloat64 })),
+		"1e308":       bad(with(func(c *TimingSamples) { c.Samples[0] = 1e308 })),
 		"no samples":  bad(with(func(c *TimingSamples) { c.Samples = nil })),
 		"launches 0":  bad(with(func(c *TimingSamples) { c.Launches = 0 })),
 		"no clock":    bad(with(func(c *TimingSamples) { c.Clock = "" })),

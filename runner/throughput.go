@@ -307,6 +307,11 @@ func Measure(ctx context.Context, arms []Arm, o MeasureOptions) (samples [][]flo
 			if len(s) != o.Round {
 				return samples, false, fmt.Errorf("measure: arm %d gave %d samples, asked for %d", j, len(s), o.Round)
 			}
+			for _, x := range s {
+				if !ledger.ValidSampleSeconds(x) {
+					return samples, false, fmt.Errorf("measure: arm %d gave a sample of %v s, outside %g..%g", j, x, ledger.MinSampleSeconds, ledger.MaxSampleSeconds)
+				}
+			}
 			samples[j] = append(samples[j], s...)
 		}
 		if Converged(samples, o.Confidence, o.TargetRel) {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestThroughputCasesAndOperands(t *testing.T) {
 	}
 }
 
-// fakeArm returns samples around mean with relative noise.
+// fakeArm returns samples around mean with relative noise (log-normal).
 type fakeArm struct {
 	rng         *rand.Rand
 	mean, noise float64
@@ -63,7 +64,7 @@ type fakeArm struct {
 func (a *fakeArm) Sample(_ context.Context, n int) ([]float64, error) {
 	out := make([]float64, n)
 	for i := range out {
-		out[i] = a.mean * (1 + a.noise*a.rng.NormFloat64())
+		out[i] = a.mean * math.Exp(a.noise*a.rng.NormFloat64()) // log-normal: never <= 0
 	}
 	return out, nil
 }
@@ -89,5 +90,16 @@ func TestMeasureConvergesAndStops(t *testing.T) {
 	s, _, _ = Measure(context.Background(), []Arm{&fakeArm{rng, 20e-6, 0.01}, &fakeArm{rng, 40e-6, 0.01}}, MeasureOptions{})
 	if ok, iv := ControlCaught(s[0], s[1], 0.95); !ok {
 		t.Fatalf("2x slowdown not caught: %+v", iv)
+	}
+}
+
+// A sample outside ledger.ValidSampleSeconds (an adapter or backend
+// answering nonsense) stops the measurement with an error, so no record
+// carries a ratio that overflows.
+func TestMeasureRefusesImpossibleSamples(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	_, _, err := Measure(context.Background(), []Arm{&fakeArm{rng, 20e-6, 0.01}, &fakeArm{rng, 5e-324, 0}}, MeasureOptions{})
+	if err == nil {
+		t.Fatal("a 5e-324 s sample was measured")
 	}
 }

@@ -109,3 +109,59 @@ func (e *runnerEnv) readiness7(t *testing.T) []gates.GateResult {
 	}
 	return sv.Readiness.Gates
 }
+
+// TestThroughputMalformedRefused: throughput details that break the
+// vocabulary's rules are refused on admission naming the field (400,
+// nothing appended), and samples whose ratio would overflow (1e308 over
+// 1e-308: finite, positive, but no finite quotient) cannot brick the
+// release's readiness: they are refused too, and readiness answers.
+func TestThroughputMalformedRefused(t *testing.T) {
+	e := newRunnerEnv(t)
+	commit := fmt.Sprintf("%040x", 0x35)
+	rel := fmt.Sprintf(`version: 7.0.0
+components:
+  - {name: ledger-qmv, repository: github.com/evidence-ledger/ledger, reviewed: %[1]s, head: %[1]s}
+gates:
+  - {id: qmv-throughput, kind: throughput, component: ledger-qmv, backends: [cuda], baseline: narrow, threshold: 0.98}
+`, commit)
+	if code, body := e.do(t, http.MethodPut, "/api/v1/releases/7.0.0", e.admin, rel, "Content-Type", "application/yaml"); code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("define release: %d %s", code, body)
+	}
+	tcase := func(ev map[string]any) map[string]any {
+		return ev["details"].(map[string]any)[ledger.ThroughputField].(map[string]any)["cases"].([]map[string]any)[0]
+	}
+	for i, tc := range []struct {
+		name, field string
+		edit        func(ev map[string]any)
+	}{
+		{"huge over tiny", "details.throughput.cases[0].candidate_s[0]", func(ev map[string]any) {
+			c := tcase(ev)
+			for j := range c["candidate_s"].([]float64) {
+				c["candidate_s"].([]float64)[j], c["baseline_s"].([]float64)[j] = 1e-308, 1e308
+			}
+		}},
+		{"negative sample", "details.throughput.cases[0].baseline_s[3]", func(ev map[string]any) { tcase(ev)["baseline_s"].([]float64)[3] = -1 }},
+		{"unpaired", "details.throughput.cases[0].baseline_s", func(ev map[string]any) {
+			c := tcase(ev)
+			c["baseline_s"] = c["baseline_s"].([]float64)[:10]
+		}},
+		{"confidence", "details.throughput.confidence", func(ev map[string]any) {
+			ev["details"].(map[string]any)[ledger.ThroughputField].(map[string]any)["confidence"] = 2
+		}},
+		{"duplicate case", "details.throughput.cases[1].id", func(ev map[string]any) {
+			tp := ev["details"].(map[string]any)[ledger.ThroughputField].(map[string]any)
+			tp["cases"] = append(tp["cases"].([]map[string]any), tp["cases"].([]map[string]any)[0])
+		}},
+	} {
+		ev := throughputBody(commit, 1.2, uint64(10+i))
+		tc.edit(ev)
+		code, body := e.do(t, http.MethodPost, "/api/v1/evidence", e.admin, ev)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), tc.field) {
+			t.Errorf("%s: %d %s; want 400 naming %s", tc.name, code, body, tc.field)
+		}
+	}
+	gs := e.readiness7(t)
+	if len(gs) != 1 || gs[0].State != gates.StateOpen || len(gs[0].Baseline) != 0 {
+		t.Fatalf("after the refusals: %+v; want the gate open with no record", gs)
+	}
+}

@@ -194,6 +194,9 @@ func (c runConfig) checkCaseFlags() error {
 	if !slices.ContainsFunc(sel, runner.SelectsCases) {
 		return errExit(2, "%s applies only to lanes that select cases (%s): add --lane %s", flag, runner.ThroughputLane, ledger.LaneName(runner.ThroughputLane))
 	}
+	if slices.Contains(c.caseFlags, "cases") && (len(c.Cases) == 0 || slices.Contains(c.Cases, "")) {
+		return errExit(2, "--cases: an empty glob; leave the flag out to run every case")
+	}
 	if _, err := runner.SelectThroughputCases(c.Cases); err != nil {
 		return errExit(2, "--cases: %v", err)
 	}

@@ -18,6 +18,7 @@ func TestRunThroughputFlags(t *testing.T) {
 		{[]string{"--lane", "alloc-footprint", "--max-samples", "50"}, "--max-samples applies only to lanes that select cases"},
 		{[]string{"--lane", "qmv-throughput", "--cases", "batch7/*"}, `--cases: case globs ["batch7/*"] match none`},
 		{[]string{"--lane", "qmv-throughput", "--max-samples", "1001"}, "--max-samples 1001: must be 1..1000"},
+		{[]string{"--lane", "qmv-throughput", "--cases", ""}, "--cases: an empty glob"},
 		{[]string{"--lane", "qmv-throughput", "--case-budget", "0s"}, "--case-budget 0s: must be positive"},
 		{[]string{"--lane", "qmv-throughput", "--case-budget", "soon"}, `"soon" is not a duration`},
 		{[]string{"--lane", "qmv-throughput", "--remote", "--cases", "batch1/*"}, "--cases does not apply to --remote"},
