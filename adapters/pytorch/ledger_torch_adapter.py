@@ -142,20 +142,37 @@ class Int4Pack:
                 return order
         raise RuntimeError("the identity probe matched no nibble order")
 
-    def compute(self, case):
+    def _host_operands(self, case):
+        """The case's q (padded to a multiple of 16 rows), scales, biases
+        and zero points bias + 8*scale rounded to bfloat16, on the host;
+        Unsupported for what the kernel cannot run."""
         if case.dtype != la.BFLOAT16 or case.bits != 4:
             raise la.Unsupported("%s runs bfloat16 with 4 bits only" % self.name)
         if self.order is None:
             raise RuntimeError("int4pack layout probe failed: %s" % self.probe_error)
         if case.k % (self.inner_k_tiles * 16):
             raise la.Unsupported("K=%d is not a multiple of %d" % (case.k, self.inner_k_tiles * 16))
-        d = self.device
         npad = (case.n + 15) // 16 * 16
         q = torch.zeros(npad, case.k, dtype=torch.int64)
         q[:case.n] = unpack_q(case, "cpu")
         scales = raw_tensor(case.scales, case.dtype, (case.n, case.groups), "cpu")
         biases = raw_tensor(case.biases, case.dtype, (case.n, case.groups), "cpu")
         zero_bf = (biases.double() + 8 * scales.double()).to(torch.bfloat16)
+        return q, scales, biases, zero_bf
+
+    def _device_operands(self, case, q, scales, zero_bf):
+        """The kernel's packed weights and scale/zero tensor on the device."""
+        d = self.device
+        npad = q.shape[0]
+        sz = torch.zeros(case.groups, npad, 2, dtype=torch.bfloat16)
+        sz[:, :case.n, 0] = scales.t()
+        sz[:, :case.n, 1] = zero_bf.t()
+        sz[:, case.n:, 1] = 8  # padded rows: q = 0 -> w = -8 + 8 = 0
+        sz[:, case.n:, 0] = 1
+        return self.pack(q.to(d), self.order), sz.to(d)
+
+    def compute(self, case):
+        q, scales, biases, zero_bf = self._host_operands(case)
         x = raw_tensor(case.x, case.dtype, (1, case.k), "cpu")
         live = (x.reshape(case.groups, case.group_size) != 0).any(dim=1).tolist()  # groups that meet a nonzero x
         sl, bl, zl = scales.float().tolist(), biases.float().tolist(), zero_bf.float().tolist()
@@ -164,38 +181,16 @@ class Int4Pack:
                 # Exact rational check: float64 itself cannot hold e.g. 0.5 + 2**-100.
                 if live[gi] and Fraction(zl[r][gi]) != Fraction(bl[r][gi]) + 8 * Fraction(sl[r][gi]):
                     raise la.Unsupported("zero point bias+8*scale = %r + 8*%r (row %d group %d) is not exact in bfloat16" % (bl[r][gi], sl[r][gi], r, gi))
-        sz = torch.zeros(case.groups, npad, 2, dtype=torch.bfloat16)
-        sz[:, :case.n, 0] = scales.t()
-        sz[:, :case.n, 1] = zero_bf.t()
-        sz[:, case.n:, 1] = 8  # padded rows: q = 0 -> w = -8 + 8 = 0
-        sz[:, case.n:, 0] = 1
-        y = self.mm(x.to(d), self.pack(q.to(d), self.order), case.group_size, sz.to(d))
-        return out_bits(y[:, :case.n], case.dtype)
-
+        y = self.product(case, self._device_operands(case, q, scales, zero_bf), x.to(self.device))
+        return out_bits(y, case.dtype)
 
     def operands(self, case):
         """The kernel's packed weights and scale/zero tensor for a timed
         product. Unlike compute, the zero points bias + 8*scale are rounded
         to bfloat16 whether exact or not: the throughput lane checks the
         output against a tolerance, not bit for bit."""
-        if case.dtype != la.BFLOAT16 or case.bits != 4:
-            raise la.Unsupported("%s runs bfloat16 with 4 bits only" % self.name)
-        if self.order is None:
-            raise RuntimeError("int4pack layout probe failed: %s" % self.probe_error)
-        if case.k % (self.inner_k_tiles * 16):
-            raise la.Unsupported("K=%d is not a multiple of %d" % (case.k, self.inner_k_tiles * 16))
-        d = self.device
-        npad = (case.n + 15) // 16 * 16
-        q = torch.zeros(npad, case.k, dtype=torch.int64)
-        q[:case.n] = unpack_q(case, "cpu")
-        scales = raw_tensor(case.scales, case.dtype, (case.n, case.groups), "cpu")
-        biases = raw_tensor(case.biases, case.dtype, (case.n, case.groups), "cpu")
-        sz = torch.zeros(case.groups, npad, 2, dtype=torch.bfloat16)
-        sz[:, :case.n, 0] = scales.t()
-        sz[:, :case.n, 1] = (biases.double() + 8 * scales.double()).to(torch.bfloat16).t()
-        sz[:, case.n:, 1] = 8
-        sz[:, case.n:, 0] = 1
-        return self.pack(q.to(d), self.order), sz.to(d)
+        q, scales, _, zero_bf = self._host_operands(case)
+        return self._device_operands(case, q, scales, zero_bf)
 
     def product(self, case, ops, x):
         packed, sz = ops
