@@ -58,7 +58,7 @@ func TestMLXCPUThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, tp := runThroughput(t, cfg, "mlx-cpu", "f32", "perf_counter_ns") // MLX CPU runs float16 ~50x slower
+	_, tp := runThroughput(t, cfg, "mlx-cpu", "f32", "perf_counter_ns") // float16 ~50x slower: software halves on x86 (docs/validating-mlx.md)
 	if tp.Baseline != nil || tp.DeviceState["runtime.mlx"] == "" {
 		t.Fatalf("baseline %+v, device state %v", tp.Baseline, tp.DeviceState)
 	}
