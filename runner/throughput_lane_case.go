@@ -27,11 +27,22 @@ func SelectThroughputCases(globs []string) ([]ThroughputCase, error) {
 		}
 	}
 	var sel []ThroughputCase
+	used := make([]bool, len(globs))
 	for _, c := range all {
-		for _, g := range globs {
+		matched := false
+		for i, g := range globs {
 			if matchCase(g, c.ID) {
-				sel = append(sel, c)
-				break
+				used[i], matched = true, true
+			}
+		}
+		if matched {
+			sel = append(sel, c)
+		}
+	}
+	if len(sel) > 0 {
+		for i, g := range globs {
+			if !used[i] {
+				return nil, fmt.Errorf("case glob %q matches none of the %d throughput cases (ids look like %s)", g, len(all), all[0].ID)
 			}
 		}
 	}

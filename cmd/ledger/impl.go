@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/evidence-ledger/ledger/internal/stats"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runner"
 	"github.com/spf13/pflag"
@@ -29,8 +30,8 @@ func (a *app) runImpl(ctx context.Context, c runConfig) error {
 	if c.CaseBudget <= 0 {
 		return errExit(2, "--case-budget %s: must be positive", c.CaseBudget)
 	}
-	if c.MaxSamples < 1 || c.MaxSamples > ledger.MaxThroughputSamples {
-		return errExit(2, "--max-samples %d: must be 1..%d", c.MaxSamples, ledger.MaxThroughputSamples)
+	if c.MaxSamples < stats.MinSamples || c.MaxSamples > ledger.MaxThroughputSamples {
+		return errExit(2, "--max-samples %d: must be %d..%d (fewer samples give no 95 %% interval of the median)", c.MaxSamples, stats.MinSamples, ledger.MaxThroughputSamples)
 	}
 	cfg, err := runner.LoadImplConfig(c.ImplFile)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/evidence-ledger/ledger/admit"
+	"github.com/evidence-ledger/ledger/internal/stats"
 	"github.com/evidence-ledger/ledger/ledger"
 	"github.com/evidence-ledger/ledger/runner"
 	"github.com/schollz/progressbar/v3"
@@ -203,8 +204,8 @@ func (c runConfig) checkCaseFlags() error {
 	if c.CaseBudget <= 0 {
 		return errExit(2, "--case-budget %s: must be positive", c.CaseBudget)
 	}
-	if c.MaxSamples < 1 || c.MaxSamples > ledger.MaxThroughputSamples {
-		return errExit(2, "--max-samples %d: must be 1..%d", c.MaxSamples, ledger.MaxThroughputSamples)
+	if c.MaxSamples < stats.MinSamples || c.MaxSamples > ledger.MaxThroughputSamples {
+		return errExit(2, "--max-samples %d: must be %d..%d (fewer samples give no 95 %% interval of the median)", c.MaxSamples, stats.MinSamples, ledger.MaxThroughputSamples)
 	}
 	return nil
 }
