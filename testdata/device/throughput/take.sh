@@ -37,14 +37,15 @@ timeout "${LANE_LIMIT:-270}" "$L" --db "$DB" --json run --backend cuda --lane qm
   > "$OUT/cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
 # 2. PyTorch through the adapter protocol's timing frames: its int4 kernel (tinygemm; bf16 4-bit
-#    cases) and dequantize + F.linear (cuBLAS) on the 4-bit cases of 4096² and 8192².
+#    cases) and dequantize + F.linear (cuBLAS) on the 4-bit cases of 4096² and 8192². INT4_CASES
+#    and DEQUANT_CASES override the case globs (a first short call to check the steps work).
 step "pytorch-int4pack-cuda"
 timeout 40 "$L" --db "$DB" --json run --impl pytorch-int4pack-cuda --impls adapters/implementations.yaml \
-  --lane qmv-throughput/v1 --cases 'batch*/*/bf16/b4/*' --case-budget 2s "${PIN[@]}" \
+  --lane qmv-throughput/v1 --cases "${INT4_CASES:-batch*/*/bf16/b4/*}" --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-int4pack-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 step "pytorch-dequant-cuda"
 timeout 50 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapters/implementations.yaml \
-  --lane qmv-throughput/v1 --cases 'batch*/n4096/k4096/*/b4/*,batch*/n8192/k8192/*/b4/*' --case-budget 2s "${PIN[@]}" \
+  --lane qmv-throughput/v1 --cases "${DEQUANT_CASES:-batch*/n4096/k4096/*/b4/*,batch*/n8192/k8192/*/b4/*}" --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-dequant-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
 # 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1).
