@@ -187,9 +187,11 @@ func (c runConfig) checkCaseFlags() error {
 	if len(c.Lanes) > 0 {
 		sel = nil
 		for _, name := range c.Lanes {
-			if l, err := runner.LookupLane(name); err == nil {
-				sel = append(sel, l)
+			l, err := runner.LookupLane(name)
+			if err != nil {
+				return errExit(2, "--lane: %v", err)
 			}
+			sel = append(sel, l)
 		}
 	}
 	if !slices.ContainsFunc(sel, runner.SelectsCases) {
@@ -287,7 +289,39 @@ func printRunTable(w io.Writer, runs []runner.LaneRun) {
 		} else if n := len(r.Evidence.FailingCases); n > 0 {
 			fmt.Fprintf(w, "%s: %d failing cases, first %s\n", r.Lane, n, r.Evidence.FailingCases[0])
 		}
+		printThroughputSummary(w, r.Lane, &r.Evidence)
 	}
+}
+
+// printThroughputSummary writes one line for a throughput record: how many
+// cases converged and the case whose speed ratio (baseline seconds over
+// candidate seconds; above 1: the candidate is faster) has the lowest 95 %
+// interval bound, with both medians in µs per product. Records without throughput details print nothing.
+func printThroughputSummary(w io.Writer, lane string, ev *ledger.Evidence) {
+	tp, err := ledger.ThroughputOf(ev)
+	if err != nil || tp == nil || len(tp.Cases) == 0 {
+		return
+	}
+	conv := 0
+	var worst *ledger.ThroughputCase
+	for i := range tp.Cases {
+		c := &tp.Cases[i]
+		if c.Converged {
+			conv++
+		}
+		if c.Ratio != nil && (worst == nil || c.Ratio.Low < worst.Ratio.Low) {
+			worst = c
+		}
+	}
+	fmt.Fprintf(w, "%s: %d/%d cases within %.3g %% (%s clock)", lane, conv, len(tp.Cases), tp.TargetRel*100, tp.Clock)
+	if worst != nil && tp.Baseline != nil {
+		fmt.Fprintf(w, "; lowest speed ratio %s vs %s %.3f [%.3f, %.3f] at %s",
+			tp.Candidate, tp.Baseline.Name, worst.Ratio.Estimate, worst.Ratio.Low, worst.Ratio.High, worst.ID)
+		if worst.BaselineMedian != nil {
+			fmt.Fprintf(w, " (%.4g µs vs %.4g µs per product)", worst.CandidateMedian.Estimate*1e6, worst.BaselineMedian.Estimate*1e6)
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // progress shows lane progress: a progress bar on a terminal, plain lines

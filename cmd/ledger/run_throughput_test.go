@@ -2,13 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 // TestRunThroughputFlags: the case flags are refused, naming the flag,
 // where no selected lane selects cases, with --remote and out of range;
-// --list marks the throughput lane on request; one CPU case runs.
+// --list marks the throughput lane on request; one CPU case runs, and the
+// text table says its convergence and speed ratio.
 func TestRunThroughputFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -16,6 +18,7 @@ func TestRunThroughputFlags(t *testing.T) {
 	}{
 		{[]string{"--cases", "batch1/*"}, "--cases applies only to lanes that select cases"},
 		{[]string{"--lane", "alloc-footprint", "--max-samples", "50"}, "--max-samples applies only to lanes that select cases"},
+		{[]string{"--lane", "qmv-througput", "--cases", "batch1/*"}, `--lane: unknown lane "qmv-througput"`},
 		{[]string{"--lane", "qmv-throughput", "--cases", "batch7/*"}, `--cases: case globs ["batch7/*"] match none`},
 		{[]string{"--lane", "qmv-throughput", "--max-samples", "1001"}, "--max-samples 1001: must be 6..1000"},
 		{[]string{"--lane", "qmv-throughput", "--max-samples", "1"}, "--max-samples 1: must be 6..1000"},
@@ -60,5 +63,10 @@ func TestRunThroughputFlags(t *testing.T) {
 	if err := json.Unmarshal(out.Evidence[0].Details, &det); err != nil || len(det.Throughput.Cases) != 1 ||
 		det.Throughput.Cases[0].ID != "batch1/n4096/k4096/f16/b4/g64" || len(det.Throughput.Cases[0].CandidateS) > 60 {
 		t.Fatalf("details: %v %s", err, out.Evidence[0].Details)
+	}
+	so, se, code = runBin(t, "", "run", "--no-record", "--repo-path", "../..", "--lane", "qmv-throughput",
+		"--cases", "batch1/n4096/k4096/f32/b4", "--case-budget", "1s")
+	if code != 0 || !regexp.MustCompile(`qmv-throughput/v1: [01]/1 cases within 1 % \(monotonic clock\); lowest speed ratio promoted vs narrow [0-9.]+ \[[0-9.]+, [0-9.]+\] at batch1/n4096/k4096/f32/b4/g64 \([0-9.]+ µs vs [0-9.]+ µs per product\)`).MatchString(so) {
+		t.Fatalf("text run: exit %d\n%s\n%s", code, so, se)
 	}
 }
