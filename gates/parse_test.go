@@ -50,8 +50,15 @@ func TestParseReleaseErrors(t *testing.T) {
 	if _, err := ParseRelease([]byte(testYAML + "---\nversion: 2\n")); err == nil {
 		t.Fatal("two documents accepted")
 	}
-	if _, err := ParseRelease([]byte(strings.Replace(testYAML, "    role: platform-reviewer\n", "    role: platform-reviewer\n    min_runs: many\n", 1))); err == nil || !strings.Contains(err.Error(), "line 44") {
+	if _, err := ParseRelease([]byte(strings.Replace(testYAML, "    role: platform-reviewer\n", "    role: platform-reviewer\n    min_runs: many\n", 1))); err == nil || !strings.Contains(err.Error(), "line 44: expected an integer, got a string") {
 		t.Fatalf("wrong type: %v", err)
+	}
+	// Two wrong types: each message names its line and field.
+	two := strings.Replace(testYAML, "    role: platform-reviewer\n", "    role: platform-reviewer\n    min_runs: many\n", 1)
+	two = strings.Replace(two, "    branch: release/1.0\n", "    branch: [release/1.0]\n", 1)
+	if _, err := ParseRelease([]byte(two)); err == nil || !strings.Contains(err.Error(), "line 5 (components[0].branch): expected a string, got a list") ||
+		!strings.Contains(err.Error(), "line 44 (gates[5].min_runs): expected an integer, got a string") {
+		t.Fatalf("two wrong types: %v", err)
 	}
 }
 

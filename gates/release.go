@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -206,7 +207,7 @@ func ParseRelease(data []byte) (*Release, error) {
 	dec.KnownFields(true)
 	var rel Release
 	if err := dec.Decode(&rel); err != nil {
-		return nil, yamlError(err)
+		return nil, yamlError(err, data)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -214,7 +215,7 @@ func ParseRelease(data []byte) (*Release, error) {
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, yamlError(err)
+		return nil, yamlError(err, nil)
 	}
 	lines := map[string]int{}
 	walkLines(&root, "", lines)
@@ -227,8 +228,11 @@ func ParseRelease(data []byte) (*Release, error) {
 // yamlError turns a yaml.v3 error (which already names lines) into a
 // CodeInvalid *ledger.Error that quotes no value of the file
 // (yamltext.Messages): a type error says what was expected and what kind
-// of value was found; an unknown key is named.
-func yamlError(err error) error {
+// of value was found and, when data (the decoded file) parses, which
+// field: the Error's Field for a single message, else after the line
+// ("line 176 (gates[6].threshold): expected a number, got a string"); an
+// unknown key is named.
+func yamlError(err error, data []byte) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return ledger.FieldError("", "%s", strings.Join(yamltext.Messages(err, nil), "; "))
@@ -250,7 +254,83 @@ func yamlError(err error) error {
 			}
 		}
 	}
-	return ledger.FieldError("", "%s", strings.Join(msgs, "; "))
+	field := ""
+	if bad := wrongKinds(data); len(bad) == len(msgs) {
+		// Both list the values yaml.v3 could not decode in document order.
+		for i, m := range msgs {
+			head, rest, ok := strings.Cut(m, ": ")
+			if !ok || head != fmt.Sprintf("line %d", bad[i].line) || strings.HasPrefix(rest, "unknown key") {
+				continue
+			}
+			if len(msgs) == 1 {
+				field = bad[i].path
+			} else {
+				msgs[i] = fmt.Sprintf("%s (%s): %s", head, bad[i].path, rest)
+			}
+		}
+	}
+	return ledger.FieldError(field, "%s", strings.Join(msgs, "; "))
+}
+
+// wrongKind is a value of a release file that does not decode into its
+// field, with its field path ("gates[6].threshold") and line.
+type wrongKind struct {
+	path string
+	line int
+}
+
+// wrongKinds walks the YAML document data beside the Release type and
+// lists, in document order, the values that do not decode into the Go
+// type of their field (a string for a number, a list for a string, ...);
+// keys the type does not have are skipped. Nil when data does not parse.
+func wrongKinds(data []byte) []wrongKind {
+	var root yaml.Node
+	if data == nil || yaml.Unmarshal(data, &root) != nil || len(root.Content) != 1 {
+		return nil
+	}
+	var out []wrongKind
+	var walk func(n *yaml.Node, t reflect.Type, p string)
+	walk = func(n *yaml.Node, t reflect.Type, p string) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+			fields := map[string]reflect.Type{}
+			for i := range t.NumField() {
+				name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+				if name != "" && name != "-" {
+					fields[name] = t.Field(i).Type
+				}
+			}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if ft, ok := fields[n.Content[i].Value]; ok {
+					walk(n.Content[i+1], ft, joinPath(p, n.Content[i].Value))
+				}
+			}
+		case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, t.Elem(), fmt.Sprintf("%s[%d]", p, i))
+			}
+		case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(n.Content[i+1], t.Elem(), joinPath(p, n.Content[i].Value))
+			}
+		default:
+			if err := n.Decode(reflect.New(t).Interface()); err != nil {
+				out = append(out, wrongKind{p, n.Line})
+			}
+		}
+	}
+	walk(root.Content[0], reflect.TypeFor[Release](), "")
+	return out
+}
+
+func joinPath(p, key string) string {
+	if p == "" {
+		return key
+	}
+	return p + "." + key
 }
 
 // walkLines records the line of every mapping value and sequence item by

@@ -33,7 +33,7 @@ func TestApprovalRuleParse(t *testing.T) {
 		{"empty", "approval: {distinct_from: []}\n", "line 2: required: the kinds of record whose authors may not approve", "approval.distinct_from"},
 		{"no list", "approval: {}\n", "line 2: required: the kinds of record whose authors may not approve", "approval.distinct_from"},
 		{"unknown key", "approval: {distinct_form: [waiver]}\n", `unknown key "distinct_form" in the approval rule`, ""},
-		{"not a mapping", "approval: waiver\n", "the approval rule (a mapping with distinct_from)", ""},
+		{"not a mapping", "approval: waiver\n", "the approval rule (a mapping with distinct_from)", "approval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseRelease([]byte(with(tc.rule)))

@@ -19,7 +19,8 @@ var kinds = map[string]string{
 // Unmarshal, one per problem, with the scalar values they quote left out:
 // a type error's "line N: cannot unmarshal !!TAG `VALUE` into TYPE" reads
 // "line N: expected WHAT, got a string" (WHAT is what[TYPE]; else "a
-// list" or "a mapping" for a slice or map type, or the Go type); other messages (unknown fields, syntax errors, which
+// list" or "a mapping" for a slice or map type, "a number", "an integer",
+// "a string" or "true or false" for a scalar, or the Go type); other messages (unknown fields, syntax errors, which
 // name a line and column and no value) are returned as they are, without
 // the "yaml: " prefix. Safe for concurrent use.
 func Messages(err error, what map[string]string) []string {
@@ -61,10 +62,20 @@ func typeMessage(m string, what map[string]string) string {
 	return fmt.Sprintf("%sexpected %s, got %s", prefix, want, got)
 }
 
+// scalars words the Go scalar types a field may have.
+var scalars = map[string]string{
+	"string": "a string", "bool": "true or false", "float64": "a number", "float32": "a number",
+	"int": "an integer", "int64": "an integer", "int32": "an integer", "uint": "a non-negative integer",
+	"uint64": "a non-negative integer", "uint32": "a non-negative integer",
+}
+
 // describe words Go type typ as what names it; a slice is "a list" (of
 // what its element is), a map "a mapping", other types their Go name.
 func describe(typ string, what map[string]string) string {
 	if w := what[typ]; w != "" {
+		return w
+	}
+	if w := scalars[typ]; w != "" {
 		return w
 	}
 	switch {
