@@ -58,5 +58,13 @@ PYTHONUNBUFFERED=1 timeout 60 python3 scripts/qmv-torch-baselines.py --quick --o
 step "backends/cuda GPU tests"
 timeout 50 .devbin/tp/cuda.test -test.v -test.count 1 -test.run 'Throughput|TestMatchesCPU|KernelDefaults' \
   > "$OUT/cuda-tests.txt" 2>&1; ended $?
+# 5. The kernels side by side: the timer's median at 8192² and 16384² for B1/B2/B4 with each
+#    kernel (nb 1: gridDim.y batching; nb 2, 4: multi-vector), the hot-loop QMV benchmark of the
+#    corrected kernel, and the device-to-device copy rate the roofline is computed from.
+step "backends/cuda benchmarks"
+timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV' -test.benchtime 1x \
+  > "$OUT/cuda-bench.txt" 2>&1; ended $?
+timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'QMVDevice/(8192x8192|16384x16384)/new$|MemcpyDtoD' -test.benchtime 0.3s \
+  >> "$OUT/cuda-bench.txt" 2>&1; ended $?
 "$L" --db "$DB" audit >> "$OUT/log.txt" 2>&1
 cat "$OUT/log.txt"
