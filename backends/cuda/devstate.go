@@ -74,11 +74,14 @@ func runSMI(ctx context.Context, args ...string) ([]byte, error) {
 // power_limit_w, pstate, persistence_mode, clocks.throttle_reasons (the
 // mask and its reasons, "none" when clear), other_processes (compute
 // processes on the GPU besides this one: "pid name (MiB)" joined by "; ",
-// or "none"), and driver. Values are nvidia-smi's text ("[N/A]" where the
+// or "none"), and driver, plus qmv.batch_kernel (which kernel PrepareQMV
+// launches for a batch). Values are nvidia-smi's text ("[N/A]" where the
 // device does not report one). Without nvidia-smi, or when it fails, the
 // nvidia_smi key says why and only driver is set. It never fails.
 func (b *Backend) DeviceState() map[string]string {
-	return deviceState(runSMI, b.uuid, os.Getpid(), b.device.Driver)
+	st := deviceState(runSMI, b.uuid, os.Getpid(), b.device.Driver)
+	st["qmv.batch_kernel"] = batchKernel(multiVector)
+	return st
 }
 
 // deviceState is DeviceState with its nvidia-smi runner, GPU id ("" for

@@ -20,10 +20,11 @@
 // copies of one case's operands (weights, scales, biases, the batch of 1 to
 // 8 activation vectors and their outputs) on the device until they fill 256
 // MiB, several times the L2 cache (at most 4096 copies), so that each
-// product reads its operands from device memory; a batch is one launch with
-// gridDim.y = B (or, with multiVector set, the multi-vector kernels of
-// qmv.cu built with QMV_NB_KERNELS=1, compiled on first use, which unpack
-// each weight once for 2 or 4 vectors). It chooses L, the products per
+// product reads its operands from device memory; a batch is one launch of
+// the multi-vector kernels of qmv.cu built with QMV_NB_KERNELS=1 (compiled
+// on first use; they unpack each weight once for 4 vectors when B is
+// divisible by 4, else for 2 when B is even), or of the single-vector
+// kernel with gridDim.y = B for odd B (batch.go's multiVector). It chooses L, the products per
 // sample, so that one sample takes at least 0.5 ms of device time (1 <= L
 // <= 4096), and warms up with about 50 ms of launches. A sample is the
 // device time between two CUDA events recorded on the launch stream around

@@ -159,7 +159,17 @@ template <> struct DTy<1> {
     typedef u16 raw;
     static __device__ __forceinline__ float load(u16 v) { return f16_to_f32(v); }
     static __device__ __forceinline__ u16 store(float f) { return f32_to_f16(f); }
-    static __device__ __forceinline__ float round(float f) { return f16_to_f32(f32_to_f16(f)); }
+    // cvt.rn.f16.f32 rounds to nearest even like f32_to_f16, subnormal
+    // and overflowing results included (PTX ISA, cvt: .rn without .ftz); a
+    // NaN becomes the canonical NaN, which changes no sum (the FADDs that
+    // follow return the canonical NaN for any NaN operand). One instruction
+    // instead of f32_to_f16's integer sequence, so the narrow build's bias
+    // sums are not slowed by the rounding's implementation.
+    static __device__ __forceinline__ float round(float f) {
+        u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return f16_to_f32(h);
+    }
 };
 template <> struct DTy<2> {
     typedef u16 raw;

@@ -84,7 +84,7 @@ inconclusive or errored, 2 on usage or recording errors.`,
 	f.StringVar(&c.SignKey, "sign-key", "", "sign each record as a DSSE envelope with this registered runner key (see ledger runner)")
 	f.StringSliceVar(&c.Cases, "cases", nil, "with --lane qmv-throughput: run only the cases whose id matches one of these globs (GLOB,...; path.Match patterns such as 'batch1/n8192/*/f16/b4/*'; fewer segments match the leading ones: 'batch1/n8192')")
 	durationVar(f, &c.CaseBudget, "case-budget", 5*time.Second, "with --lane qmv-throughput: time limit of measuring one case")
-	f.IntVar(&c.MaxSamples, "max-samples", 200, fmt.Sprintf("with --lane qmv-throughput: most samples per arm of one case (1..%d)", ledger.MaxThroughputSamples))
+	f.IntVar(&c.MaxSamples, "max-samples", 200, fmt.Sprintf("with --lane qmv-throughput: most samples per arm of one case (%d..%d)", stats.MinSamples, ledger.MaxThroughputSamples))
 	addImplFlags(f, &c)
 	f.BoolVar(&c.Remote, "remote", false, "queue the run on --server for an agent (ledger agent) and follow it; exit status as for a local run, 3 when the run was canceled or expired")
 	f.StringArrayVar(&c.Labels, "label", nil, "with --remote: agent label key=value the run requires (repeatable)")

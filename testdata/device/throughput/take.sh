@@ -27,6 +27,11 @@ export TORCH_LIB="$(python3 -c 'import os, torch; print(os.path.dirname(torch.__
 step() { echo "== $*" >> "$OUT/log.txt"; SECONDS=0; }
 ended() { echo "exit $1 after ${SECONDS}s" >> "$OUT/log.txt"; }
 
+# 0. The exactness lanes on the same kernels (every lane not on request: the bias-sum and paths
+#    lanes with their narrow negative control, the allocator lanes): the timed build is exact.
+step "default lanes on cuda"
+timeout 150 "$L" --db "$DB" --json run --backend cuda "${PIN[@]}" > "$OUT/cuda-lanes.json" 2>> "$OUT/log.txt"; ended $?
+
 # 1. The ledger's own CUDA kernel, corrected (promoted) vs original (narrow), interleaved, all
 #    162 cases (2 s and 200 samples per arm at most; most converge within 1 % far sooner).
 #    LANE_CASES (case globs, default all) and LANE_LIMIT (seconds, default 270) fit it to what is
@@ -41,7 +46,7 @@ timeout "${LANE_LIMIT:-270}" "$L" --db "$DB" --json run --backend cuda --lane qm
 #    and DEQUANT_CASES override the case globs (a first short call to check the steps work).
 step "pytorch-int4pack-cuda"
 timeout 40 "$L" --db "$DB" --json run --impl pytorch-int4pack-cuda --impls adapters/implementations.yaml \
-  --lane qmv-throughput/v1 --cases "${INT4_CASES:-batch*/*/bf16/b4/*}" --case-budget 2s "${PIN[@]}" \
+  --lane qmv-throughput/v1 --cases "${INT4_CASES:-batch*/*/*/bf16/b4/*}" --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-int4pack-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 step "pytorch-dequant-cuda"
 timeout 50 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapters/implementations.yaml \
