@@ -326,8 +326,8 @@ func TestReferencePosture(t *testing.T) {
 	// The runner audit over the API re-verifies every signed record.
 	out, _, code := runBin(t, "", "--server", url, "--json", "runner", "audit")
 	var rep signedAudit
-	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != len(referenceSeed()) || len(rep.Problems) != 0 {
-		t.Errorf("runner audit --server: exit %d %s; want %d signed records, no problems", code, out, len(referenceSeed()))
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Signed != len(referenceSeed())+len(run) || len(rep.Problems) != 0 {
+		t.Errorf("runner audit --server: exit %d %s; want %d signed records (the seed and the throughput run), no problems", code, out, len(referenceSeed())+len(run))
 	}
 }
 

@@ -73,3 +73,5 @@ timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'QMVDevice/(8192x8192
   >> "$OUT/cuda-bench.txt" 2>&1; ended $?
 "$L" --db "$DB" audit >> "$OUT/log.txt" 2>&1
 cat "$OUT/log.txt"
+# The device returns at most 8 files: everything also goes back as one archive.
+tar -C "$OUT" -czf /tmp/throughput-run.tgz . && mv /tmp/throughput-run.tgz "$OUT/run.tgz"
