@@ -53,9 +53,9 @@ timeout 50 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapte
   --lane qmv-throughput/v1 --cases "${DEQUANT_CASES:-batch*/n4096/k4096/*/b4/*,batch*/n8192/k8192/*/b4/*}" --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-dequant-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
-# 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1).
-step "qmv-torch-baselines --quick"
-PYTHONUNBUFFERED=1 timeout 60 python3 scripts/qmv-torch-baselines.py --quick --out "$OUT/torch-baselines.json" \
+# 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1, 2, 4).
+step "qmv-torch-baselines"
+PYTHONUNBUFFERED=1 timeout 120 python3 scripts/qmv-torch-baselines.py --out "$OUT/torch-baselines.json" \
   > "$OUT/torch-baselines.txt" 2>&1; ended $?
 
 # 4. The backend's GPU tests: batched rows bit-exact with the CPU backend and single-vector QMV,
