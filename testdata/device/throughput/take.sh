@@ -71,6 +71,12 @@ timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV' -test
   > "$OUT/cuda-bench.txt" 2>&1; ended $?
 timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'QMVDevice/(8192x8192|16384x16384)/new$|MemcpyDtoD' -test.benchtime 0.3s \
   >> "$OUT/cuda-bench.txt" 2>&1; ended $?
+# 6. What limits the x4 kernel: ncu on two launches at 8192² B4.
+step "ncu qmv_f16_b4_x4"
+timeout 60 ncu --clock-control none -k regex:qmv_f16_b4_x4 -c 2 --section SpeedOfLight --section Occupancy \
+  --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+  .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV/8192x8192/batch4/nb4' -test.benchtime 1x \
+  > "$OUT/ncu-x4.txt" 2>&1; ended $?
 "$L" --db "$DB" audit >> "$OUT/log.txt" 2>&1
 cat "$OUT/log.txt"
 # The device returns at most 8 files: everything also goes back as one archive.
