@@ -1,6 +1,7 @@
 package gates
 
 import (
+	"encoding/json"
 	"os"
 	"slices"
 	"strings"
@@ -101,8 +102,8 @@ func TestExampleReleaseParses(t *testing.T) {
 		"mlx": "f8eec2476cdb5263fb6e2a19dd71f2c8b7c0a7d3", "mlx-c": "8bdeb0f3c5793c54139e86c5437b09abc9ab9b42",
 		"mlx-swift": "c3ac44766c3e0be2066bbd87a3e26aaa6f410ab0", "mlx-swift-lm": "67ac8607b5846e8acfbbdd8f36c0d252d69d0d01",
 		"d-inference": "e1d68db84cb1a1e4a6dd10306383bd64bc5d6062",
-		// The ledger's own kernel: a placeholder until the GPU run is committed.
-		"ledger-qmv": "0000000000000000000000000000000000000000",
+		// The ledger's own kernel: the commit of the committed GPU throughput run.
+		"ledger-qmv": throughputRunCommit(t),
 	}
 	for _, c := range rel.Components {
 		if heads[c.Name] != c.Head {
@@ -124,4 +125,25 @@ func TestExampleReleaseParses(t *testing.T) {
 	if !ok || g.Kind != KindLane || g.Runner != ledger.RunnerKindAgent || !slices.Equal(g.Backends, []string{"cuda"}) {
 		t.Errorf("example gate cuda-execution: %+v; want a cuda lane gate with runner: agent", g)
 	}
+}
+
+// throughputRunCommit returns the subject commit of the committed GPU
+// throughput run (testdata/device/throughput/evidence.json, a JSON array
+// of evidence records, all of one commit).
+func throughputRunCommit(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/device/throughput/evidence.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []ledger.Evidence
+	if err := json.Unmarshal(b, &evs); err != nil || len(evs) == 0 {
+		t.Fatalf("evidence.json: %v (%d records)", err, len(evs))
+	}
+	for _, e := range evs {
+		if e.Subject.Commit != evs[0].Subject.Commit {
+			t.Fatalf("evidence.json holds commits %s and %s", evs[0].Subject.Commit, e.Subject.Commit)
+		}
+	}
+	return evs[0].Subject.Commit
 }
