@@ -40,6 +40,31 @@ type CaseSelector interface {
 	SelectsCases() bool
 }
 
+// CaseLister is implemented by lanes that select cases and list the ids
+// Env.Cases' globs select from.
+type CaseLister interface {
+	CaseIDs() []string
+}
+
+// CaseLanes returns every registered lane that selects cases
+// (SelectsCases), by name/vN, with its case ids (CaseLister; none when it
+// lists none): what a server checks a queued run's case selection against
+// (runs.Spec.CheckCases).
+func CaseLanes() map[string][]string {
+	out := map[string][]string{}
+	for _, l := range Lanes() {
+		if !SelectsCases(l) {
+			continue
+		}
+		var ids []string
+		if c, ok := l.(CaseLister); ok {
+			ids = c.CaseIDs()
+		}
+		out[l.Name()] = ids
+	}
+	return out
+}
+
 // IsOnRequest reports whether l runs only when named (OnRequest).
 func IsOnRequest(l Lane) bool {
 	o, ok := l.(OnRequest)
