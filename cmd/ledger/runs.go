@@ -30,7 +30,18 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	if err != nil {
 		return errExit(2, "--label: %v", err)
 	}
-	lanes := c.Lanes
+	// Lanes are queued by their full name/vN (runLanes checked them):
+	// agents declare the lanes of their builds so, and a run naming a
+	// lane without its version would wait for an agent that declares it
+	// that way.
+	var lanes []string
+	for _, name := range c.Lanes {
+		l, err := runner.LookupLane(name)
+		if err != nil {
+			return errExit(2, "--lane: %v", err)
+		}
+		lanes = append(lanes, l.Name())
+	}
 	if len(lanes) == 0 {
 		for _, l := range runner.DefaultLanes() {
 			lanes = append(lanes, l.Name())
