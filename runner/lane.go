@@ -46,6 +46,18 @@ type CaseLister interface {
 	CaseIDs() []string
 }
 
+// CaseIDs lists the ids of ThroughputCases, in matrix order. It is
+// outside throughput_lane.go, whose digest is part of the lane's
+// definition.
+func (throughputLane) CaseIDs() []string {
+	cs := ThroughputCases()
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
 // CaseLanes returns every registered lane that selects cases
 // (SelectsCases), by name/vN, with its case ids (CaseLister; none when it
 // lists none): what a server checks a queued run's case selection against

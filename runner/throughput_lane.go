@@ -39,16 +39,6 @@ func (throughputLane) OnRequest() bool { return true }
 // SelectsCases is true: Env.Cases selects the lane's cases.
 func (throughputLane) SelectsCases() bool { return true }
 
-// CaseIDs lists the ids of ThroughputCases, in matrix order.
-func (throughputLane) CaseIDs() []string {
-	cs := ThroughputCases()
-	ids := make([]string, len(cs))
-	for i, c := range cs {
-		ids[i] = c.ID
-	}
-	return ids
-}
-
 func (throughputLane) Definition() []byte {
 	cs := ThroughputCases()
 	ids := make([]string, len(cs))
