@@ -65,6 +65,9 @@ func TestAgentRunsQueuedCaseSelection(t *testing.T) {
 		t.Errorf("runs list: exit %d\n%s", code, list)
 	}
 
+	if body := httpGet(t, e.url+"/runs"); !strings.Contains(body, "cases "+sel+"; case budget 1s") {
+		t.Errorf("the /runs page does not show the selection")
+	}
 	ev := e.evidenceOf("qmv-throughput/v1")
 	if len(ev) != 1 || ev[0].ID != r.Evidence[0] {
 		t.Fatalf("want one qmv-throughput/v1 record, the run's, got %d", len(ev))
