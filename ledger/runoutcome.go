@@ -48,17 +48,21 @@ type RunAttempt struct {
 // finished), Evidence the content ids of the evidence entries appended
 // with it (in the same append; empty for canceled and expired runs),
 // Attempts every attempt in order, By the token name that queued it.
+// The CaseSelection members (cases, case_budget, max_samples) are the
+// case selection the run asked of its lanes that select cases, left out
+// when it asked for none (the lanes' defaults).
 type RunOutcome struct {
-	Run      string            `json:"run"`
-	State    string            `json:"state"`
-	Backend  Backend           `json:"backend"`
-	Lanes    []string          `json:"lanes"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Agent    string            `json:"agent,omitempty"`
-	Evidence []string          `json:"evidence"`
-	Attempts []RunAttempt      `json:"attempts"`
-	By       string            `json:"by"`
-	At       time.Time         `json:"at"`
+	Run     string            `json:"run"`
+	State   string            `json:"state"`
+	Backend Backend           `json:"backend"`
+	Lanes   []string          `json:"lanes"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	CaseSelection
+	Agent    string       `json:"agent,omitempty"`
+	Evidence []string     `json:"evidence"`
+	Attempts []RunAttempt `json:"attempts"`
+	By       string       `json:"by"`
+	At       time.Time    `json:"at"`
 }
 
 // Validate checks every field of o. Errors are CodeInvalid naming the
@@ -82,6 +86,10 @@ func (o *RunOutcome) Validate() error {
 		if !lanePartRe.MatchString(l) {
 			return FieldError(fmt.Sprintf("lanes[%d]", i), "must be a lane name or name/vN, got %q", Clip(l))
 		}
+	}
+	sel := o.CaseSelection
+	if err := sel.Validate(); err != nil {
+		return err
 	}
 	for _, id := range o.Evidence {
 		if len(id) != 32 || !LowerHex(id) {

@@ -14,4 +14,5 @@ var Shared = []string{
 	"00003_fewer_write_indexes.sql",
 	"00008_idempotency_expiry.sql",
 	"00009_runs.sql",
+	"00010_run_selection.sql",
 }

@@ -40,6 +40,43 @@ type CaseSelector interface {
 	SelectsCases() bool
 }
 
+// CaseLister is implemented by lanes that select cases and list the ids
+// Env.Cases' globs select from.
+type CaseLister interface {
+	CaseIDs() []string
+}
+
+// CaseIDs lists the ids of ThroughputCases, in matrix order. It is
+// outside throughput_lane.go, whose digest is part of the lane's
+// definition.
+func (throughputLane) CaseIDs() []string {
+	cs := ThroughputCases()
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+// CaseLanes returns every registered lane that selects cases
+// (SelectsCases), by name/vN, with its case ids (CaseLister; none when it
+// lists none): what a server checks a queued run's case selection against
+// (runs.Spec.CheckCases).
+func CaseLanes() map[string][]string {
+	out := map[string][]string{}
+	for _, l := range Lanes() {
+		if !SelectsCases(l) {
+			continue
+		}
+		var ids []string
+		if c, ok := l.(CaseLister); ok {
+			ids = c.CaseIDs()
+		}
+		out[l.Name()] = ids
+	}
+	return out
+}
+
 // IsOnRequest reports whether l runs only when named (OnRequest).
 func IsOnRequest(l Lane) bool {
 	o, ok := l.(OnRequest)

@@ -335,6 +335,9 @@ func (r Run) Visible() Run {
 	v := Visible
 	r.Agent, r.Message, r.CreatedBy, r.Progress.Lane = v(r.Agent), v(r.Message), v(r.CreatedBy), v(r.Progress.Lane)
 	r.Lanes, r.Labels = VisibleAll(r.Lanes), VisibleMap(r.Labels)
+	if r.Cases != nil {
+		r.Cases = VisibleAll(r.Cases)
+	}
 	r.Attempts = slices.Clone(r.Attempts)
 	for i := range r.Attempts {
 		r.Attempts[i].Agent, r.Attempts[i].Reason = v(r.Attempts[i].Agent), v(r.Attempts[i].Reason)

@@ -106,12 +106,15 @@ func (p Progress) Validate(lanes []string) error {
 // LeaseUntil is when the lease ends unless extended. Attempts lists every
 // ended attempt. Evidence is the content ids of the evidence recorded by
 // the finishing attempt, OutcomeEntry the id of the run-outcome leaf.
+// The CaseSelection members (cases, case_budget, max_samples) are the
+// spec's, left out when it has none.
 type Run struct {
-	ID           string              `json:"id"`
-	State        string              `json:"state"`
-	Backend      ledger.Backend      `json:"backend"`
-	Lanes        []string            `json:"lanes"`
-	Labels       map[string]string   `json:"labels"`
+	ID      string            `json:"id"`
+	State   string            `json:"state"`
+	Backend ledger.Backend    `json:"backend"`
+	Lanes   []string          `json:"lanes"`
+	Labels  map[string]string `json:"labels"`
+	ledger.CaseSelection
 	Repository   string              `json:"repository,omitempty"`
 	Commit       string              `json:"commit,omitempty"`
 	Attempt      int                 `json:"attempt"`
@@ -131,7 +134,7 @@ type Run struct {
 
 // Outcome returns the run-outcome leaf body of a run in a final state.
 func (r Run) Outcome(now time.Time) ledger.RunOutcome {
-	return ledger.RunOutcome{Run: r.ID, State: r.State, Backend: r.Backend, Lanes: r.Lanes, Labels: r.Labels,
+	return ledger.RunOutcome{Run: r.ID, State: r.State, Backend: r.Backend, Lanes: r.Lanes, Labels: r.Labels, CaseSelection: r.CaseSelection,
 		Agent: r.Agent, Evidence: r.Evidence, Attempts: r.Attempts, By: r.CreatedBy, At: now.UTC()}
 }
 
@@ -139,13 +142,19 @@ func (r Run) Outcome(now time.Time) ledger.RunOutcome {
 // the agent labels required (an agent must have every one, with the same
 // value), and optionally the repository and commit the agent's own build
 // must be of. MaxAttempts (default 3, at most 10) bounds the attempts.
+// The CaseSelection members (cases, case_budget, max_samples; JSON
+// inline) select and bound the cases of the run's lanes that select cases
+// (qmv-throughput/v1), as `ledger run --cases --case-budget --max-samples`
+// does locally: a spec with any of them must name such a lane, and each
+// glob must select at least one of that lane's cases (CheckCases).
 type Spec struct {
-	Lanes       []string          `json:"lanes"`
-	Backend     ledger.Backend    `json:"backend"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Repository  string            `json:"repository,omitempty"`
-	Commit      string            `json:"commit,omitempty"`
-	MaxAttempts int               `json:"max_attempts,omitempty"`
+	Lanes   []string          `json:"lanes"`
+	Backend ledger.Backend    `json:"backend"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	ledger.CaseSelection
+	Repository  string `json:"repository,omitempty"`
+	Commit      string `json:"commit,omitempty"`
+	MaxAttempts int    `json:"max_attempts,omitempty"`
 }
 
 var (
@@ -170,7 +179,8 @@ func ParseLabels(flags []string) (map[string]string, error) {
 }
 
 // Validate checks and normalizes s (lanes deduplicated in order, default
-// attempts); a repository, when set, must be a repository name an agent
+// attempts, the case budget in its canonical form: CaseSelection.Validate,
+// without the lanes' case lists, which CheckCases needs); a repository, when set, must be a repository name an agent
 // can declare (ValidateRepository). Errors are CodeInvalid naming the
 // field.
 func (s *Spec) Validate() error {
@@ -204,11 +214,80 @@ func (s *Spec) Validate() error {
 	if s.Commit != "" && !commitRe.MatchString(s.Commit) {
 		return ledger.FieldError("commit", "must be a 40- or 64-hex lowercase commit id")
 	}
+	if err := s.CaseSelection.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case s.MaxAttempts == 0:
 		s.MaxAttempts = 3
 	case s.MaxAttempts < 1 || s.MaxAttempts > ledger.MaxRunAttempts:
 		return ledger.FieldError("max_attempts", "must be 1 to %d, got %d", ledger.MaxRunAttempts, s.MaxAttempts)
+	}
+	return nil
+}
+
+// CaseLanes lists the lanes that select cases, each (name/vN) with the
+// ids of its cases: what a server checks a spec's case selection against
+// (CheckCases). The server's own build supplies it (runner's lanes); nil
+// knows no such lane.
+type CaseLanes map[string][]string
+
+// lane returns the entry of cl that run lane l names: l itself, or the
+// lane name/vN whose name l is.
+func (cl CaseLanes) lane(l string) ([]string, bool) {
+	if ids, ok := cl[l]; ok {
+		return ids, true
+	}
+	for name, ids := range cl {
+		if ledger.LaneName(name) == l {
+			return ids, true
+		}
+	}
+	return nil, false
+}
+
+// CheckCases checks s's case selection (after Validate) against cl, the
+// rule `ledger run` applies locally: a spec with a selection must name a
+// lane of cl, and every glob must select (ledger.MatchCaseGlob) at least
+// one case of each lane of cl it names. A spec with no selection passes.
+// Errors are CodeInvalid naming "cases", "case_budget", "max_samples"
+// (the first set) or "cases[i]".
+func (s Spec) CheckCases(cl CaseLanes) error {
+	if s.CaseSelection.Empty() {
+		return nil
+	}
+	var named []string
+	for _, l := range s.Lanes {
+		if _, ok := cl.lane(l); ok {
+			named = append(named, l)
+		}
+	}
+	if len(named) == 0 {
+		f := "cases"
+		switch {
+		case len(s.Cases) > 0:
+		case s.CaseBudget != "":
+			f = "case_budget"
+		default:
+			f = "max_samples"
+		}
+		known := slices.Sorted(maps.Keys(cl))
+		if len(known) == 0 {
+			return ledger.FieldError(f, "applies only to lanes that select cases, and this server knows none")
+		}
+		return ledger.FieldError(f, "applies only to lanes that select cases (%s); the run's lanes (%s) select none", strings.Join(known, ", "), strings.Join(s.Lanes, ", "))
+	}
+	for _, l := range named {
+		ids, _ := cl.lane(l)
+		for i, g := range s.Cases {
+			if !slices.ContainsFunc(ids, func(id string) bool { return ledger.MatchCaseGlob(g, id) }) {
+				eg := ""
+				if len(ids) > 0 {
+					eg = " (ids look like " + ids[0] + ")"
+				}
+				return ledger.FieldError(fmt.Sprintf("cases[%d]", i), "glob %q selects none of the %d cases of %s%s", Visible(clip(g)), len(ids), l, eg)
+			}
+		}
 	}
 	return nil
 }

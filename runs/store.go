@@ -17,7 +17,8 @@ import (
 )
 
 // Store is the run and agent state over a database handle (SQLite or,
-// with the same SQL, PostgreSQL) migrated to schema 9 or later.
+// with the same SQL, PostgreSQL) migrated to schema 10 or later (the
+// runs' selection column: migration 00010).
 type Store struct {
 	db  *sql.DB
 	now func() time.Time
@@ -48,7 +49,7 @@ func New(db *sql.DB, now func() time.Time) *Store {
 }
 
 // NewPostgres returns a Store over db, a PostgreSQL handle (pgx's
-// database/sql driver) migrated to schema 9 or later.
+// database/sql driver) migrated to schema 10 or later.
 func NewPostgres(db *sql.DB, now func() time.Time) *Store {
 	s := New(db, now)
 	s.dollar = true
@@ -112,16 +113,16 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-const runCols = "id, created_at, updated_at, created_by, state, backend, lanes, labels, repository, commit_id, attempt, max_attempts, agent, lease_id, lease_until, progress, attempts, evidence, outcome_entry, message"
+const runCols = "id, created_at, updated_at, created_by, state, backend, lanes, labels, repository, commit_id, attempt, max_attempts, agent, lease_id, lease_until, progress, attempts, evidence, outcome_entry, message, selection"
 
 type scanner interface{ Scan(...any) error }
 
 func scanRun(sc scanner) (Run, error) {
 	var r Run
 	var created, updated, until int64
-	var lanes, labels, progress, attempts, evidence, backend string
+	var lanes, labels, progress, attempts, evidence, backend, selection string
 	if err := sc.Scan(&r.ID, &created, &updated, &r.CreatedBy, &r.State, &backend, &lanes, &labels, &r.Repository, &r.Commit,
-		&r.Attempt, &r.MaxAttempts, &r.Agent, &r.LeaseID, &until, &progress, &attempts, &evidence, &r.OutcomeEntry, &r.Message); err != nil {
+		&r.Attempt, &r.MaxAttempts, &r.Agent, &r.LeaseID, &until, &progress, &attempts, &evidence, &r.OutcomeEntry, &r.Message, &selection); err != nil {
 		return r, err
 	}
 	r.Backend = ledger.Backend(backend)
@@ -129,7 +130,7 @@ func scanRun(sc scanner) (Run, error) {
 	for _, p := range []struct {
 		s string
 		v any
-	}{{lanes, &r.Lanes}, {labels, &r.Labels}, {progress, &r.Progress}, {attempts, &r.Attempts}, {evidence, &r.Evidence}} {
+	}{{lanes, &r.Lanes}, {labels, &r.Labels}, {progress, &r.Progress}, {attempts, &r.Attempts}, {evidence, &r.Evidence}, {selection, &r.CaseSelection}} {
 		if err := json.Unmarshal([]byte(p.s), p.v); err != nil {
 			return r, fmt.Errorf("run %s: decode its state: %w", r.ID, err)
 		}
@@ -147,11 +148,12 @@ func scanRun(sc scanner) (Run, error) {
 // Spec.Validate) by the token named by.
 func (s *Store) Create(ctx context.Context, spec Spec, by string) (Run, error) {
 	now := s.now()
-	r := Run{ID: newID("run_"), State: Queued, Backend: spec.Backend, Lanes: spec.Lanes, Labels: spec.Labels,
+	r := Run{ID: newID("run_"), State: Queued, Backend: spec.Backend, Lanes: spec.Lanes, Labels: spec.Labels, CaseSelection: spec.CaseSelection,
 		Repository: spec.Repository, Commit: spec.Commit, MaxAttempts: spec.MaxAttempts, Attempts: []ledger.RunAttempt{},
 		Evidence: []string{}, CreatedBy: by, CreatedAt: fromMS(ms(now)), UpdatedAt: fromMS(ms(now))}
-	_, err := s.exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, '', '', 0, ?, '[]', '[]', '', '')`,
-		r.ID, ms(now), ms(now), by, Queued, string(r.Backend), mustJSON(r.Lanes), mustJSON(r.Labels), r.Repository, r.Commit, r.MaxAttempts, mustJSON(r.Progress))
+	_, err := s.exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, '', '', 0, ?, '[]', '[]', '', '', ?)`,
+		r.ID, ms(now), ms(now), by, Queued, string(r.Backend), mustJSON(r.Lanes), mustJSON(r.Labels), r.Repository, r.Commit, r.MaxAttempts, mustJSON(r.Progress),
+		mustJSON(r.CaseSelection))
 	if err != nil {
 		return Run{}, fmt.Errorf("queue run: %w", err)
 	}

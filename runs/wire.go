@@ -24,8 +24,9 @@ type RegisterRequest struct {
 	Health    string            `json:"health"`
 }
 
-// LeaseAnswer is the answer of a poll that took a run: the run, the
-// attempt and lease the agent holds, when the lease ends and the lease
+// LeaseAnswer is the answer of a poll that took a run: the run (with its
+// case selection, which the agent passes to its lanes), the attempt and
+// lease the agent holds, when the lease ends and the lease
 // length (the agent extends well before it).
 type LeaseAnswer struct {
 	Run        Run       `json:"run"`

@@ -35,8 +35,9 @@ func (s *Server) handleCreateRun(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusCreated, RunAnswer{Run: run})
 }
 
-// queueRun validates spec, checks that token t's scope covers every lane
-// of it on its backend and repository, queues it as created by t and wakes
+// queueRun admits spec (admit.QueueRun: validated, its case selection
+// checked against Config.CaseLanes, token t's scope covering every lane
+// of it on its backend and repository), queues it as created by t and wakes
 // the agents' long polls. It is the one path that queues a run: POST
 // /api/v1/runs and the release page's run form both call it. Errors:
 // CodeNotFound without a run store, CodeInvalid naming the field,
@@ -46,10 +47,7 @@ func (s *Server) queueRun(ctx context.Context, t ledger.Token, spec runs.Spec) (
 	if err != nil {
 		return runs.Run{}, err
 	}
-	if err := spec.Validate(); err != nil {
-		return runs.Run{}, err
-	}
-	if err := admit.RunInScope(t, spec.Repository, spec.Lanes, spec.Backend); err != nil {
+	if err := admit.QueueRun(t, &spec, s.cfg.CaseLanes); err != nil {
 		return runs.Run{}, err
 	}
 	run, err := rs.store.Create(ctx, spec, t.Name)

@@ -34,7 +34,7 @@ const (
 	planQueue    = "queue"      // would be queued now
 	planActive   = "active"     // a queued or running run already covers it
 	planNoAgent  = "no-agent"   // no online approved agent serves it
-	planInvalid  = "invalid"    // the gate's subject is not one a run can name
+	planInvalid  = "invalid"    // the gate's subject or case selection is not one a run can name
 	planNotLane  = "not-needed" // satisfied, waived or failed: nothing to run
 	maxPlanScans = 1000         // active runs read for the duplicate check
 )
@@ -100,7 +100,8 @@ func (p runPlan) Unqueueable() int {
 }
 
 // planRuns computes the run plan of release rel with readiness rd: for
-// each lane gate in rel's order, passed, waived and failed gates need no
+// each lane and throughput gate in rel's order (a throughput gate's run
+// selects the cases of its select globs), passed, waived and failed gates need no
 // run; an open gate needs one run of its lane on a backend it lists (on
 // each listed backend short of min_runs, with all_backends), at its
 // subject (GateSubject), with no labels. A need already covered by an
@@ -109,7 +110,8 @@ func (p runPlan) Unqueueable() int {
 // (admit.AgentServes: backend, build commit and repository, lanes in its own
 // configuration; for a gate with signed_by, only the agents it names) is
 // planNoAgent; one whose subject a run cannot name (a release
-// repository that is not a repository name: runs.Spec.Validate) is
+// repository that is not a repository name: runs.Spec.Validate; select
+// globs the server's case lanes do not have: runs.Spec.CheckCases) is
 // planInvalid, with the reason. Errors are the runs store's; CodeInternal when more than
 // maxPlanScans runs are active (the duplicate check would be partial).
 func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Readiness) ([]planRow, error) {
@@ -132,7 +134,7 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 	var rows []planRow
 	for i := range rel.Gates {
 		g := &rel.Gates[i]
-		if g.Kind != gates.KindLane {
+		if g.Kind != gates.KindLane && g.Kind != gates.KindThroughput {
 			continue
 		}
 		res := results[g.ID]
@@ -146,7 +148,14 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 			row := planRow{Gate: g.ID, Lane: g.Lane}
 			for _, b := range backends {
 				spec := runs.Spec{Lanes: []string{g.Lane}, Backend: ledger.Backend(b), Labels: maps.Clone(g.AgentLabels), Repository: repo, Commit: commit}
-				if err := spec.Validate(); err != nil {
+				if g.Kind == gates.KindThroughput {
+					spec.Cases = slices.Clone(g.Select)
+				}
+				err := spec.Validate()
+				if err == nil {
+					err = spec.CheckCases(s.cfg.CaseLanes)
+				}
+				if err != nil {
 					var le *ledger.Error
 					if !errors.As(err, &le) || le.Code != ledger.CodeInvalid {
 						return nil, err
@@ -155,7 +164,7 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 					row.Why, row.Rule = "a run cannot name its "+le.Field, le.Field+" "+le.Message
 					break
 				}
-				key := strings.Join([]string{g.Lane, b, repo, commit, runs.SortedLabels(spec.Labels)}, "|")
+				key := strings.Join([]string{g.Lane, b, repo, commit, runs.SortedLabels(spec.Labels), strings.Join(spec.Cases, ",")}, "|")
 				if id := activeRun(act, spec); id != "" {
 					row.State, row.Backend, row.Run, row.Why = planActive, spec.Backend, id, "run "+id+" is already queued or running for it"
 					break
@@ -169,6 +178,9 @@ func (s *Server) planRuns(ctx context.Context, rel *gates.Release, rd *gates.Rea
 					row.Why = "online agent(s) " + strings.Join(names, ", ") + " serve it"
 					if len(spec.Labels) > 0 {
 						row.Why += "; the run is queued with labels " + runs.SortedLabels(spec.Labels) + " (agent_labels)"
+					}
+					if len(spec.Cases) > 0 {
+						row.Why += "; the run selects cases " + strings.Join(spec.Cases, ", ") + " (select)"
 					}
 					covered[key] = g.ID
 					break
@@ -212,10 +224,12 @@ func laneNeeds(g *gates.Gate, res gates.GateResult) [][]string {
 }
 
 // activeRun returns the id of an active run of act that runs spec's lane
-// on its backend at its repository and commit, or "".
+// on its backend at its repository and commit, over the cases spec
+// selects (a run selecting no cases runs them all), or "".
 func activeRun(act []runs.Run, spec runs.Spec) string {
 	for _, r := range act {
 		if r.Backend == spec.Backend && r.Repository == spec.Repository && r.Commit == spec.Commit && hasLabels(r.Labels, spec.Labels) &&
+			(len(r.Cases) == 0 || slices.Equal(slices.Sorted(slices.Values(r.Cases)), slices.Sorted(slices.Values(spec.Cases)))) &&
 			(slices.Contains(r.Lanes, spec.Lanes[0]) || slices.Contains(r.Lanes, ledger.LaneName(spec.Lanes[0]))) {
 			return r.ID
 		}

@@ -72,6 +72,11 @@ type Config struct {
 	// Runs, when set, serves the runs API and the agents' routes over this
 	// run store (see package runs); nil: those routes answer 404.
 	Runs *runs.Store
+	// CaseLanes are the lanes that select cases with their case ids (the
+	// server's build's, runner.CaseLanes): a queued run's case selection
+	// is checked against them (admit.QueueRun). nil: a run that asks for
+	// a case selection is refused.
+	CaseLanes runs.CaseLanes
 	// LeaseTTL is how long a run's lease lasts unless its agent extends it
 	// (default 30s); PollWait caps an agent's long poll (default 25s).
 	LeaseTTL time.Duration

@@ -120,7 +120,12 @@ func (ag *agent) runLease(ctx context.Context, l *runs.LeaseAnswer) string {
 	lanesDone := 0
 	var cur string
 	st = ag.newStager(ctx, work, l, log)
+	// The run's case selection goes to the lanes that select cases as
+	// `ledger run --cases --case-budget --max-samples` passes it locally
+	// (unset: the lanes' defaults).
+	sel := l.Run.CaseSelection
 	results, rerr := runner.Run(work, b, runner.Options{Lanes: l.Run.Lanes, Subject: ag.subj, Runner: runner.BuildRunner(), BinaryDigest: ag.bin,
+		Cases: sel.Cases, CaseBudget: sel.Budget(), MaxSamples: sel.MaxSamples,
 		LaneDone: st.laneDone,
 		Progress: func(lane string, done, total int) {
 			if lane != cur {

@@ -23,7 +23,7 @@ type copyTable struct {
 	name, cols, kinds, order string
 }
 
-// copyTables are every table of the schema (version 9) that holds a fact,
+// copyTables are every table of the schema (version 10) that holds a fact,
 // a projection or run state (the runs queue and the agents' registrations,
 // which an approval is checked against); copyDerived are the rest.
 var copyTables = []copyTable{
@@ -34,7 +34,7 @@ var copyTables = []copyTable{
 	{"heads_index", "idx, repository, ref, commit_id, verdict, decision", "ittttt", "idx"},
 	{"tokens", "id, name, scope, secret_hash, created_at, revoked_at, roles, repositories, lanes, backends, expires_at, leaf_idx, revoked_idx", "tttbiIttttIII", "id"},
 	{"idempotency", "key, request_hash, entry_ids, size, created_at", "kbtii", "created_at, key"},
-	{"runs", "id, created_at, updated_at, created_by, state, backend, lanes, labels, repository, commit_id, attempt, max_attempts, agent, lease_id, lease_until, progress, attempts, evidence, outcome_entry, message", "tiitttttttiittittttt", "id"},
+	{"runs", "id, created_at, updated_at, created_by, state, backend, lanes, labels, repository, commit_id, attempt, max_attempts, agent, lease_id, lease_until, progress, attempts, evidence, outcome_entry, message, selection", "tiitttttttiittitttttt", "id"},
 	{"agents", "name, key_id, public_key, backend, labels, spec, health, registered_at, last_seen, current_run", "tttttttiit", "name"},
 }
 

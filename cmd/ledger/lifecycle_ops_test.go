@@ -1123,16 +1123,28 @@ func opAgentRun(e *lcEnv, r *rand.Rand) error {
 	return nil
 }
 
-// opRunCancel queues a run no agent serves and cancels it.
+// opRunCancel queues a run no agent serves, with or without a case
+// selection for the throughput lane, and cancels it; the outcome leaf
+// records the selection the run asked for, and none for a run without
+// one.
 func opRunCancel(e *lcEnv, r *rand.Rand) error {
 	rc, err := client.New(e.url, client.Options{Token: e.run})
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	run, err := rc.CreateRun(ctx, runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Labels: map[string]string{"gpu": "none-has-this"}})
+	spec := runs.Spec{Lanes: []string{quickLane}, Backend: ledger.BackendCPU, Labels: map[string]string{"gpu": "none-has-this"}}
+	if r.IntN(2) == 0 {
+		spec.Lanes = append(spec.Lanes, "qmv-throughput/v1")
+		spec.CaseSelection = ledger.CaseSelection{Cases: []string{pick(r, "batch1/n4096/k4096/f32/b4/g64", "batch2/n8192", "batch*/n4096/*/f16")},
+			CaseBudget: pick(r, "", "1s", "2m0s"), MaxSamples: pick(r, 0, 6, 1000)}
+	}
+	run, err := rc.CreateRun(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("queue a run: %w", err)
+	}
+	if !slices.Equal(run.Cases, spec.Cases) || run.CaseBudget != spec.CaseBudget || run.MaxSamples != spec.MaxSamples {
+		return fmt.Errorf("run %s carries selection %+v, queued with %+v", run.ID, run.CaseSelection, spec.CaseSelection)
 	}
 	if viaAPI(r) {
 		_, err = rc.CancelRun(ctx, run.ID)
@@ -1149,7 +1161,18 @@ func opRunCancel(e *lcEnv, r *rand.Rand) error {
 	if got.OutcomeEntry == "" {
 		return fmt.Errorf("canceled run %s has no outcome entry", run.ID)
 	}
-	e.logf("run-cancel %s", run.ID)
+	ent, err := rc.Entry(ctx, got.OutcomeEntry)
+	if err != nil {
+		return fmt.Errorf("outcome entry of run %s: %w", run.ID, err)
+	}
+	var o ledger.RunOutcome
+	if _, _, err := ledger.PrepareRunOutcome(ent.Body); err != nil || json.Unmarshal(ent.Body, &o) != nil {
+		return fmt.Errorf("outcome entry of run %s: %v: %s", run.ID, err, ent.Body)
+	}
+	if !slices.Equal(o.Cases, spec.Cases) || o.CaseBudget != spec.CaseBudget || o.MaxSamples != spec.MaxSamples {
+		return fmt.Errorf("outcome of run %s records selection %+v, the run asked for %+v", run.ID, o.CaseSelection, spec.CaseSelection)
+	}
+	e.logf("run-cancel %s (selection %q)", run.ID, spec.CaseSelection.Text())
 	return nil
 }
 

@@ -172,17 +172,14 @@ func (a *app) runLanes(ctx context.Context, c runConfig) error {
 }
 
 // checkCaseFlags refuses --cases, --case-budget and --max-samples (those
-// set on the command line) when no selected lane selects cases, with
-// --remote (a queued run carries no case selection), and with values out
-// of range, naming the flag.
+// set on the command line) when no selected lane selects cases, and with
+// values out of range, naming the flag. With --remote the run carries
+// them (caseSelection) and the server checks them again.
 func (c runConfig) checkCaseFlags() error {
 	if len(c.caseFlags) == 0 {
 		return nil
 	}
 	flag := "--" + c.caseFlags[0]
-	if c.Remote {
-		return errExit(2, "%s does not apply to --remote: an agent runs %s with its defaults", flag, runner.ThroughputLane)
-	}
 	sel := runner.DefaultLanes()
 	if len(c.Lanes) > 0 {
 		sel = nil
@@ -209,7 +206,28 @@ func (c runConfig) checkCaseFlags() error {
 	if c.MaxSamples < stats.MinSamples || c.MaxSamples > ledger.MaxThroughputSamples {
 		return errExit(2, "--max-samples %d: must be %d..%d (fewer samples give no 95 %% interval of the median)", c.MaxSamples, stats.MinSamples, ledger.MaxThroughputSamples)
 	}
+	if c.Remote && c.CaseBudget > ledger.MaxCaseBudget {
+		return errExit(2, "--case-budget %s: a queued run's case budget is at most %s", c.CaseBudget, ledger.MaxCaseBudget)
+	}
 	return nil
+}
+
+// caseSelection is the case selection a --remote run carries: the case
+// flags the command line set (checkCaseFlags), the others left to the
+// agent's lanes' defaults, which are the flags' defaults.
+func (c runConfig) caseSelection() ledger.CaseSelection {
+	var s ledger.CaseSelection
+	for _, f := range c.caseFlags {
+		switch f {
+		case "cases":
+			s.Cases = c.Cases
+		case "case-budget":
+			s.CaseBudget = c.CaseBudget.String()
+		case "max-samples":
+			s.MaxSamples = c.MaxSamples
+		}
+	}
+	return s
 }
 
 // openRecorder opens the ledger a run records into (nil with --no-record)

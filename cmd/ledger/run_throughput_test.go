@@ -8,7 +8,8 @@ import (
 )
 
 // TestRunThroughputFlags: the case flags are refused, naming the flag,
-// where no selected lane selects cases, with --remote and out of range;
+// where no selected lane selects cases and out of range (with --remote
+// too, which carries them);
 // --list marks the throughput lane on request; one CPU case runs, and the
 // text table says its convergence and speed ratio.
 func TestRunThroughputFlags(t *testing.T) {
@@ -26,7 +27,14 @@ func TestRunThroughputFlags(t *testing.T) {
 		{[]string{"--lane", "qmv-throughput", "--cases", ""}, "--cases: an empty glob"},
 		{[]string{"--lane", "qmv-throughput", "--case-budget", "0s"}, "--case-budget 0s: must be positive"},
 		{[]string{"--lane", "qmv-throughput", "--case-budget", "soon"}, `"soon" is not a duration`},
-		{[]string{"--lane", "qmv-throughput", "--remote", "--cases", "batch1/*"}, "--cases does not apply to --remote"},
+		// --remote carries the case flags: they are refused only where no
+		// selected lane selects cases or out of range, and otherwise pass
+		// on to the queueing (here refused for --no-record, after them).
+		{[]string{"--remote", "--cases", "batch1/*"}, "--cases applies only to lanes that select cases"},
+		{[]string{"--remote", "--lane", "alloc-footprint", "--max-samples", "50"}, "--max-samples applies only to lanes that select cases"},
+		{[]string{"--lane", "qmv-throughput", "--remote", "--cases", "batch7/*"}, `--cases: case globs ["batch7/*"] match none`},
+		{[]string{"--lane", "qmv-throughput", "--remote", "--case-budget", "11m"}, "--case-budget 11m0s: a queued run's case budget is at most 10m0s"},
+		{[]string{"--lane", "qmv-throughput", "--remote", "--cases", "batch1/*", "--case-budget", "1s", "--max-samples", "20"}, "--remote runs the agent's own lanes: --impl, --no-record and --sign-key do not apply"},
 	} {
 		_, se, code := runBin(t, "", append([]string{"run", "--no-record"}, tc.args...)...)
 		if code != 2 || !strings.Contains(se, tc.want) {

@@ -30,7 +30,18 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	if err != nil {
 		return errExit(2, "--label: %v", err)
 	}
-	lanes := c.Lanes
+	// Lanes are queued by their full name/vN (runLanes checked them):
+	// agents declare the lanes of their builds so, and a run naming a
+	// lane without its version would wait for an agent that declares it
+	// that way.
+	var lanes []string
+	for _, name := range c.Lanes {
+		l, err := runner.LookupLane(name)
+		if err != nil {
+			return errExit(2, "--lane: %v", err)
+		}
+		lanes = append(lanes, l.Name())
+	}
 	if len(lanes) == 0 {
 		for _, l := range runner.DefaultLanes() {
 			lanes = append(lanes, l.Name())
@@ -40,11 +51,16 @@ func (a *app) runRemote(ctx context.Context, c runConfig) error {
 	if err != nil {
 		return err
 	}
-	run, err := cl.CreateRun(ctx, runs.Spec{Lanes: lanes, Backend: ledger.Backend(c.Backend), Labels: labels, Repository: c.Repository, Commit: c.Commit})
+	run, err := cl.CreateRun(ctx, runs.Spec{Lanes: lanes, Backend: ledger.Backend(c.Backend), Labels: labels, Repository: c.Repository, Commit: c.Commit,
+		CaseSelection: c.caseSelection()})
 	if err != nil {
 		return errExit(2, "queue run: %v", err)
 	}
-	fmt.Fprintf(a.stderr, "queued run %s (%s on %s)\n", run.ID, strings.Join(run.Lanes, ","), run.Backend)
+	queued := fmt.Sprintf("%s on %s", strings.Join(run.Lanes, ","), run.Backend)
+	if t := run.Visible().CaseSelection.Text(); t != "" {
+		queued += "; " + t
+	}
+	fmt.Fprintf(a.stderr, "queued run %s (%s)\n", runs.Visible(run.ID), runs.Visible(queued))
 	a.warnNoAgent(ctx, cl, run)
 	prog := a.newProgress()
 	prog.every = remoteProgressEvery
@@ -241,6 +257,9 @@ func printRun(w io.Writer, r runs.Run, results map[string]ledger.Evidence) {
 	if len(r.Labels) > 0 {
 		fmt.Fprintf(w, ", labels %s", runs.SortedLabels(r.Labels))
 	}
+	if t := r.CaseSelection.Text(); t != "" {
+		fmt.Fprintf(w, ", %s", t)
+	}
 	fmt.Fprintf(w, ")\n  attempt %d of at most %d", r.Attempt, r.MaxAttempts)
 	if r.Agent != "" {
 		fmt.Fprintf(w, ", agent %s", r.Agent)
@@ -292,14 +311,18 @@ func newRunsCmd(a *app) *cobra.Command {
 				return a.printJSON(map[string]any{"runs": rs})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tBACKEND\tLANES\tATTEMPT\tAGENT\tPROGRESS\tCREATED")
+			fmt.Fprintln(tw, "ID\tSTATE\tBACKEND\tLANES\tSELECTION\tATTEMPT\tAGENT\tPROGRESS\tCREATED")
 			for _, r := range rs {
 				r = r.Visible()
 				p := ""
 				if r.Progress.Lane != "" {
 					p = fmt.Sprintf("%s %d/%d", r.Progress.Lane, r.Progress.Done, r.Progress.Total)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.State, r.Backend, strings.Join(r.Lanes, ","), r.Attempt, r.MaxAttempts, r.Agent, p, r.CreatedAt.Format(time.RFC3339))
+				sel := r.CaseSelection.Text()
+				if sel == "" {
+					sel = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.State, r.Backend, strings.Join(r.Lanes, ","), sel, r.Attempt, r.MaxAttempts, r.Agent, p, r.CreatedAt.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},

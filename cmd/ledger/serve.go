@@ -21,6 +21,7 @@ import (
 	"github.com/evidence-ledger/ledger/ledger/postgres"
 	"github.com/evidence-ledger/ledger/ledger/sqlite"
 	"github.com/evidence-ledger/ledger/ledger/tlog"
+	"github.com/evidence-ledger/ledger/runner"
 	"github.com/evidence-ledger/ledger/runs"
 	"github.com/evidence-ledger/ledger/web"
 	"github.com/spf13/cobra"
@@ -259,7 +260,8 @@ func RunServe(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	srv, err := web.New(web.Config{Store: served, Log: c.Log, AccessLog: c.AccessLog, MaxBody: c.MaxBody, IngestBudget: c.IngestBudget, ReadAuth: c.ReadAuth, Witnesser: wit, RepoRoots: c.RepoRoots,
-		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig, VerifierID: c.VerifierID})
+		Runs: runStore, LeaseTTL: c.LeaseTTL, PollWait: c.PollWait, Integrity: st.Log.Tampered, Sigstore: sig, VerifierID: c.VerifierID,
+		CaseLanes: runner.CaseLanes()})
 	if err != nil {
 		return err
 	}

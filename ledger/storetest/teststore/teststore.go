@@ -10,6 +10,7 @@ package teststore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,7 +33,7 @@ type Store struct {
 	Lite *sqlite.Store
 	PG   *postgres.Store
 	dsn  string // PG's database
-	dir  string // the key's directory
+	dir  string // the key's directory (SQLite: and the database's)
 }
 
 // DriverStore is what both drivers' stores offer.
@@ -93,7 +94,7 @@ func Open(t testing.TB, o Options) *Store {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s = &Store{DriverStore: st, Log: st.Log, Lite: st}
+		s = &Store{DriverStore: st, Log: st.Log, Lite: st, dir: o.Dir}
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -119,3 +120,22 @@ func OpenSecond(t testing.TB, s *Store) *Store {
 
 // String names the store kind (for test logs).
 func (s *Store) String() string { return fmt.Sprintf("%s store", Kind()) }
+
+// AuxDB opens a second handle on s's database, as `ledger serve` opens
+// one for the run store (package runs): SQLite's aux handle, or a
+// PostgreSQL pool on the same database; closed at t's end. pg reports
+// which.
+func (s *Store) AuxDB(t testing.TB) (db *sql.DB, pg bool) {
+	t.Helper()
+	var err error
+	if s.PG != nil {
+		db, _, err = postgres.Connect(context.Background(), s.dsn, 10*time.Second)
+	} else {
+		db, err = sqlite.OpenAux(filepath.Join(s.dir, "ledger.db"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, s.PG != nil
+}
