@@ -53,9 +53,10 @@ timeout 50 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapte
   --lane qmv-throughput/v1 --cases "${DEQUANT_CASES:-batch*/n4096/k4096/*/b4/*,batch*/n8192/k8192/*/b4/*}" --case-budget 2s "${PIN[@]}" \
   > "$OUT/pytorch-dequant-cuda-throughput.json" 2>> "$OUT/log.txt"; ended $?
 
-# 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1, 2, 4).
+# 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1, 2, 4;
+#    QUICK_BASELINES=1: M = 1 only).
 step "qmv-torch-baselines"
-PYTHONUNBUFFERED=1 timeout 120 python3 scripts/qmv-torch-baselines.py --out "$OUT/torch-baselines.json" \
+PYTHONUNBUFFERED=1 timeout 120 python3 scripts/qmv-torch-baselines.py ${QUICK_BASELINES:+--quick} --out "$OUT/torch-baselines.json" \
   > "$OUT/torch-baselines.txt" 2>&1; ended $?
 
 # 4. The backend's GPU tests: batched rows bit-exact with the CPU backend and single-vector QMV,
@@ -71,9 +72,9 @@ timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV' -test
   > "$OUT/cuda-bench.txt" 2>&1; ended $?
 timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'QMVDevice/(8192x8192|16384x16384)/new$|MemcpyDtoD' -test.benchtime 0.3s \
   >> "$OUT/cuda-bench.txt" 2>&1; ended $?
-# 6. What limits the x4 kernel: ncu on two launches at 8192² B4.
+# 6. What limits the x4 kernel: ncu on two launches at 8192² B4 (SKIP_NCU=1 leaves it out).
 step "ncu qmv_f16_b4_x4"
-timeout 60 ncu --clock-control none -k regex:qmv_f16_b4_x4 -c 2 --section SpeedOfLight --section Occupancy \
+[ -z "${SKIP_NCU:-}" ] && timeout 60 ncu --clock-control none -k regex:qmv_f16_b4_x4 -c 2 --section SpeedOfLight --section Occupancy \
   --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
   .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV/8192x8192/batch4/nb4' -test.benchtime 1x \
   > "$OUT/ncu-x4.txt" 2>&1; ended $?
