@@ -56,7 +56,7 @@ timeout 50 "$L" --db "$DB" --json run --impl pytorch-dequant-cuda --impls adapte
 # 3. Same session: tinygemm, torch.compile and cuBLAS in one process with CUDA graphs (M = 1, 2, 4;
 #    QUICK_BASELINES=1: M = 1 only).
 step "qmv-torch-baselines"
-PYTHONUNBUFFERED=1 timeout 120 python3 scripts/qmv-torch-baselines.py ${QUICK_BASELINES:+--quick} --out "$OUT/torch-baselines.json" \
+[ -z "${SKIP_BASELINES:-}" ] && PYTHONUNBUFFERED=1 timeout 120 python3 scripts/qmv-torch-baselines.py ${QUICK_BASELINES:+--quick} --out "$OUT/torch-baselines.json" \
   > "$OUT/torch-baselines.txt" 2>&1; ended $?
 
 # 4. The backend's GPU tests: batched rows bit-exact with the CPU backend and single-vector QMV,
@@ -68,11 +68,12 @@ timeout 50 .devbin/tp/cuda.test -test.v -test.count 1 -test.run 'Throughput|Test
 #    kernel (nb 1: gridDim.y batching; nb 2, 4: multi-vector), the hot-loop QMV benchmark of the
 #    corrected kernel, and the device-to-device copy rate the roofline is computed from.
 step "backends/cuda benchmarks"
-timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV' -test.benchtime 1x \
+[ -z "${SKIP_BENCH:-}" ] && timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'ThroughputQMV' -test.benchtime 1x \
   > "$OUT/cuda-bench.txt" 2>&1; ended $?
-timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'QMVDevice/(8192x8192|16384x16384)/new$|MemcpyDtoD' -test.benchtime 0.3s \
+[ -z "${SKIP_BENCH:-}" ] && timeout 40 .devbin/tp/cuda.test -test.run '^$' -test.bench 'QMVDevice/(8192x8192|16384x16384)/new$|MemcpyDtoD' -test.benchtime 0.3s \
   >> "$OUT/cuda-bench.txt" 2>&1; ended $?
-# 6. What limits the x4 kernel: ncu on two launches at 8192² B4 (SKIP_NCU=1 leaves it out).
+# 6. What limits the x4 kernel: ncu on two launches at 8192² B4. SKIP_BASELINES, SKIP_BENCH and
+#    SKIP_NCU (set to 1) leave steps 3, 5 and 6 out when little device time is left.
 step "ncu qmv_f16_b4_x4"
 [ -z "${SKIP_NCU:-}" ] && timeout 60 ncu --clock-control none -k regex:qmv_f16_b4_x4 -c 2 --section SpeedOfLight --section Occupancy \
   --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
