@@ -65,6 +65,12 @@ func validateThroughput(g *Gate, f string) error {
 	if !(g.Threshold > 0 && g.Threshold <= maxThroughputThresh) {
 		return ledger.FieldError(f+".threshold", "required: the lowest acceptable speed ratio baseline/candidate, in (0, %d] (0.98: at most 2 %% slower), got %v", maxThroughputThresh, g.Threshold)
 	}
+	if g.Lane != "" && !strings.HasSuffix(ledger.LaneName(g.Lane), "-throughput") {
+		return ledger.FieldError(f+".lane", "a throughput gate judges a throughput lane (named *-throughput/vN, e.g. %s), got %q", DefaultThroughputLane, g.Lane)
+	}
+	if g.Cases > ledger.MaxThroughputCases {
+		return ledger.FieldError(f+".cases", "at most %d (the most cases a throughput record holds), got %d", ledger.MaxThroughputCases, g.Cases)
+	}
 	if len(g.Select) > maxThroughputSelect {
 		return ledger.FieldError(f+".select", "at most %d case globs, got %d", maxThroughputSelect, len(g.Select))
 	}

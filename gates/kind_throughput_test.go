@@ -43,11 +43,27 @@ func throughputRelease(t testing.TB, extra string) *Release {
 	return r
 }
 
+// shortIDs name the cases the tests use by a short name.
+var shortIDs = map[string]string{
+	"batch1/a": "batch1/n4096/k4096/f32/b4/g64", "batch1/b": "batch1/n4096/k4096/bf16/b4/g64",
+	"batch2/a": "batch2/n4096/k4096/f32/b4/g64", "batch4/a": "batch4/n4096/k4096/f32/b4/g64",
+}
+
 // synthCase is a case whose n paired samples have ratios
 // baseline/candidate of ratio times (1 + noise*N(0,1)), candidate times
-// near 40 µs with 1 % jitter; rng is seeded by the caller.
+// near 40 µs with 1 % jitter; rng is seeded by the caller. id is a case
+// id of the lane (or a key of shortIDs); its fields follow from it.
 func synthCase(rng *rand.Rand, id string, n int, ratio, noise float64) ledger.ThroughputCase {
-	c := ledger.ThroughputCase{ID: id, Batch: 1, N: 8192, K: 8192, DType: "float16", Bits: 4, GroupSize: 64, LaunchesPerSample: 100}
+	if long, ok := shortIDs[id]; ok {
+		id = long
+	}
+	c := ledger.ThroughputCase{ID: id, LaunchesPerSample: 100}
+	var d string
+	if _, err := fmt.Sscanf(strings.ReplaceAll(id, "/", " "), "batch%d n%d k%d %s b%d g%d", &c.Batch, &c.N, &c.K, &d, &c.Bits, &c.GroupSize); err != nil {
+		panic("synthCase: " + id + ": " + err.Error())
+	}
+	c.DType = d
+	c.Output = ledger.OutputCheck{RelL2: 2e-4, Tolerance: 0.02, BitExact: c.Batch * c.N, Values: c.Batch * c.N}
 	for range n {
 		cand := 40e-6 * (1 + 0.01*rng.NormFloat64())
 		r := ratio * (1 + noise*rng.NormFloat64())
@@ -109,15 +125,15 @@ func firstBaseline(g GateResult, i int) string {
 // (a batch 4 case that regressed) are not judged.
 func TestThroughputSpeedupPasses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	e := throughputEv(synthCase(rng, "batch1/n8192/k8192/float16/b4/g64", 40, 1.2, 0.01),
-		synthCase(rng, "batch1/n4096/k4096/float16/b4/g64", 40, 1.1, 0.01),
-		synthCase(rng, "batch4/n4096/k4096/float16/b4/g64", 40, 0.5, 0.01))
+	e := throughputEv(synthCase(rng, "batch1/n8192/k8192/f16/b4/g64", 40, 1.2, 0.01),
+		synthCase(rng, "batch1/n4096/k4096/f16/b4/g64", 40, 1.1, 0.01),
+		synthCase(rng, "batch4/n4096/k4096/f16/b4/g64", 40, 0.5, 0.01))
 	g := speedGate(t, throughputRelease(t, ""), e)
 	if g.State != StatePassed || g.Throughput == nil || g.Throughput.Verdict != ThroughputMeets {
 		t.Fatalf("state %s (%s) %+v %+v; want passed", g.State, g.Reason, g.Throughput, g.Baseline)
 	}
 	r := g.Throughput
-	if r.Case != "batch1/n4096/k4096/float16/b4/g64" || r.Cases != 2 || r.Pairs != 40 || r.Ratio.Low < 1.05 || r.Ratio.High > 1.15 || r.Candidate != "promoted" || r.Baseline != "narrow" {
+	if r.Case != "batch1/n4096/k4096/f16/b4/g64" || r.Cases != 2 || r.Pairs != 40 || r.Ratio.Low < 1.05 || r.Ratio.High > 1.15 || r.Candidate != "promoted" || r.Baseline != "narrow" {
 		t.Fatalf("decisive result %+v; want the 1.1 batch 1 case of 2", r)
 	}
 	for _, want := range []string{"speed ratio 1.", ">= 0.98", "worst of 2 cases", "promoted vs narrow", "40 pairs"} {
@@ -137,8 +153,8 @@ func TestThroughputSpeedupPasses(t *testing.T) {
 // and the passing run counts.
 func TestThroughputRegressionFailsUntilSuperseded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	const id = "batch1/n8192/k8192/float16/b4/g64"
-	bad := throughputEv(synthCase(rng, id, 40, 0.9, 0.01), synthCase(rng, "batch1/n4096/k4096/float16/b4/g64", 40, 1.0, 0.001))
+	const id = "batch1/n8192/k8192/f16/b4/g64"
+	bad := throughputEv(synthCase(rng, id, 40, 0.9, 0.01), synthCase(rng, "batch1/n4096/k4096/f16/b4/g64", 40, 1.0, 0.001))
 	good := throughputEv(synthCase(rng, id, 40, 1.01, 0.001))
 	good.FinishedAt = good.FinishedAt.Add(1)
 	s := openStore(t)
@@ -168,7 +184,7 @@ func TestThroughputRegressionFailsUntilSuperseded(t *testing.T) {
 // interval straddles the threshold, and the record is baseline.
 func TestIssue34AcceptanceTooNoisySamplesInconclusive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(34, 34))
-	const id = "batch1/n8192/k8192/float16/b4/g64"
+	const id = "batch1/n8192/k8192/f16/b4/g64"
 	e := throughputEv(synthCase(rng, id, 30, 1.0, 0.20))
 	tp := throughputOf(t, &e)
 	iv, ok := stats.MedianCI(stats.Ratios(tp.Cases[0].BaselineS, tp.Cases[0].CandidateS), 0.95)
@@ -195,7 +211,7 @@ func TestThroughputFewSamplesNeverPass(t *testing.T) {
 	for _, n := range []int{1, 3, 5} {
 		for _, conf := range []float64{0.95, 0.5, 0.01} {
 			rng := rand.New(rand.NewPCG(uint64(n), 7))
-			e := throughputEv(synthCase(rng, "batch1/n8192/k8192/float16/b4/g64", n, 2.0, 0.001))
+			e := throughputEv(synthCase(rng, "batch1/n8192/k8192/f16/b4/g64", n, 2.0, 0.001))
 			tp := throughputOf(t, &e)
 			tp.Confidence = conf
 			setThroughput(&e, tp)
@@ -271,7 +287,7 @@ func TestThroughputBaselineMismatch(t *testing.T) {
 func TestThroughputSamplesDecide(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	lie := func(ratio float64, claim ledger.Interval) ledger.Evidence {
-		c := synthCase(rng, "batch1/n8192/k8192/float16/b4/g64", 40, ratio, 0.01)
+		c := synthCase(rng, "batch1/n8192/k8192/f16/b4/g64", 40, ratio, 0.01)
 		c.Ratio, c.Converged = &claim, true
 		c.CandidateMedian = ledger.Interval{Estimate: 1e-6, Low: 1e-6, High: 1e-6}
 		return throughputEv(c)
@@ -340,6 +356,8 @@ func TestThroughputValidation(t *testing.T) {
 		{base + ", select: [\"batch1//b4\"]}", "gates[0].select[0]"},
 		{base + ", baseline_artifacts: {lib: sha256:abc}}", "gates[0].baseline_artifacts.lib"},
 		{base + ", cases: -1}", "gates[0].cases"},
+		{base + ", cases: 513}", "gates[0].cases"},
+		{base + ", lane: qmv-bias-sum/v1}", "gates[0].lane"},
 		{noThresh + ", threshold: \"0.98\"}", "gates[0].threshold"},
 		{noThresh + ", threshold: [0.98]}", "gates[0].threshold"},
 		{base + ", cases: \"27\"}", "gates[0].cases"},

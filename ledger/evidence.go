@@ -495,7 +495,7 @@ func (e *Evidence) validateAttached() error {
 		if err := checkDetails(e.Details); err != nil {
 			return err
 		}
-		if err := CheckThroughputDetails(e.Details); err != nil {
+		if err := checkThroughputEvidence(e); err != nil {
 			return err
 		}
 	}

@@ -3,8 +3,11 @@ package ledger
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
+	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -104,6 +107,36 @@ type OutputCheck struct {
 	BaselineRelL2 *float64 `json:"baseline_rel_l2,omitempty"`
 }
 
+// throughputDTypes are the dtypes a throughput case may name (runner/quant's
+// names).
+var throughputDTypes = []string{"f16", "bf16", "f32"}
+
+// ThroughputCaseID returns the id of a throughput case, the lane's case
+// naming: "batch1/n8192/k8192/f16/b4/g64".
+func ThroughputCaseID(batch, n, k int, dtype string, bits, group int) string {
+	return fmt.Sprintf("batch%d/n%d/k%d/%s/b%d/g%d", batch, n, k, dtype, bits, group)
+}
+
+// jsonKind words a Go type of a decoding error as what JSON should have
+// held there.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct, reflect.Pointer:
+		return "an object"
+	}
+	return t.String()
+}
+
 // Limits of a throughput record: cases, samples per side of a case.
 const (
 	MaxThroughputCases   = 512
@@ -121,7 +154,15 @@ func ThroughputOf(e *Evidence) (*Throughput, error) {
 		T *Throughput `json:"throughput"`
 	}
 	if err := json.Unmarshal(e.Details, &probe); err != nil {
-		return nil, fmt.Errorf("details.throughput: %w", err)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			f := "details"
+			if te.Field != "" {
+				f += "." + te.Field
+			}
+			return nil, FieldError(f, "expected %s, got %s", jsonKind(te.Type), te.Value)
+		}
+		return nil, FieldError("details.throughput", "%v", err)
 	}
 	if probe.T == nil {
 		return nil, nil
@@ -148,6 +189,9 @@ func (t *Throughput) Validate() error {
 	if t.Baseline != nil && (t.Baseline.Name == "" || len(t.Baseline.Name) > 128) {
 		return FieldError(f+".baseline.name", "required, at most 128 characters")
 	}
+	if t.Baseline != nil && t.Baseline.Name == t.Candidate {
+		return FieldError(f+".baseline.name", "is the candidate %q: a throughput record compares two different builds", t.Candidate)
+	}
 	if !(t.Confidence > 0 && t.Confidence < 1) {
 		return FieldError(f+".confidence", "must be in (0, 1), got %v", t.Confidence)
 	}
@@ -158,12 +202,22 @@ func (t *Throughput) Validate() error {
 	for i := range t.Cases {
 		c := &t.Cases[i]
 		cf := fmt.Sprintf("%s.cases[%d]", f, i)
-		if c.ID == "" || len(c.ID) > 256 || seen[c.ID] {
-			return FieldError(cf+".id", "required, unique, at most 256 characters")
-		}
-		seen[c.ID] = true
 		if c.Batch < 1 || c.N < 1 || c.K < 1 || c.Bits < 1 || c.GroupSize < 1 || c.LaunchesPerSample < 1 {
 			return FieldError(cf, "batch, n, k, bits, group_size and launches_per_sample must be positive")
+		}
+		if !slices.Contains(throughputDTypes, c.DType) {
+			return FieldError(cf+".dtype", "must be one of %s, got %q", strings.Join(throughputDTypes, ", "), Clip(c.DType))
+		}
+		if want := ThroughputCaseID(c.Batch, c.N, c.K, c.DType, c.Bits, c.GroupSize); c.ID != want {
+			return FieldError(cf+".id", "must be %q, the id of the case's own batch, n, k, dtype, bits and group_size", want)
+		}
+		if seen[c.ID] {
+			return FieldError(cf+".id", "case %s appears twice", c.ID)
+		}
+		seen[c.ID] = true
+		if o := c.Output; !(o.RelL2 >= 0) || !(o.Tolerance > 0) || o.Values < 1 || o.BitExact < 0 || o.BitExact > o.Values ||
+			(o.BaselineRelL2 != nil && !(*o.BaselineRelL2 >= 0)) {
+			return FieldError(cf+".output", "rel_l2 >= 0, tolerance > 0 and 0 <= bit_exact <= values (values >= 1) are required")
 		}
 		if err := checkSamples(cf+".candidate_s", c.CandidateS); err != nil {
 			return err
@@ -213,11 +267,48 @@ func ValidSampleSeconds(x float64) bool {
 // samples or shape are malformed is refused on admission, naming the
 // field, rather than appended and set aside by every gate.
 func CheckThroughputDetails(d []byte) error {
-	if !bytes.Contains(d, []byte(`"throughput"`)) {
-		return nil
-	}
-	_, err := ThroughputOf(&Evidence{Details: d})
+	_, err := throughputOfDetails(d)
 	return err
+}
+
+// throughputOfDetails is ThroughputOf over details d, skipping the decode
+// where d cannot hold the member: encoding/json matches member names
+// case-insensitively and after unescaping, so only details without a \u
+// escape and without "throughput" in any letter case are skipped.
+func throughputOfDetails(d []byte) (*Throughput, error) {
+	if !bytes.Contains(d, []byte(`\u`)) && !containsFold(d, "throughput") {
+		return nil, nil
+	}
+	return ThroughputOf(&Evidence{Details: d})
+}
+
+// checkThroughputEvidence checks e's throughput member (CheckThroughputDetails)
+// and that a passed record's every case has its outputs within their
+// tolerance (a case beyond it is a mismatch, which a passed record has
+// none of).
+func checkThroughputEvidence(e *Evidence) error {
+	t, err := throughputOfDetails(e.Details)
+	if err != nil || t == nil || e.Status != StatusPassed {
+		return err
+	}
+	for i, c := range t.Cases {
+		o := c.Output
+		if o.RelL2 > o.Tolerance || (o.BaselineRelL2 != nil && !(*o.BaselineRelL2 <= o.Tolerance)) {
+			return FieldError(fmt.Sprintf("details.throughput.cases[%d].output", i), "relative L2 error beyond the tolerance %g in a passed record", o.Tolerance)
+		}
+	}
+	return nil
+}
+
+// containsFold reports whether b contains the ASCII lower-case word w in
+// any letter case, without allocating.
+func containsFold(b []byte, w string) bool {
+	for i := 0; i+len(w) <= len(b); i++ {
+		if b[i]|0x20 == w[0] && bytes.EqualFold(b[i:i+len(w)], []byte(w)) {
+			return true
+		}
+	}
+	return false
 }
 
 // MatchCaseGlob reports whether glob g (a path.Match pattern) selects the

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -24,8 +25,60 @@ func TestValidSampleSeconds(t *testing.T) {
 	if err := CheckThroughputDetails([]byte(`{"cases":[]}`)); err != nil {
 		t.Fatalf("details without throughput: %v", err)
 	}
-	err := CheckThroughputDetails([]byte(`{"throughput":{"clock":"c","candidate":"p","confidence":0.95,"cases":[{"id":"a","batch":1,"n":1,"k":1,"bits":4,"group_size":64,"launches_per_sample":1,"candidate_s":[1e300]}]}}`))
+	err := CheckThroughputDetails([]byte(`{"throughput":{"clock":"c","candidate":"p","confidence":0.95,"cases":[{"id":"batch1/n1/k1/f16/b4/g64","batch":1,"n":1,"k":1,"dtype":"f16","bits":4,"group_size":64,"launches_per_sample":1,"candidate_s":[1e300],"output":{"rel_l2":0,"tolerance":0.02,"bit_exact":1,"values":1}}]}}`))
 	if e, ok := err.(*Error); !ok || e.Field != "details.throughput.cases[0].candidate_s[0]" {
 		t.Fatalf("1e300 s: %v; want refused naming the sample", err)
+	}
+}
+
+// TestThroughputAdmission: the throughput member is found however its
+// name is spelled (letter case, \u escapes), a value of the wrong JSON
+// type is a field error, a case id must be its own fields' id and appear
+// once, the candidate and baseline differ, and a passed record has every
+// output within tolerance.
+func TestThroughputAdmission(t *testing.T) {
+	const okCase = `{"id":"batch1/n4096/k4096/f32/b4/g64","batch":1,"n":4096,"k":4096,"dtype":"f32","bits":4,"group_size":64,"launches_per_sample":1,"candidate_s":[1e-5,1e-5,1e-5,1e-5,1e-5,1e-5],"baseline_s":[1e-5,1e-5,1e-5,1e-5,1e-5,1e-5],"output":{"rel_l2":1e-7,"tolerance":0.001,"bit_exact":4096,"values":4096}}`
+	tp := func(name, cases string) []byte {
+		return []byte(`{"` + name + `":{"clock":"c","candidate":"promoted","baseline":{"name":"narrow"},"confidence":0.95,"cases":[` + cases + `]}}`)
+	}
+	if err := CheckThroughputDetails(tp("throughput", okCase)); err != nil {
+		t.Fatalf("a well-formed record: %v", err)
+	}
+	bad := strings.Replace(okCase, `"candidate_s":[1e-5,`, `"candidate_s":[-1,`, 1)
+	for _, name := range []string{"throughput", `\u0074hroughput`, "THROUGHPUT", "ThroughPut"} {
+		err := CheckThroughputDetails(tp(name, bad))
+		if e, ok := err.(*Error); !ok || e.Field != "details.throughput.cases[0].candidate_s[0]" {
+			t.Errorf("member %s with a negative sample: %v; want refused naming the sample", name, err)
+		}
+	}
+	for _, tc := range []struct{ old, new, field string }{
+		{`"candidate_s":[1e-5,`, `"candidate_s":["1e-5",`, "details.throughput.cases.candidate_s"},
+		{`"batch":1`, `"batch":"1"`, "details.throughput.cases.batch"},
+		{`"id":"batch1/n4096/k4096/f32/b4/g64"`, `"id":"batch1/n4096/k4096/f32/b4/g64/copy1"`, "details.throughput.cases[0].id"},
+		{`"dtype":"f32"`, `"dtype":"float32"`, "details.throughput.cases[0].dtype"},
+		{`"values":4096}`, `"values":0}`, "details.throughput.cases[0].output"},
+	} {
+		err := CheckThroughputDetails(tp("throughput", strings.Replace(okCase, tc.old, tc.new, 1)))
+		if e, ok := err.(*Error); !ok || e.Field != tc.field {
+			t.Errorf("%s: %v; want refused naming %s", tc.new, err, tc.field)
+		}
+	}
+	if err := CheckThroughputDetails(tp("throughput", okCase+","+okCase)); err == nil || !strings.Contains(err.Error(), "appears twice") {
+		t.Errorf("a case twice: %v", err)
+	}
+	same := []byte(strings.Replace(string(tp("throughput", okCase)), `"candidate":"promoted"`, `"candidate":"narrow"`, 1))
+	if err := CheckThroughputDetails(same); err == nil || !strings.Contains(err.Error(), "baseline.name") {
+		t.Errorf("candidate = baseline: %v", err)
+	}
+	// A passed record with an output beyond its tolerance is refused; a
+	// failed one carries it.
+	off := tp("throughput", strings.Replace(okCase, `"rel_l2":1e-7`, `"rel_l2":0.9`, 1))
+	e := &Evidence{Status: StatusPassed, Details: off}
+	if err := checkThroughputEvidence(e); err == nil || !strings.Contains(err.Error(), "tolerance") {
+		t.Errorf("passed with an output beyond tolerance: %v", err)
+	}
+	e.Status = StatusFailed
+	if err := checkThroughputEvidence(e); err != nil {
+		t.Errorf("failed with an output beyond tolerance: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -350,7 +351,7 @@ func Converged(samples [][]float64, conf, targetRel float64) bool {
 // one; further arms, such as the negative control's, are not part of the
 // case), the products per sample and the candidate's output check. The
 // medians and the ratio carry intervals at confidence conf; a side with
-// too few samples for an interval gets its median as all three values.
+// too few samples for an interval gets the samples' range (interval).
 func SummarizeThroughput(c ThroughputCase, launches int, samples [][]float64, converged bool, conf float64, out ledger.OutputCheck) ledger.ThroughputCase {
 	tc := ledger.ThroughputCase{
 		ID: c.ID, Batch: c.Batch, N: c.N, K: c.K, DType: c.DType.String(), Bits: c.Bits, GroupSize: c.GroupSize,
@@ -366,12 +367,17 @@ func SummarizeThroughput(c ThroughputCase, launches int, samples [][]float64, co
 	return tc
 }
 
+// interval is the median of xs with its interval at confidence conf, or,
+// with too few samples for one, the median within the samples' whole
+// range (no narrower claim than the data; empty xs: all zero).
 func interval(xs []float64, conf float64) ledger.Interval {
 	if iv, ok := stats.MedianCI(xs, conf); ok {
 		return ledger.Interval(iv)
 	}
-	m := stats.Median(xs)
-	return ledger.Interval{Estimate: m, Low: m, High: m}
+	if len(xs) == 0 {
+		return ledger.Interval{}
+	}
+	return ledger.Interval{Estimate: stats.Median(xs), Low: slices.Min(xs), High: slices.Max(xs)}
 }
 
 // ControlSlowdown bounds the negative control of the throughput lanes: the
@@ -386,8 +392,12 @@ const (
 
 // ControlCaught reports whether the paired ratios candidate[i]/slowed[i]
 // have an interval (confidence conf) inside [ControlLow, ControlHigh],
-// with the interval.
+// with the interval (with too few pairs for one: false, and their range).
 func ControlCaught(candidate, slowed []float64, conf float64) (bool, ledger.Interval) {
-	iv, ok := stats.MedianCI(stats.Ratios(candidate, slowed), conf)
-	return ok && iv.Low >= ControlLow && iv.High <= ControlHigh, ledger.Interval(iv)
+	rs := stats.Ratios(candidate, slowed)
+	iv, ok := stats.MedianCI(rs, conf)
+	if !ok {
+		return false, interval(rs, conf)
+	}
+	return iv.Low >= ControlLow && iv.High <= ControlHigh, ledger.Interval(iv)
 }

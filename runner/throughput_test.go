@@ -91,6 +91,16 @@ func TestMeasureConvergesAndStops(t *testing.T) {
 	if ok, iv := ControlCaught(s[0], s[1], 0.95); !ok {
 		t.Fatalf("2x slowdown not caught: %+v", iv)
 	}
+	// Too few samples for an interval: the record claims no interval
+	// narrower than the samples' range, and the control is not caught.
+	few := [][]float64{{1e-3, 4e-3, 2e-3}, {2e-3, 8e-3, 4e-3}}
+	tc = SummarizeThroughput(ThroughputCase{ID: "x", Batch: 1, N: 1, K: 1, DType: quant.Float16, Bits: 4, GroupSize: 64}, 1, few, false, 0.95, ledger.OutputCheck{})
+	if c := tc.CandidateMedian; c.Estimate != 2e-3 || c.Low != 1e-3 || c.High != 4e-3 {
+		t.Fatalf("3 samples: candidate %+v; want the median within the range", c)
+	}
+	if ok, iv := ControlCaught(few[0], few[1], 0.95); ok || iv.Low != 0.5 || iv.High != 0.5 {
+		t.Fatalf("3 pairs: control caught %v %+v; want not caught, ratios' range", ok, iv)
+	}
 }
 
 // A sample outside ledger.ValidSampleSeconds (an adapter or backend

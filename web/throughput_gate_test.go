@@ -30,7 +30,7 @@ func throughputBody(commit string, ratio float64, seed uint64) map[string]any {
 	ev["details"] = map[string]any{ledger.ThroughputField: map[string]any{
 		"clock": "cuda-events", "candidate": "promoted", "baseline": map[string]any{"name": "narrow"},
 		"confidence": 0.95, "target_rel": 0.01,
-		"cases": []map[string]any{{"id": "batch1/n8192/k8192/float16/b4/g64", "batch": 1, "n": 8192, "k": 8192, "dtype": "float16", "bits": 4,
+		"cases": []map[string]any{{"id": "batch1/n8192/k8192/f16/b4/g64", "batch": 1, "n": 8192, "k": 8192, "dtype": "f16", "bits": 4,
 			"group_size": 64, "launches_per_sample": 100, "candidate_s": cand, "baseline_s": base, "converged": true,
 			"candidate_median": map[string]float64{"estimate": 4e-5, "low": 4e-5, "high": 4e-5}, "output": map[string]any{"rel_l2": 0, "tolerance": 1e-3, "bit_exact": 8192, "values": 8192}}},
 	}}
@@ -92,7 +92,7 @@ gates:
 	if code != http.StatusCreated {
 		t.Fatalf("signed regression: %d %s", code, body)
 	}
-	if g := gate(); g.State != gates.StateFailed || len(g.Failing) != 1 || !strings.Contains(g.Reason, "batch1/n8192/k8192/float16/b4/g64: speed ratio 0.") || !strings.Contains(g.Reason, "< 0.98") {
+	if g := gate(); g.State != gates.StateFailed || len(g.Failing) != 1 || !strings.Contains(g.Reason, "batch1/n8192/k8192/f16/b4/g64: speed ratio 0.") || !strings.Contains(g.Reason, "< 0.98") {
 		t.Fatalf("signed regression: %s (%s); want failed naming the case", g.State, g.Reason)
 	}
 }

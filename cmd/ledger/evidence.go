@@ -237,6 +237,7 @@ func printEvidence(w io.Writer, e ledger.EvidenceEntry) {
 		row("recorded by", "runner %s, key %s", rb.Runner.Name, rb.Runner.KeyID)
 	}
 	tw.Flush()
+	printThroughputCases(w, &ev)
 	if len(ev.FailingCases) == 0 {
 		return
 	}
@@ -294,4 +295,46 @@ func printable(r rune) rune {
 // indentRest indents every line of s after the first by prefix.
 func indentRest(s, prefix string) string {
 	return strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// printThroughputCases writes a throughput record's summary line
+// (printThroughputSummary), one line per case (medians in µs per product,
+// the speed ratio with its interval, samples per arm, converged) and the
+// device state it recorded; records without throughput details print
+// nothing.
+func printThroughputCases(w io.Writer, ev *ledger.Evidence) {
+	tp, err := ledger.ThroughputOf(ev)
+	if err != nil || tp == nil {
+		return
+	}
+	printThroughputSummary(w, "throughput", ev)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  CASE\t%s µs\t", tp.Candidate)
+	if tp.Baseline != nil {
+		fmt.Fprintf(tw, "%s µs\tSPEED RATIO [%g %% interval]\t", tp.Baseline.Name, tp.Confidence*100)
+	}
+	fmt.Fprintln(tw, "SAMPLES\tCONVERGED")
+	for _, c := range tp.Cases {
+		fmt.Fprintf(tw, "  %s\t%.4g\t", c.ID, c.CandidateMedian.Estimate*1e6)
+		if tp.Baseline != nil {
+			if c.BaselineMedian != nil && c.Ratio != nil {
+				fmt.Fprintf(tw, "%.4g\t%.3f [%.3f, %.3f]\t", c.BaselineMedian.Estimate*1e6, c.Ratio.Estimate, c.Ratio.Low, c.Ratio.High)
+			} else {
+				fmt.Fprint(tw, "-\t-\t")
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%t\n", len(c.CandidateS), c.Converged)
+	}
+	_ = tw.Flush()
+	keys := make([]string, 0, len(tp.DeviceState))
+	for k := range tp.DeviceState {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > 0 {
+		fmt.Fprintln(w, "device state:")
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s: %s\n", k, tp.DeviceState[k])
+		}
+	}
 }

@@ -517,17 +517,17 @@ func lcThroughputJSON(commit string, n int, ratio float64, noisy, failed bool) s
 		spread = 0.05
 	}
 	var cases []map[string]any
-	for _, id := range []string{"batch1/n64", "batch2/n64"} {
+	for b, id := range []string{"batch1/n64/k64/f16/b4/g64", "batch2/n64/k64/f16/b4/g64"} {
 		var cand, base []float64
 		for i := range 12 {
 			c := 1e-5 * (1 + float64((i*7+n)%5)/100)
 			cand = append(cand, c)
 			base = append(base, c*ratio*(1+spread*float64(i%5-2)))
 		}
-		cases = append(cases, map[string]any{"id": id, "batch": 1, "n": 64, "k": 64, "dtype": "float16", "bits": 4, "group_size": 64,
+		cases = append(cases, map[string]any{"id": id, "batch": b + 1, "n": 64, "k": 64, "dtype": "f16", "bits": 4, "group_size": 64,
 			"launches_per_sample": 10, "candidate_s": cand, "baseline_s": base, "converged": !noisy,
 			"candidate_median": map[string]float64{"estimate": 1e-5, "low": 1e-5, "high": 1e-5},
-			"output":           map[string]any{"rel_l2": 0, "tolerance": 1e-3, "bit_exact": 64, "values": 64}})
+			"output":           map[string]any{"rel_l2": 0, "tolerance": 1e-3, "bit_exact": 64 * (b + 1), "values": 64 * (b + 1)}})
 	}
 	ev := map[string]any{
 		"lane": "qmv-throughput/v1", "backend": "cpu", "cases_exact": 2, "cases_total": 2, "control": "caught", "status": "passed",
@@ -537,7 +537,7 @@ func lcThroughputJSON(commit string, n int, ratio float64, noisy, failed bool) s
 			"baseline": map[string]any{"name": "narrow"}, "confidence": 0.95, "target_rel": 0.01, "cases": cases}},
 	}
 	if failed {
-		ev["status"], ev["cases_exact"], ev["failing_cases"] = "failed", 1, []string{"batch2/n64"}
+		ev["status"], ev["cases_exact"], ev["failing_cases"] = "failed", 1, []string{"batch2/n64/k64/f16/b4/g64"}
 	}
 	b, _ := json.Marshal(ev)
 	return string(b)

@@ -206,8 +206,8 @@ func (c runConfig) checkCaseFlags() error {
 	if c.MaxSamples < stats.MinSamples || c.MaxSamples > ledger.MaxThroughputSamples {
 		return errExit(2, "--max-samples %d: must be %d..%d (fewer samples give no 95 %% interval of the median)", c.MaxSamples, stats.MinSamples, ledger.MaxThroughputSamples)
 	}
-	if c.Remote && c.CaseBudget > ledger.MaxCaseBudget {
-		return errExit(2, "--case-budget %s: a queued run's case budget is at most %s", c.CaseBudget, ledger.MaxCaseBudget)
+	if c.CaseBudget > ledger.MaxCaseBudget {
+		return errExit(2, "--case-budget %s: at most %s per case", c.CaseBudget, ledger.MaxCaseBudget)
 	}
 	return nil
 }
