@@ -148,6 +148,18 @@ gates:
 		{"confidence", "details.throughput.confidence", func(ev map[string]any) {
 			ev["details"].(map[string]any)[ledger.ThroughputField].(map[string]any)["confidence"] = 2
 		}},
+		{"sample of the wrong type", "details.throughput.cases.candidate_s", func(ev map[string]any) {
+			c := tcase(ev)
+			c["candidate_s"] = []any{"4e-5"}
+		}},
+		{"member name in capitals", "details.throughput.cases[0].baseline_s[2]", func(ev map[string]any) {
+			d := ev["details"].(map[string]any)
+			tp := d[ledger.ThroughputField].(map[string]any)
+			tp["cases"].([]map[string]any)[0]["baseline_s"].([]float64)[2] = -1
+			delete(d, ledger.ThroughputField)
+			d["THROUGHPUT"] = tp
+		}},
+		{"id not its fields'", "details.throughput.cases[0].id", func(ev map[string]any) { tcase(ev)["id"] = "batch1/n8192/k8192/f16/b4/g64/copy1" }},
 		{"duplicate case", "details.throughput.cases[1].id", func(ev map[string]any) {
 			tp := ev["details"].(map[string]any)[ledger.ThroughputField].(map[string]any)
 			tp["cases"] = append(tp["cases"].([]map[string]any), tp["cases"].([]map[string]any)[0])
