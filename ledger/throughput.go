@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"reflect"
 	"slices"
@@ -222,6 +223,15 @@ func (t *Throughput) Validate() error {
 		if err := checkSamples(cf+".candidate_s", c.CandidateS); err != nil {
 			return err
 		}
+		if err := checkInterval(cf+".candidate_median", &c.CandidateMedian); err != nil {
+			return err
+		}
+		if err := checkInterval(cf+".baseline_median", c.BaselineMedian); err != nil {
+			return err
+		}
+		if err := checkInterval(cf+".ratio", c.Ratio); err != nil {
+			return err
+		}
 		switch {
 		case t.Baseline == nil && len(c.BaselineS) > 0:
 			return FieldError(cf+".baseline_s", "samples of a baseline the record does not name")
@@ -232,6 +242,19 @@ func (t *Throughput) Validate() error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkInterval checks a recorded interval (nil: absent): finite,
+// non-negative, Low <= Estimate <= High.
+func checkInterval(f string, iv *Interval) error {
+	if iv == nil {
+		return nil
+	}
+	finite := func(x float64) bool { return x >= 0 && x <= math.MaxFloat64 }
+	if !finite(iv.Low) || !finite(iv.Estimate) || !finite(iv.High) || iv.Low > iv.Estimate || iv.Estimate > iv.High {
+		return FieldError(f, "must be finite and non-negative with low <= estimate <= high, got [%v, %v, %v]", iv.Low, iv.Estimate, iv.High)
 	}
 	return nil
 }

@@ -57,6 +57,7 @@ func TestThroughputAdmission(t *testing.T) {
 		{`"id":"batch1/n4096/k4096/f32/b4/g64"`, `"id":"batch1/n4096/k4096/f32/b4/g64/copy1"`, "details.throughput.cases[0].id"},
 		{`"dtype":"f32"`, `"dtype":"float32"`, "details.throughput.cases[0].dtype"},
 		{`"values":4096}`, `"values":0}`, "details.throughput.cases[0].output"},
+		{`"output":`, `"ratio":{"estimate":1,"low":1.2,"high":1.1},"output":`, "details.throughput.cases[0].ratio"},
 	} {
 		err := CheckThroughputDetails(tp("throughput", strings.Replace(okCase, tc.old, tc.new, 1)))
 		if e, ok := err.(*Error); !ok || e.Field != tc.field {

@@ -188,7 +188,7 @@ func throughputNote(cand, base string, tc ledger.ThroughputCase) string {
 	if tc.Converged {
 		b.WriteString("converged")
 	} else {
-		b.WriteString("budget ended before convergence")
+		b.WriteString("the sample cap or the case budget ended it before convergence")
 	}
 	return b.String()
 }
