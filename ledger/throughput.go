@@ -296,10 +296,11 @@ func CheckThroughputDetails(d []byte) error {
 
 // throughputOfDetails is ThroughputOf over details d, skipping the decode
 // where d cannot hold the member: encoding/json matches member names
-// case-insensitively and after unescaping, so only details without a \u
-// escape and without "throughput" in any letter case are skipped.
+// case-insensitively and after unescaping, so details are skipped only
+// when "throughput" is in them in no letter case and no \u escape in them
+// spells one of its letters.
 func throughputOfDetails(d []byte) (*Throughput, error) {
-	if !bytes.Contains(d, []byte(`\u`)) && !containsFold(d, "throughput") {
+	if !escapesLetterOf(d, "throughput") && !containsFold(d, "throughput") {
 		return nil, nil
 	}
 	return ThroughputOf(&Evidence{Details: d})
@@ -323,12 +324,48 @@ func checkThroughputEvidence(e *Evidence) error {
 	return nil
 }
 
-// containsFold reports whether b contains the ASCII lower-case word w in
-// any letter case, without allocating.
-func containsFold(b []byte, w string) bool {
-	for i := 0; i+len(w) <= len(b); i++ {
-		if b[i]|0x20 == w[0] && bytes.EqualFold(b[i:i+len(w)], []byte(w)) {
+// escapesLetterOf reports whether b holds a JSON \uXXXX escape of an
+// ASCII letter of the lower-case word w in either case (an escape of '<'
+// or 'é' does not count).
+func escapesLetterOf(b []byte, w string) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(`\u`))
+		if j < 0 || i+j+6 > len(b) {
+			return false
+		}
+		i += j + 2
+		var r rune
+		for _, h := range b[i : i+4] {
+			switch {
+			case h >= '0' && h <= '9':
+				r = r<<4 | rune(h-'0')
+			case h|0x20 >= 'a' && h|0x20 <= 'f':
+				r = r<<4 | rune(h|0x20-'a'+10)
+			default:
+				r = -1 << 20
+			}
+		}
+		if r >= 'A' && r <= 'z' && strings.ContainsRune(w, r|0x20) {
 			return true
+		}
+	}
+}
+
+// containsFold reports whether b contains the ASCII lower-case word w
+// (at least 2 letters) in any letter case, without allocating: it visits
+// only the places of w's second letter in either case (bytes.IndexByte).
+func containsFold(b []byte, w string) bool {
+	for _, c := range []byte{w[1], w[1] &^ 0x20} {
+		for i := 1; i < len(b); {
+			j := bytes.IndexByte(b[i:], c)
+			if j < 0 {
+				break
+			}
+			p := i + j - 1
+			if p+len(w) <= len(b) && bytes.EqualFold(b[p:p+len(w)], []byte(w)) {
+				return true
+			}
+			i += j + 1
 		}
 	}
 	return false

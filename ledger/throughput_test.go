@@ -83,3 +83,29 @@ func TestThroughputAdmission(t *testing.T) {
 		t.Errorf("failed with an output beyond tolerance: %v", err)
 	}
 }
+
+// TestContainsFold: the word is found in any letter case and position,
+// and not where it is absent or cut short.
+func TestContainsFold(t *testing.T) {
+	for in, want := range map[string]bool{
+		"throughput": true, `{"THROUGHPUT":1}`: true, "xxtHrOuGhPuTxx": true, "hthroughput": true,
+		"": false, "t": false, "throughpu": false, "hroughput": false, "the through put": false, `{"cases":[]}`: false,
+	} {
+		if got := containsFold([]byte(in), "throughput"); got != want {
+			t.Errorf("containsFold(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+// TestEscapesLetterOf: an escape of a letter of the word counts in either
+// case; escapes of other characters (the '<' json.Marshal escapes) do not.
+func TestEscapesLetterOf(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"\u0074hroughput":1}`: true, `{"THROUG\u0048PUT":1}`: true, `\u0050`: true,
+		`{"m":"a \u003cb\u003e"}`: false, `\u00e9`: false, `\u007`: false, `\u`: false, `\uzzzz`: false, `plain`: false,
+	} {
+		if got := escapesLetterOf([]byte(in), "throughput"); got != want {
+			t.Errorf("escapesLetterOf(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
