@@ -108,9 +108,9 @@ type OutputCheck struct {
 	BaselineRelL2 *float64 `json:"baseline_rel_l2,omitempty"`
 }
 
-// throughputDTypes are the dtypes a throughput case may name (runner/quant's
-// names).
-var throughputDTypes = []string{"f16", "bf16", "f32"}
+// ThroughputDTypes are the dtypes a throughput case may name: runner/quant's
+// DType names (a runner test keeps them equal).
+var ThroughputDTypes = []string{"f16", "bf16", "f32"}
 
 // ThroughputCaseID returns the id of a throughput case, the lane's case
 // naming: "batch1/n8192/k8192/f16/b4/g64".
@@ -206,8 +206,8 @@ func (t *Throughput) Validate() error {
 		if c.Batch < 1 || c.N < 1 || c.K < 1 || c.Bits < 1 || c.GroupSize < 1 || c.LaunchesPerSample < 1 {
 			return FieldError(cf, "batch, n, k, bits, group_size and launches_per_sample must be positive")
 		}
-		if !slices.Contains(throughputDTypes, c.DType) {
-			return FieldError(cf+".dtype", "must be one of %s, got %q", strings.Join(throughputDTypes, ", "), Clip(c.DType))
+		if !slices.Contains(ThroughputDTypes, c.DType) {
+			return FieldError(cf+".dtype", "must be one of %s, got %q", strings.Join(ThroughputDTypes, ", "), Clip(c.DType))
 		}
 		if want := ThroughputCaseID(c.Batch, c.N, c.K, c.DType, c.Bits, c.GroupSize); c.ID != want {
 			return FieldError(cf+".id", "must be %q, the id of the case's own batch, n, k, dtype, bits and group_size", want)

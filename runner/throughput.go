@@ -47,7 +47,7 @@ var (
 const ThroughputGroup = 64
 
 // ThroughputCases returns the throughput lane's case matrix (batch x shape
-// x dtype x bits; 162 cases), ids "batch1/n8192/k8192/float16/b4/g64".
+// x dtype x bits; 162 cases), ids "batch1/n8192/k8192/f16/b4/g64" (ledger.ThroughputCaseID).
 // The float16 4-bit 8192 x 8192 case of each batch is a control case.
 func ThroughputCases() []ThroughputCase {
 	var cs []ThroughputCase
@@ -56,7 +56,7 @@ func ThroughputCases() []ThroughputCase {
 			for _, d := range ThroughputDTypes {
 				for _, bits := range ThroughputBits {
 					cs = append(cs, ThroughputCase{
-						ID:    fmt.Sprintf("batch%d/n%d/k%d/%v/b%d/g%d", b, s[0], s[1], d, bits, ThroughputGroup),
+						ID:    ledger.ThroughputCaseID(b, s[0], s[1], d.String(), bits, ThroughputGroup),
 						Batch: b, N: s[0], K: s[1], DType: d, Bits: bits, GroupSize: ThroughputGroup,
 						Control: d == quant.Float16 && bits == 4 && s[0] == 8192,
 					})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -111,5 +112,23 @@ func TestMeasureRefusesImpossibleSamples(t *testing.T) {
 	_, _, err := Measure(context.Background(), []Arm{&fakeArm{rng, 20e-6, 0.01}, &fakeArm{rng, 5e-324, 0}}, MeasureOptions{})
 	if err == nil {
 		t.Fatal("a 5e-324 s sample was measured")
+	}
+}
+
+// TestThroughputDTypesAgree: the dtypes a throughput record may name
+// (ledger.ThroughputDTypes) are quant's DType names, and every case id
+// the lane makes passes the record's id rule.
+func TestThroughputDTypesAgree(t *testing.T) {
+	var names []string
+	for _, d := range quant.DTypes {
+		names = append(names, d.String())
+	}
+	if !slices.Equal(names, ledger.ThroughputDTypes) {
+		t.Fatalf("quant's dtypes %v, ledger's %v", names, ledger.ThroughputDTypes)
+	}
+	for _, c := range ThroughputCases() {
+		if c.ID != ledger.ThroughputCaseID(c.Batch, c.N, c.K, c.DType.String(), c.Bits, c.GroupSize) {
+			t.Fatalf("case %s", c.ID)
+		}
 	}
 }
