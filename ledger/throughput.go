@@ -151,27 +151,50 @@ func ThroughputOf(e *Evidence) (*Throughput, error) {
 	if len(e.Details) == 0 {
 		return nil, nil
 	}
-	var probe struct {
-		T *Throughput `json:"throughput"`
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(e.Details, &top); err != nil {
+		return nil, decodeError("details", err)
 	}
-	if err := json.Unmarshal(e.Details, &probe); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			f := "details"
-			if te.Field != "" {
-				f += "." + te.Field
-			}
-			return nil, FieldError(f, "expected %s, got %s", jsonKind(te.Type), te.Value)
+	// encoding/json would match any letter case and keep the last match;
+	// a reader matching exactly could then see another member than the
+	// one checked here, so the member has one spelling, once.
+	name, n := "", 0
+	for k := range top {
+		if strings.EqualFold(k, ThroughputField) {
+			name, n = k, n+1
 		}
-		return nil, FieldError("details.throughput", "%v", err)
 	}
-	if probe.T == nil {
+	switch {
+	case n == 0:
+		return nil, nil
+	case n > 1 || name != ThroughputField:
+		return nil, FieldError("details."+Clip(name), "the throughput member must be spelled %q, once", ThroughputField)
+	}
+	raw := top[ThroughputField]
+	if string(raw) == "null" {
 		return nil, nil
 	}
-	if err := probe.T.Validate(); err != nil {
+	var t Throughput
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return nil, decodeError("details.throughput", err)
+	}
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	return probe.T, nil
+	return &t, nil
+}
+
+// decodeError is a decoding error of the JSON at field f as a field error:
+// a value of the wrong type names its field and what was expected.
+func decodeError(f string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			f += "." + te.Field
+		}
+		return FieldError(f, "expected %s, got %s", jsonKind(te.Type), te.Value)
+	}
+	return FieldError(f, "%v", err)
 }
 
 // Validate checks the record's shape: a clock and candidate name, a

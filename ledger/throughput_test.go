@@ -45,7 +45,7 @@ func TestThroughputAdmission(t *testing.T) {
 		t.Fatalf("a well-formed record: %v", err)
 	}
 	bad := strings.Replace(okCase, `"candidate_s":[1e-5,`, `"candidate_s":[-1,`, 1)
-	for _, name := range []string{"throughput", `\u0074hroughput`, "THROUGHPUT", "ThroughPut"} {
+	for _, name := range []string{"throughput", `\u0074hroughput`} {
 		err := CheckThroughputDetails(tp(name, bad))
 		if e, ok := err.(*Error); !ok || e.Field != "details.throughput.cases[0].candidate_s[0]" {
 			t.Errorf("member %s with a negative sample: %v; want refused naming the sample", name, err)
@@ -62,6 +62,16 @@ func TestThroughputAdmission(t *testing.T) {
 		err := CheckThroughputDetails(tp("throughput", strings.Replace(okCase, tc.old, tc.new, 1)))
 		if e, ok := err.(*Error); !ok || e.Field != tc.field {
 			t.Errorf("%s: %v; want refused naming %s", tc.new, err, tc.field)
+		}
+	}
+	// The member in another letter case, alone or beside a valid one, is
+	// refused: a reader matching names exactly would see other data.
+	for _, d := range []string{
+		`{"Throughput":{"clock":"c"},"throughput":` + string(tp("x", okCase))[5:len(tp("x", okCase))-1] + `}`,
+		string(tp("THROUGHPUT", okCase)),
+	} {
+		if err := CheckThroughputDetails([]byte(d)); err == nil || !strings.Contains(err.Error(), `must be spelled "throughput", once`) {
+			t.Errorf("%.60s: %v; want refused", d, err)
 		}
 	}
 	if err := CheckThroughputDetails(tp("throughput", okCase+","+okCase)); err == nil || !strings.Contains(err.Error(), "appears twice") {

@@ -152,7 +152,7 @@ gates:
 			c := tcase(ev)
 			c["candidate_s"] = []any{"4e-5"}
 		}},
-		{"member name in capitals", "details.throughput.cases[0].baseline_s[2]", func(ev map[string]any) {
+		{"member name in capitals", "details.THROUGHPUT", func(ev map[string]any) {
 			d := ev["details"].(map[string]any)
 			tp := d[ledger.ThroughputField].(map[string]any)
 			tp["cases"].([]map[string]any)[0]["baseline_s"].([]float64)[2] = -1
